@@ -1,0 +1,186 @@
+/*
+** device.h — the device interface and the registry.
+**
+** A device is { iface, context } as in ggml's backends: a table of function pointers
+** that the tensor core (ops.c) calls, and the device's own state behind a void *.
+** The CPU device (cpu.c) fills every slot and is the reference; the CUDA device
+** (kernels/cuda_device.cu) fills the same slots with launchers. A NULL slot means
+** "not supported on this device" and becomes a clear Lua error in the core.
+**
+** Contract for every slot:
+**   - returns 0, or -1 with a message in *err (op name first: "gather: ...");
+**   - never aborts, exits or asserts on user input;
+**   - views are already checked by the core: same device, shapes consistent, dtypes as
+**     documented per slot, output allocated (and never overlapping an input unless the
+**     slot says so). Devices check only what only they can see: index *values*.
+**   - may run asynchronously (the CUDA device enqueues on its stream); only `sync`,
+**     `download` and `memory` wait. Errors discovered asynchronously (an index value out
+**     of range inside a kernel) are reported by the next `sync` / `download` of that
+**     device, naming the op that caused them.
+**
+** Index values in index views are 1-based (as in the Lua API), int32 or int64. A value
+** outside 1..bound is reported as
+**   "<op>: index <value> out of range (1..<bound>) at position <pos>"
+** where pos is the 1-based row-major position in the index tensor; the out-of-range
+** element is never read or written (the corresponding output element is set to 0 for
+** gather/index_select/take).
+*/
+#ifndef QLUA_DEVICE_H
+#define QLUA_DEVICE_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum qt_device_kind { QT_DEV_CPU, QT_DEV_CUDA } qt_device_kind;
+
+/* Elementwise binary ops. Comparisons produce 1 or 0 in the output dtype. */
+typedef enum qt_binop {
+  QT_ADD, QT_SUB, QT_MUL, QT_DIV, QT_POW,
+  QT_EQ, QT_NE, QT_LT, QT_LE, QT_GT, QT_GE,
+  QT_MAXIMUM, QT_MINIMUM,
+  QT_NBINOPS
+} qt_binop;
+
+/* Elementwise unary ops. QT_CLAMP uses p1 = lo, p2 = hi. */
+typedef enum qt_unop {
+  QT_NEG, QT_ABS, QT_EXP, QT_LOG, QT_SQRT, QT_TANH, QT_SIGMOID, QT_RELU, QT_CLAMP,
+  QT_NUNOPS
+} qt_unop;
+
+/* Reductions. Result dtypes (the core allocates dst accordingly):
+**   SUM: float -> same, int -> int64;  MEAN: float only (core casts ints to float64);
+**   MAX, MIN: same dtype (NaN propagates);  ARGMAX, ARGMIN: int64, 1-based, first
+**   occurrence wins ties, a NaN counts as the maximum and as the minimum. */
+typedef enum qt_redop { QT_SUM, QT_MEAN, QT_MAX, QT_MIN, QT_ARGMAX, QT_ARGMIN, QT_NREDOPS } qt_redop;
+
+/* Random distributions. Element k (row-major, 0-based) of a call with (seed, offset)
+** is computed from the counter offset + k by Philox4x32-10 (runtime/philox.h), so
+** every device produces the same numbers for the same seed. */
+typedef enum qt_random_kind { QT_RAND_UNIFORM, QT_RAND_NORMAL, QT_RAND_INT } qt_random_kind;
+
+typedef struct qt_memory_stats {
+  int64_t allocated;  /* bytes in live allocations */
+  int64_t reserved;   /* bytes held from the driver (allocated + cached) */
+  int64_t peak;       /* highest `allocated` seen */
+  int64_t total;      /* device memory in all (0 for the CPU) */
+  int64_t free;       /* device memory free as the driver sees it */
+} qt_memory_stats;
+
+typedef struct qt_device qt_device;
+
+typedef struct qt_device_iface {
+  /* ---- memory ---- */
+  /* Allocates nbytes (nbytes may be 0: *ptr is then any non-NULL-or-NULL value that
+  ** `free` accepts). Out of memory is reported with *oom = 1 (so the core can empty
+  ** caches, collect garbage and retry) and a message. */
+  int (*alloc)(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err);
+  /* Gives a block back; never fails. On the GPU, safe to call while kernels that use
+  ** the block are still queued (the allocator reuses it in stream order). */
+  void (*free)(qt_device *dev, void *ptr, size_t nbytes);
+  /* Waits for everything queued on the device; reports deferred errors. */
+  int (*sync)(qt_device *dev, qt_err *err);
+  int (*memory)(qt_device *dev, qt_memory_stats *stats, qt_err *err);
+  /* Returns cached blocks to the driver. */
+  void (*empty_cache)(qt_device *dev);
+
+  /* ---- host <-> device, contiguous bytes ---- */
+  /* Both return after the bytes have landed (host memory may be reused at once). */
+  int (*upload)(qt_device *dev, void *dst, const void *host_src, size_t nbytes, qt_err *err);
+  int (*download)(qt_device *dev, void *host_dst, const void *src, size_t nbytes, qt_err *err);
+
+  /* ---- elementwise, all views on this device, all of dst's shape ---- */
+  /* dst = src, converting dtype; any strides. */
+  int (*copy)(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err);
+  int (*fill)(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err);
+  /* dst = a op b; a, b, dst have one dtype; a and b are broadcast to dst's shape by
+  ** the core (stride 0). dst may be a (in-place ops) but never overlaps b partially. */
+  int (*binary)(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
+                const qt_view *b, qt_err *err);
+  /* dst = a op s, or s op a when scalar_first; a and dst have one dtype. */
+  int (*binary_scalar)(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
+                       qt_scalar s, bool scalar_first, qt_err *err);
+  /* dst = op(src); one dtype (the core casts ints to float64 first for exp, log, sqrt,
+  ** tanh, sigmoid). */
+  int (*unary)(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
+               qt_scalar p1, qt_scalar p2, qt_err *err);
+  /* Along dim (0-based): dst has src's shape without dim. dim == -1: over all
+  ** elements into a one-element dst (ndim 0). Float32 sums accumulate in float64. */
+  int (*reduce)(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
+                qt_err *err);
+
+  /* ---- indexing (dims 0-based, index values 1-based, see above) ---- */
+  /* dst[i][j] = src[index[i][j]][j] (dim 0); dst and index have one shape;
+  ** index->size[d] <= src->size[d] for d != dim. */
+  int (*gather)(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
+                const qt_view *index, qt_err *err);
+  /* dst = src with slices index[k] along dim; index is 1-D. */
+  int (*index_select)(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
+                      const qt_view *index, qt_err *err);
+  /* dst[k] = flat(src)[index[k]] over src's row-major order; dst has index's shape. */
+  int (*take)(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *index,
+              qt_err *err);
+  /* dst[index[i][j]][j] = src[i][j] (dim 0); src == NULL means every value is `value`.
+  ** index->size[d] <= src->size[d] (when src given) and <= dst->size[d] for d != dim. */
+  int (*scatter)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                 const qt_view *src, qt_scalar value, qt_err *err);
+  /* dst.select(dim, index[k]) += src.select(dim, k); index 1-D; duplicates accumulate. */
+  int (*index_add)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                   const qt_view *src, qt_err *err);
+
+  /* ---- matrix products ---- */
+  /* c[b] = a[b] @ b[b] for every batch b: a is (B, M, K), b (B, K, N), c (B, M, N), all
+  ** 3-D, one float dtype (float32 or float64), any strides (a batch stride may be 0:
+  ** broadcasting). c is freshly allocated and contiguous. allow_tf32 permits TF32 tensor
+  ** cores for float32. */
+  int (*matmul)(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
+                bool allow_tf32, qt_err *err);
+
+  /* ---- random numbers: dst is contiguous ---- */
+  /* UNIFORM [0,1), NORMAL (mean 0, sd 1), INT uniform in [lo.i, hi.i]. */
+  int (*random)(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
+                uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err);
+} qt_device_iface;
+
+struct qt_device {
+  const qt_device_iface *iface;
+  void *context;         /* the device's own state */
+  qt_device_kind kind;
+  int ordinal;           /* 0 for the CPU; the CUDA ordinal for GPUs */
+  char name[16];         /* "cpu", "gpu:0", ... as t:device() prints it */
+};
+
+/* ---- the registry (device.c); process-wide and thread-safe ---- */
+
+/* The host device; always there. */
+qt_device *qt_cpu_device(void);
+/* How many GPUs this process can use: 0 when qlua was built without CUDA, or there is
+** no driver or no GPU. Never prints, never fails. */
+int qt_gpu_count(void);
+/* The GPU with that ordinal, opened on first use; NULL with a message when there is no
+** such GPU ("gpu:3: no such GPU (qlua sees 1)") or it cannot be opened. */
+qt_device *qt_gpu_device(int ordinal, qt_err *err);
+/* The GPU's marketing name ("NVIDIA H200"), or NULL with a message. */
+const char *qt_gpu_name(int ordinal, qt_err *err);
+
+/* ---- what the CUDA device provides (kernels/cuda_device.cu) ----
+** device.c calls these only when built with QLUA_CUDA defined. */
+#ifdef QLUA_CUDA
+int qt_cuda_device_count(void);                       /* 0 on any error; silent */
+int qt_cuda_device_name(int ordinal, char *buf, size_t len, qt_err *err);
+/* Fills dev (iface, context, kind, ordinal, name) for ordinal. */
+int qt_cuda_device_open(int ordinal, qt_device *dev, qt_err *err);
+/* Page-locked host memory for the CPU device, cached (so `:gpu()` and `:cpu()` of CPU
+** tensors run at the PCIe limit). alloc returns -1 when no GPU is usable; the CPU
+** device then falls back to plain aligned memory. */
+int qt_cuda_host_alloc(size_t nbytes, void **ptr);
+void qt_cuda_host_free(void *ptr, size_t nbytes);
+void qt_cuda_host_empty_cache(void);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

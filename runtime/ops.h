@@ -1,0 +1,156 @@
+/*
+** ops.h — the tensor core: every tensor operation of the Lua API, without Lua.
+**
+** The core checks arguments (shapes, dims, dtypes, devices, freed tensors), decides
+** result shapes and dtypes (broadcasting, NumPy promotion), allocates outputs, and calls
+** the device slots (device.h). The Lua binding (l_tensor.c, l_qlua.c) converts Lua
+** values to these calls and raises ctx->err.msg as a Lua error; the embedding API
+** (qlua.h) reuses the same functions.
+**
+** Conventions:
+**   - Every function takes the per-lua_State context first and returns 0, or -1 with
+**     the message in ctx->err (op name first, values named:
+**     "matmul: shapes 2x3 and 4x5 do not match").
+**   - Dims and positions are 0-based here; the binding converts from Lua's 1-based.
+**     Index *values* inside index tensors stay 1-based all the way down to devices.
+**   - `out` parameters are tensors that hold nothing (qt_tensor_init); on success they
+**     hold a new reference, on failure they still hold nothing. No function leaves a
+**     temporary behind on its error path.
+**   - Inputs are never modified except by the in-place ops (names ending in _).
+*/
+#ifndef QLUA_OPS_H
+#define QLUA_OPS_H
+
+#include "device.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-lua_State state, refcounted: the Lua state holds one reference and every storage
+** it allocated holds one (storage->owner), so storages finalised after the state's own
+** userdata (at lua_close) still find it. */
+typedef struct qt_ctx {
+  int refcount;
+  qt_err err;                /* the last error message */
+  /* Garbage-collector driving (DESIGN "Execution and memory model"). gpu_live_bytes
+  ** counts device bytes held by this state's storages; when an allocation would take it
+  ** past gpu_gc_limit, the core calls gc(gc_ud, 0) first; the binding then runs a full
+  ** collection and adapts the limit. On out-of-memory the core empties the device cache,
+  ** calls gc(gc_ud, 1) (full collection) and retries once. */
+  int64_t gpu_live_bytes;
+  int64_t gpu_gc_limit;
+  void (*gc)(void *gc_ud, int out_of_memory);
+  void *gc_ud;
+  /* Random numbers: qlua.seed(n) sets seed and resets offset; each random call advances
+  ** offset by the number of counters it used. */
+  uint64_t seed;
+  uint64_t rng_offset;
+  bool allow_tf32;           /* qlua.set_tf32 */
+  int current_gpu;           /* what "gpu" means without an ordinal */
+} qt_ctx;
+
+qt_ctx *qt_ctx_new(void);    /* NULL when out of memory */
+void qt_ctx_retain(qt_ctx *ctx);
+void qt_ctx_release(qt_ctx *ctx);
+
+/* ---------------------------------------------------------------- creation */
+
+/* Uninitialised contents (CPU and GPU alike: callers fill). size may contain zeros. */
+int qt_empty(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, int ndim,
+             const int64_t *size);
+/* A contiguous tensor with `host_data` (contiguous, dtype elements) copied in. */
+int qt_from_host(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, int ndim,
+                 const int64_t *size, const void *host_data);
+int qt_fill_(qt_ctx *ctx, qt_tensor *t, qt_scalar value);
+/* Fills t (contiguous) with random numbers; lo/hi are the inclusive bounds for
+** QT_RAND_INT. Advances ctx->rng_offset. */
+int qt_random_(qt_ctx *ctx, qt_tensor *t, qt_random_kind kind, qt_scalar lo, qt_scalar hi);
+
+/* ---------------------------------------------------------------- views (no copies) */
+
+/* size may contain one -1 (inferred). view fails if the strides cannot express it;
+** reshape copies (contiguous) then. */
+int qt_view(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim, const int64_t *size);
+int qt_reshape(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim, const int64_t *size);
+int qt_narrow(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int64_t start,
+              int64_t length);
+int qt_select(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int64_t i);
+int qt_transpose(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int d1, int d2);
+int qt_permute(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int n, const int *perm);
+/* A view of t broadcast to (ndim, size) with stride-0 dimensions. */
+int qt_expand(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim, const int64_t *size);
+
+/* ---------------------------------------------------------------- copies and moves */
+
+int qt_contiguous(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t);  /* shares if already */
+int qt_clone(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t);       /* always copies */
+/* Same tensor (shared) if already there; dtype kept; any strides. */
+int qt_to_device(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, qt_device *dev);
+int qt_to_dtype(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, qt_dtype dtype);
+/* dst = src: src broadcast to dst's shape, any dtypes, any devices. */
+int qt_copy_(qt_ctx *ctx, qt_tensor *dst, const qt_tensor *src);
+
+/* ---------------------------------------------------------------- reading and writing elements */
+
+/* The element at a full 0-based position (ndim entries), synchronising. */
+int qt_get(qt_ctx *ctx, const qt_tensor *t, const int64_t *pos, qt_scalar *value);
+int qt_set(qt_ctx *ctx, qt_tensor *t, const int64_t *pos, qt_scalar value);
+/* All elements in row-major order into host memory of numel * elsize bytes. */
+int qt_read_all(qt_ctx *ctx, const qt_tensor *t, void *host);
+/* Waits for the tensor's device (and reports its deferred errors). */
+int qt_sync(qt_ctx *ctx, qt_device *dev);
+
+/* ---------------------------------------------------------------- arithmetic */
+
+/* out = a op b with broadcasting; dtype = qt_promote(a, b), except DIV and POW of two
+** integer tensors: DIV gives float64, POW stays integer. Comparisons give the promoted
+** dtype holding 1 or 0. */
+int qt_binary(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *a, const qt_tensor *b);
+/* s_is_float says whether the Lua number was a float: an integer tensor with a float
+** scalar computes in float64 (NumPy's rule); any tensor with an integer scalar keeps
+** its dtype. scalar_first: s op a (for 2 - t, 2 / t, 2 ^ t). */
+int qt_binary_scalar(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *a, qt_scalar s,
+                     bool s_is_float, bool scalar_first);
+/* In place: a = a op b (b broadcast to a). The result dtype must be storable in a: an
+** integer tensor cannot take a float result ("add_: cannot store float64 result in
+** int32 tensor"). */
+int qt_binary_(qt_ctx *ctx, qt_binop op, qt_tensor *a, const qt_tensor *b);
+int qt_binary_scalar_(qt_ctx *ctx, qt_binop op, qt_tensor *a, qt_scalar s, bool s_is_float);
+/* exp/log/sqrt/tanh/sigmoid of integer tensors give float64; the rest keep the dtype. */
+int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar p1,
+             qt_scalar p2);
+int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2);
+
+/* ---------------------------------------------------------------- reductions */
+
+/* dim >= 0: along dim (removed from the shape). dim == -1: over everything, into a
+** 0-d tensor. Result dtypes as in device.h; MEAN of integers gives float64. An empty
+** reduction: SUM gives 0, MEAN NaN, the others an error. */
+int qt_reduce(qt_ctx *ctx, qt_tensor *out, qt_redop op, const qt_tensor *t, int dim);
+
+/* ---------------------------------------------------------------- indexing */
+
+/* torch.gather: index has src's ndim, index.size(d) <= src.size(d) for d != dim;
+** out has index's shape. Index tensors: int32 or int64, on src's device. */
+int qt_gather(qt_ctx *ctx, qt_tensor *out, const qt_tensor *src, int dim, const qt_tensor *index);
+int qt_index_select(qt_ctx *ctx, qt_tensor *out, const qt_tensor *src, int dim,
+                    const qt_tensor *index);
+int qt_take(qt_ctx *ctx, qt_tensor *out, const qt_tensor *src, const qt_tensor *index);
+/* src NULL: scatter the number `value`. src is converted to dst's dtype. */
+int qt_scatter_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
+                const qt_tensor *src, qt_scalar value);
+int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
+                  const qt_tensor *src);
+
+/* ---------------------------------------------------------------- matrix products */
+
+/* 1-D.1-D (0-d result), 2-D@1-D, 1-D@2-D, 2-D@2-D, and batched (>= 3-D, batch dims
+** broadcast); float32/float64, both of one dtype; same device. */
+int qt_matmul(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

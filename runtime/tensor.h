@@ -1,0 +1,160 @@
+/*
+** tensor.h — storages, tensors, dtypes and shape/stride math.
+**
+** No Lua and no CUDA in here: this header is shared by the Lua binding (runtime/l_*.c),
+** the tensor core (runtime/ops.c), the CPU device (runtime/cpu.c) and the CUDA device
+** (kernels/*.cu, compiled as C++), so it is plain C with an extern "C" guard.
+**
+** Ownership in one paragraph: a qt_storage is a refcounted block of bytes owned by one
+** device. A qt_tensor is a plain struct (dtype, shape, strides, offset) that holds one
+** reference to a storage; views are tensors sharing a storage. `qt_tensor_release`
+** drops the reference; the last release gives the bytes back to the device.
+** `qt_storage_free_data` gives the bytes back *now* (t:free()): the storage stays alive
+** for the views that still point at it, marked freed, and every later use of any of
+** them fails with "tensor has been freed".
+**
+** Errors: functions that can fail return 0 on success and -1 on failure, with the
+** message in a qt_err (never abort, never exit, never longjmp).
+*/
+#ifndef QLUA_TENSOR_H
+#define QLUA_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QT_MAXDIM 16   /* most dimensions a tensor may have */
+#define QT_ERRLEN 320  /* longest error message, with its terminating NUL */
+
+/* ------------------------------------------------------------------ dtypes */
+
+/* Keep the list open: a new dtype is a new enum value, a row in qt_dtypes, and a
+** case in each device's switch. QT_NDTYPES must stay last. */
+typedef enum qt_dtype { QT_F32, QT_F64, QT_I32, QT_I64, QT_NDTYPES } qt_dtype;
+
+typedef struct qt_dtype_info {
+  const char *name;  /* "float32" ... as the Lua API spells it */
+  size_t size;       /* bytes per element */
+  bool is_float;
+} qt_dtype_info;
+
+extern const qt_dtype_info qt_dtypes[QT_NDTYPES];
+
+/* The dtype called `name`, or -1. */
+int qt_dtype_from_name(const char *name);
+static inline size_t qt_elsize(qt_dtype d) { return qt_dtypes[d].size; }
+static inline bool qt_is_float(qt_dtype d) { return qt_dtypes[d].is_float; }
+/* NumPy's promotion for the four dtypes: f32+f64 -> f64, f32+i32 -> f64,
+** f32+i64 -> f64, i32+i64 -> i64, same -> same. */
+qt_dtype qt_promote(qt_dtype a, qt_dtype b);
+
+/* A number crossing the C/device boundary: both fields always filled, so a device
+** uses .f for float dtypes and .i for integer ones without re-deciding. */
+typedef struct qt_scalar {
+  double f;
+  int64_t i;
+} qt_scalar;
+
+static inline qt_scalar qt_scalar_f(double f) {
+  qt_scalar s; s.f = f; s.i = (int64_t)f; return s;  /* caller range-checks first */
+}
+static inline qt_scalar qt_scalar_i(int64_t i) {
+  qt_scalar s; s.f = (double)i; s.i = i; return s;
+}
+
+/* ------------------------------------------------------------------ errors */
+
+typedef struct qt_err {
+  char msg[QT_ERRLEN];
+} qt_err;
+
+/* printf into err->msg (truncating); always returns -1 so callers can
+** `return qt_errorf(err, "...")`. err may be NULL. */
+int qt_errorf(qt_err *err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ------------------------------------------------------------------ storage and tensor */
+
+struct qt_device;
+struct qt_ctx;
+
+typedef struct qt_storage {
+  int refcount;
+  bool freed;                 /* data given back by t:free(); views see "has been freed" */
+  struct qt_device *device;   /* owner of data */
+  void *data;                 /* device (or host) pointer; may be NULL when nbytes == 0 */
+  size_t nbytes;
+  struct qt_ctx *owner;       /* the per-lua_State context charged for the bytes (may be NULL) */
+  /* External memory (the embedding API): when release is set, the bytes are not the
+  ** device's; release(release_ud, data) is called instead of device->iface->free. */
+  void (*release)(void *release_ud, void *data);
+  void *release_ud;
+} qt_storage;
+
+typedef struct qt_tensor {
+  qt_storage *storage;        /* one reference held; NULL for a tensor that holds nothing */
+  qt_dtype dtype;
+  int ndim;                   /* 0 .. QT_MAXDIM; 0 is a scalar (numel 1) */
+  int64_t offset;             /* in elements, from storage->data */
+  int64_t size[QT_MAXDIM];
+  int64_t stride[QT_MAXDIM];  /* in elements, >= 0 (0 for broadcast dimensions) */
+} qt_tensor;
+
+/* What a device op sees of a tensor: a pointer to its first element, and its geometry.
+** Passed by const pointer to device slots; the CUDA launchers copy it by value into
+** kernel parameters. */
+typedef struct qt_view {
+  void *data;
+  qt_dtype dtype;
+  int ndim;
+  int64_t numel;
+  int64_t size[QT_MAXDIM];
+  int64_t stride[QT_MAXDIM];
+} qt_view;
+
+/* Takes a reference (refcount++). */
+void qt_storage_retain(qt_storage *s);
+/* Drops a reference; the last one gives the bytes back (device free or external
+** release) and frees the struct. Never fails. */
+void qt_storage_release(qt_storage *s);
+/* Gives the bytes back now (t:free()); idempotent; the struct lives on while referenced. */
+void qt_storage_free_data(qt_storage *s);
+
+/* Sets *t to hold nothing (storage NULL, ndim 0). */
+void qt_tensor_init(qt_tensor *t);
+/* Releases t's storage reference and re-initialises t; idempotent. */
+void qt_tensor_release(qt_tensor *t);
+/* *dst = a new reference to src's storage with src's geometry (a view of all of src).
+** dst must hold nothing. */
+void qt_tensor_share(qt_tensor *dst, const qt_tensor *src);
+
+/* 0 if t can be used; else -1 with "<op>: tensor has been freed". */
+int qt_tensor_check(const qt_tensor *t, const char *op, qt_err *err);
+
+int64_t qt_numel(const qt_tensor *t);
+bool qt_is_contiguous(const qt_tensor *t);
+/* Row-major strides for size[0..ndim); returns the element count, or -1 when the
+** product overflows int64 or a size is negative. */
+int64_t qt_contiguous_strides(int ndim, const int64_t *size, int64_t *stride);
+/* Fills v from t (t must be live). */
+void qt_view_of(qt_view *v, const qt_tensor *t);
+/* "2x3x4" (or "scalar" for 0-d) into buf; returns buf. */
+const char *qt_shape_str(int ndim, const int64_t *size, char *buf, size_t len);
+
+/* Merges dimensions that are contiguous with each other in *every* view of the set
+** (same iteration order), drops size-1 dimensions, and leaves at least one dimension.
+** All views must have the same ndim and sizes. Lets devices run N-D strided loops as
+** 1-D or 2-D ones: the elementwise fast path. */
+void qt_views_collapse(qt_view **views, int nviews);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
