@@ -1,0 +1,271 @@
+/*
+** tensor.c — dtypes, errors, storages, tensors and shape/stride math.
+**
+** The plain-C foundation every other layer links against (see tensor.h for the
+** ownership rules). Nothing here touches Lua or CUDA; giving bytes back goes through
+** the owning device's iface (device.h), and the per-state byte accounting through
+** qt_ctx (ops.h), whose lifetime functions live in ops.c.
+*/
+#include "tensor.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+/* ops.h declares a function qt_view() that clashes with tensor.h's qt_view type; only
+** qt_ctx is needed here, so the function's name is moved aside while ops.h is read. */
+#define qt_view qt_view_function_from_ops_h
+#include "ops.h"
+#undef qt_view
+
+/* ------------------------------------------------------------------ dtypes */
+
+const qt_dtype_info qt_dtypes[QT_NDTYPES] = {
+  /* QT_F32 */ { "float32", 4, true },
+  /* QT_F64 */ { "float64", 8, true },
+  /* QT_I32 */ { "int32", 4, false },
+  /* QT_I64 */ { "int64", 8, false },
+};
+
+int qt_dtype_from_name(const char *name) {
+  if (name == NULL) return -1;
+  for (int d = 0; d < QT_NDTYPES; d++)
+    if (strcmp(qt_dtypes[d].name, name) == 0) return d;
+  return -1;
+}
+
+/* NumPy's table for our four dtypes: a float with an integer of any width goes to
+** float64 (float32 cannot hold every int32), two floats to the wider, two integers
+** to the wider. */
+qt_dtype qt_promote(qt_dtype a, qt_dtype b) {
+  if (a == b) return a;
+  bool fa = qt_is_float(a), fb = qt_is_float(b);
+  if (fa && fb) return QT_F64;                 /* f32 + f64 */
+  if (fa || fb) return QT_F64;                 /* float with any integer */
+  return QT_I64;                               /* i32 + i64 */
+}
+
+/* ------------------------------------------------------------------ errors */
+
+int qt_errorf(qt_err *err, const char *fmt, ...) {
+  if (err != NULL) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+/* ------------------------------------------------------------------ storage */
+
+void qt_storage_retain(qt_storage *s) {
+  if (s != NULL) s->refcount++;
+}
+
+/* Gives s's bytes back to whoever owns them (the embedder's release callback, or the
+** device) and uncharges the owning state for device memory. Leaves s->data NULL. */
+static void storage_give_back(qt_storage *s) {
+  if (s->freed) return;
+  if (s->release != NULL) {
+    s->release(s->release_ud, s->data);
+  } else if (s->device != NULL && s->device->iface != NULL && s->device->iface->free != NULL) {
+    s->device->iface->free(s->device, s->data, s->nbytes);
+  }
+  if (s->owner != NULL && s->device != NULL && s->device->kind == QT_DEV_CUDA)
+    s->owner->gpu_live_bytes -= (int64_t)s->nbytes;
+  s->data = NULL;
+  s->freed = true;
+}
+
+/* The last reference frees the bytes (unless t:free() already did), then drops the
+** storage's reference on its owning state, then the struct. */
+void qt_storage_release(qt_storage *s) {
+  if (s == NULL) return;
+  if (--s->refcount > 0) return;
+  storage_give_back(s);
+  if (s->owner != NULL) qt_ctx_release(s->owner);
+  free(s);
+}
+
+void qt_storage_free_data(qt_storage *s) {
+  if (s != NULL) storage_give_back(s);
+}
+
+/* ------------------------------------------------------------------ tensor */
+
+void qt_tensor_init(qt_tensor *t) {
+  memset(t, 0, sizeof *t);
+  t->storage = NULL;
+  t->dtype = QT_F32;
+  t->ndim = 0;
+}
+
+void qt_tensor_release(qt_tensor *t) {
+  if (t == NULL) return;
+  qt_storage *s = t->storage;
+  qt_tensor_init(t);
+  qt_storage_release(s);
+}
+
+void qt_tensor_share(qt_tensor *dst, const qt_tensor *src) {
+  *dst = *src;
+  qt_storage_retain(dst->storage);
+}
+
+int qt_tensor_check(const qt_tensor *t, const char *op, qt_err *err) {
+  if (t == NULL || t->storage == NULL || t->storage->freed)
+    return qt_errorf(err, "%s: tensor has been freed", op);
+  return 0;
+}
+
+int64_t qt_numel(const qt_tensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->size[d];
+  return n;
+}
+
+/* Row-major contiguity; size-1 dimensions may have any stride, and an empty tensor is
+** contiguous whatever its strides. */
+bool qt_is_contiguous(const qt_tensor *t) {
+  int64_t expected = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->size[d] == 0) return true;
+  }
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->size[d] != 1 && t->stride[d] != expected) return false;
+    expected *= t->size[d];
+  }
+  return true;
+}
+
+/* Also guards the byte count: the product times the largest element size (8) must fit
+** int64, so callers can multiply by qt_elsize without another check. */
+int64_t qt_contiguous_strides(int ndim, const int64_t *size, int64_t *stride) {
+  int64_t n = 1;
+  bool overflow = false;
+  for (int d = ndim - 1; d >= 0; d--) {
+    if (size[d] < 0) return -1;
+    if (stride != NULL) stride[d] = n;
+    int64_t next;
+    if (__builtin_mul_overflow(n, size[d], &next)) overflow = true;
+    else n = next;
+  }
+  /* A zero anywhere makes the count 0 even if a partial product overflowed. */
+  for (int d = 0; d < ndim; d++)
+    if (size[d] == 0) n = 0, overflow = false;
+  if (overflow) return -1;
+  int64_t bytes;
+  if (__builtin_mul_overflow(n, (int64_t)8, &bytes)) return -1;
+  if (stride != NULL && n == 0) {
+    /* Strides of an empty tensor: still the row-major ones, computed without
+    ** overflow concerns (clamp sizes of 0 to 1 so the pattern stays meaningful). */
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+      stride[d] = s;
+      int64_t sz = size[d] > 0 ? size[d] : 1;
+      if (__builtin_mul_overflow(s, sz, &s)) s = INT64_MAX;
+    }
+  }
+  return n;
+}
+
+void qt_view_of(qt_view *v, const qt_tensor *t) {
+  const qt_storage *s = t->storage;
+  size_t es = qt_elsize(t->dtype);
+  v->data = (s != NULL && s->data != NULL) ? (char *)s->data + (size_t)t->offset * es : NULL;
+  v->dtype = t->dtype;
+  v->ndim = t->ndim;
+  v->numel = qt_numel(t);
+  for (int d = 0; d < t->ndim; d++) {
+    v->size[d] = t->size[d];
+    v->stride[d] = t->stride[d];
+  }
+  for (int d = t->ndim; d < QT_MAXDIM; d++) {
+    v->size[d] = 1;
+    v->stride[d] = 0;
+  }
+}
+
+const char *qt_shape_str(int ndim, const int64_t *size, char *buf, size_t len) {
+  if (buf == NULL || len == 0) return buf;
+  if (ndim == 0) {
+    snprintf(buf, len, "scalar");
+    return buf;
+  }
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < ndim && used < len; d++) {
+    int n = snprintf(buf + used, len - used, d ? "x%lld" : "%lld", (long long)size[d]);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  return buf;
+}
+
+/* Two passes: drop size-1 dims (their stride never matters), then fold dim d into d+1
+** (the inner one) when every view has stride[d] == stride[d+1] * size[d+1]; the folded
+** dim keeps the inner stride, so the element order of a row-major walk is unchanged.
+** An empty set collapses to one dim of size 0; a one-element set to one dim of size 1. */
+void qt_views_collapse(qt_view **views, int nviews) {
+  if (nviews <= 0 || nviews > 64) return;  /* > 64: left as is, still a valid walk */
+  int ndim = views[0]->ndim;
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) numel *= views[0]->size[d];
+
+  if (numel == 0 || numel == 1) {
+    for (int v = 0; v < nviews; v++) {
+      qt_view *w = views[v];
+      w->ndim = 1;
+      w->size[0] = numel;
+      w->stride[0] = 1;  /* never stepped: at most one element */
+      for (int d = 1; d < QT_MAXDIM; d++) w->size[d] = 1, w->stride[d] = 0;
+      w->numel = numel;
+    }
+    return;
+  }
+
+  /* Pass 1: keep dims of size > 1 (same decision for every view: sizes agree). */
+  int kept = 0;
+  int64_t size[QT_MAXDIM];
+  int64_t stride[64][QT_MAXDIM];
+  int nv = nviews;  /* callers pass a handful of views */
+  for (int d = 0; d < ndim; d++) {
+    if (views[0]->size[d] == 1) continue;
+    size[kept] = views[0]->size[d];
+    for (int v = 0; v < nv; v++) stride[v][kept] = views[v]->stride[d];
+    kept++;
+  }
+
+  /* Pass 2: fold from the innermost outwards into out[] (built back to front). */
+  int64_t out_size[QT_MAXDIM];
+  int64_t out_stride[64][QT_MAXDIM];
+  int n = 0;  /* dims written so far, innermost first */
+  for (int d = kept - 1; d >= 0; d--) {
+    if (n > 0) {
+      bool mergeable = true;
+      for (int v = 0; v < nv && mergeable; v++)
+        if (stride[v][d] != out_stride[v][n - 1] * out_size[n - 1]) mergeable = false;
+      if (mergeable) {
+        out_size[n - 1] *= size[d];
+        continue;
+      }
+    }
+    out_size[n] = size[d];
+    for (int v = 0; v < nv; v++) out_stride[v][n] = stride[v][d];
+    n++;
+  }
+
+  for (int v = 0; v < nv; v++) {
+    qt_view *w = views[v];
+    w->ndim = n;
+    for (int d = 0; d < n; d++) {
+      w->size[d] = out_size[n - 1 - d];
+      w->stride[d] = out_stride[v][n - 1 - d];
+    }
+    for (int d = n; d < QT_MAXDIM; d++) w->size[d] = 1, w->stride[d] = 0;
+    w->numel = numel;
+  }
+}
