@@ -87,6 +87,16 @@ test: all
 demo: all
 	$(QLUA) samples/demo.lua
 
+# ---- benchmarks: qlua vs raw CUDA/cuBLAS (bench/baseline.cu) and vs NumPy, in one run
+PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' 2>/dev/null && { echo $$p; break; }; done)
+BENCH_BASELINE := $(if $(filter 1,$(CUDA)),$(BUILD)/bench-baseline)
+$(BUILD)/bench-baseline: bench/baseline.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 $(CUDA_ARCH) -O3 -o $@ $< -lcublas
+bench: all $(BENCH_BASELINE)
+	$(QLUA) bench/bench.lua --baseline $(BUILD)/bench-baseline --csv $(BUILD)/bench.csv \
+	  $(if $(PYTHON),--python $(PYTHON)) $(CASES)
+
 # ---- packages: Debian's, installed only when missing
 DEB_PACKAGES := lua5.4 liblua5.4-dev lua-busted libreadline-dev libopenblas-dev pkg-config
 deps:

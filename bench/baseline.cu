@@ -1,0 +1,216 @@
+// baseline.cu — the raw CUDA / cuBLAS side of `make bench`.
+//
+// Runs each benchmark case the way a hand-written CUDA program would (plain kernels, raw
+// cuBLAS calls, cudaMalloc, cudaMemcpy from pinned memory), timed exactly as bench/bench.lua
+// times qlua: `calls` back-to-back calls followed by one synchronisation, wall-clock time
+// divided by `calls`, the median of `reps` such batches after a warm-up. Using the same
+// clock for both sides makes the ratio honest: the host cost of issuing a call counts on
+// both sides, and for long kernels the queue hides it on both.
+//
+// Output: one CSV line per case on stdout: `case,seconds_per_call`.
+// A case may be selected by name: `baseline gather_1m matmul_4096`.
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <vector>
+
+#define CHECK(call)                                                                  \
+  do {                                                                               \
+    cudaError_t e_ = (call);                                                         \
+    if (e_ != cudaSuccess) {                                                         \
+      fprintf(stderr, "baseline: %s: %s\n", #call, cudaGetErrorString(e_));          \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+#define CHECK_BLAS(call)                                                             \
+  do {                                                                               \
+    cublasStatus_t s_ = (call);                                                      \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
+      fprintf(stderr, "baseline: %s: cuBLAS status %d\n", #call, (int)s_);           \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+
+static double now() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static cudaStream_t stream;
+
+// Median over `reps` of the per-call time of `calls` back-to-back calls + one sync.
+static double time_calls(const std::function<void()> &fn, int calls, int reps) {
+  fn();
+  CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> t(reps);
+  for (int r = 0; r < reps; r++) {
+    double t0 = now();
+    for (int c = 0; c < calls; c++) fn();
+    CHECK(cudaStreamSynchronize(stream));
+    t[r] = (now() - t0) / calls;
+  }
+  std::sort(t.begin(), t.end());
+  return t[reps / 2];
+}
+
+static void report(const char *name, double seconds) { printf("%s,%.9g\n", name, seconds); fflush(stdout); }
+
+// ---- kernels: the plainest correct versions a CUDA programmer would write first
+
+__global__ void gather_1d(float *out, const float *src, const int *idx, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    out[i] = src[idx[i]];
+}
+
+// out[r][c] = src[r][idx[r][c]] (torch.gather along the last dim, 0-based indices)
+__global__ void gather_rows(float *out, const float *src, const long long *idx, long long rows,
+                            long long src_cols, long long cols) {
+  long long n = rows * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    long long r = i / cols;
+    out[i] = src[r * src_cols + idx[i]];
+  }
+}
+
+__global__ void add_small(float *out, const float *a, const float *b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+static unsigned grid_for(long long n, int threads) {
+  long long g = (n + threads - 1) / threads;
+  return (unsigned)std::min<long long>(std::max<long long>(g, 1), 132LL * 32);
+}
+
+static bool wanted(int argc, char **argv, const char *name) {
+  if (argc < 2) return true;
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], name)) return true;
+  return false;
+}
+
+static void fill_random(float *d, size_t n) {
+  std::vector<float> h(n);
+  for (size_t i = 0; i < n; i++) h[i] = (float)rand() / RAND_MAX;
+  CHECK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+int main(int argc, char **argv) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    fprintf(stderr, "baseline: no GPU\n");
+    return 2;
+  }
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t blas;
+  CHECK_BLAS(cublasCreate(&blas));
+  CHECK_BLAS(cublasSetStream(blas, stream));
+  srand(1);
+
+  const long long N128M = 128LL << 20;
+  if (wanted(argc, argv, "gather_1m") || wanted(argc, argv, "gather_64m")) {
+    float *src, *out;
+    int *idx;
+    long long kmax = 64LL << 20;
+    CHECK(cudaMalloc(&src, N128M * sizeof(float)));
+    CHECK(cudaMalloc(&out, kmax * sizeof(float)));
+    CHECK(cudaMalloc(&idx, kmax * sizeof(int)));
+    fill_random(src, 1 << 20);  // values don't change the timing; indices do
+    std::vector<int> h(kmax);
+    for (long long i = 0; i < kmax; i++) h[i] = (int)(((unsigned long long)rand() * RAND_MAX + rand()) % N128M);
+    CHECK(cudaMemcpy(idx, h.data(), kmax * sizeof(int), cudaMemcpyHostToDevice));
+    if (wanted(argc, argv, "gather_1m")) {
+      long long k = 1 << 20;
+      report("gather_1m", time_calls([&] { gather_1d<<<grid_for(k, 256), 256, 0, stream>>>(out, src, idx, k); }, 200, 15));
+    }
+    if (wanted(argc, argv, "gather_64m")) {
+      long long k = kmax;
+      report("gather_64m", time_calls([&] { gather_1d<<<grid_for(k, 256), 256, 0, stream>>>(out, src, idx, k); }, 20, 9));
+    }
+    CHECK(cudaGetLastError());
+    cudaFree(src); cudaFree(out); cudaFree(idx);
+  }
+
+  if (wanted(argc, argv, "gather_dim2")) {
+    long long rows = 8192, src_cols = 8192, cols = 1024;
+    float *src, *out;
+    long long *idx;
+    CHECK(cudaMalloc(&src, rows * src_cols * sizeof(float)));
+    CHECK(cudaMalloc(&out, rows * cols * sizeof(float)));
+    CHECK(cudaMalloc(&idx, rows * cols * sizeof(long long)));
+    std::vector<long long> h(rows * cols);
+    for (auto &v : h) v = rand() % src_cols;
+    CHECK(cudaMemcpy(idx, h.data(), h.size() * sizeof(long long), cudaMemcpyHostToDevice));
+    report("gather_dim2", time_calls([&] {
+      gather_rows<<<grid_for(rows * cols, 256), 256, 0, stream>>>(out, src, idx, rows, src_cols, cols);
+    }, 50, 11));
+    CHECK(cudaGetLastError());
+    cudaFree(src); cudaFree(out); cudaFree(idx);
+  }
+
+  // SGEMM: C = A B, row-major n x n, via the column-major identity C^T = B^T A^T.
+  auto gemm_case = [&](const char *name, int n, bool tf32, int calls, int reps) {
+    float *a, *b, *c;
+    size_t bytes = (size_t)n * n * sizeof(float);
+    CHECK(cudaMalloc(&a, bytes)); CHECK(cudaMalloc(&b, bytes)); CHECK(cudaMalloc(&c, bytes));
+    fill_random(a, (size_t)n * n); fill_random(b, (size_t)n * n);
+    const float one = 1.0f, zero = 0.0f;
+    cublasComputeType_t ct = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    report(name, time_calls([&] {
+      CHECK_BLAS(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b, CUDA_R_32F, n, a,
+                              CUDA_R_32F, n, &zero, c, CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT));
+    }, calls, reps));
+    cudaFree(a); cudaFree(b); cudaFree(c);
+  };
+  if (wanted(argc, argv, "matmul_4096")) gemm_case("matmul_4096", 4096, false, 5, 7);
+  if (wanted(argc, argv, "matmul_8192")) gemm_case("matmul_8192", 8192, false, 3, 5);
+  if (wanted(argc, argv, "matmul_tf32_8192")) gemm_case("matmul_tf32_8192", 8192, true, 5, 7);
+  if (wanted(argc, argv, "matmul_64")) {
+    // The raw call alone: what cuBLAS costs per 64x64 product issued back to back.
+    gemm_case("matmul_64", 64, false, 2000, 9);
+  }
+
+  if (wanted(argc, argv, "h2d_256m") || wanted(argc, argv, "d2h_256m")) {
+    size_t bytes = 256u << 20;
+    void *host, *dev;
+    CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
+    CHECK(cudaMalloc(&dev, bytes));
+    memset(host, 1, bytes);
+    if (wanted(argc, argv, "h2d_256m"))
+      report("h2d_256m", time_calls([&] { CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream)); CHECK(cudaStreamSynchronize(stream)); }, 3, 7));
+    if (wanted(argc, argv, "d2h_256m"))
+      report("d2h_256m", time_calls([&] { CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream)); CHECK(cudaStreamSynchronize(stream)); }, 3, 7));
+    cudaFreeHost(host); cudaFree(dev);
+  }
+
+  if (wanted(argc, argv, "add_16")) {
+    float *a, *b, *c;
+    CHECK(cudaMalloc(&a, 64)); CHECK(cudaMalloc(&b, 64)); CHECK(cudaMalloc(&c, 64));
+    report("add_16", time_calls([&] { add_small<<<1, 32, 0, stream>>>(c, a, b, 16); }, 100000, 5));
+    CHECK(cudaGetLastError());
+    cudaFree(a); cudaFree(b); cudaFree(c);
+  }
+
+  if (wanted(argc, argv, "alloc_1m")) {
+    report("alloc_1m", time_calls([&] {
+      void *p;
+      CHECK(cudaMalloc(&p, 1 << 20));
+      CHECK(cudaFree(p));
+    }, 200, 7));
+  }
+
+  cublasDestroy(blas);
+  cudaStreamDestroy(stream);
+  return 0;
+}

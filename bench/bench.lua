@@ -1,0 +1,211 @@
+-- bench.lua — `make bench`: qlua against raw CUDA / cuBLAS (bench/baseline.cu) and, on
+-- the CPU, against NumPy, measured in the same run.
+--
+--   qlua bench/bench.lua [--baseline build/bench-baseline] [--csv build/bench.csv] [case ...]
+--
+-- Every case is timed the same way on both sides: `calls` back-to-back calls, one
+-- synchronisation, wall-clock time / calls; the median of `runs` such batches after a
+-- warm-up (qlua.bench does this for qlua; baseline.cu and numpy_baseline.py mirror it).
+-- ratio = qlua time / baseline time: below 1 qlua is faster.
+
+local args = {baseline = "build/bench-baseline", csv = "build/bench.csv", only = {}}
+do
+  local i = 1
+  while i <= #arg do
+    local a = arg[i]
+    if a == "--baseline" or a == "--csv" or a == "--python" then
+      args[a:sub(3)] = arg[i + 1]; i = i + 2
+    else
+      args.only[a] = true; i = i + 1
+    end
+  end
+end
+local function wanted(name) return next(args.only) == nil or args.only[name] end
+
+local has_gpu = qlua.gpu_count() > 0
+local MiB = 1024 * 1024
+
+-- ---------------------------------------------------------------- baselines
+
+-- Runs a baseline program and reads its `case,seconds` lines.
+local function read_baseline(cmd)
+  local result = {}
+  local pipe = io.popen(cmd .. " 2>/dev/null")
+  if not pipe then return result end
+  for line in pipe:lines() do
+    local name, secs = line:match("^([%w_]+),([%d%.eE+-]+)$")
+    if name then result[name] = tonumber(secs) end
+  end
+  pipe:close()
+  return result
+end
+
+local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function selected_names(list)
+  local names = {}
+  for _, n in ipairs(list) do if wanted(n) then names[#names + 1] = n end end
+  return table.concat(names, " ")
+end
+
+-- ---------------------------------------------------------------- the cases
+
+-- kind: "ratio" (qlua time / baseline time <= target), "max_seconds" (qlua time <= target),
+-- "min_rate" (achieved GB/s >= target), "numpy" (qlua time / NumPy time <= target).
+local cases = {}
+local function case(c) cases[#cases + 1] = c end
+
+local gsrc, gidx1, gidx64, g2src, g2idx
+local function gpu_setup()
+  qlua.seed(7)
+  local n = 128 * MiB
+  gsrc = qlua.rand(n, {device = "gpu"})
+  gidx1 = qlua.randint(1, n, MiB, {dtype = "int32", device = "gpu"})
+  gidx64 = qlua.randint(1, n, 64 * MiB, {dtype = "int32", device = "gpu"})
+  g2src = qlua.rand(8192, 8192, {device = "gpu"})
+  g2idx = qlua.randint(1, 8192, {8192, 1024}, {dtype = "int64", device = "gpu"})
+end
+
+if has_gpu then
+  case {name = "gather_1m", size = "1Mi int32 idx from 128Mi f32", kind = "ratio", target = 1.10,
+        bytes = MiB * 12, calls = 200, runs = 15,
+        fn = function() return gsrc:gather(gidx1) end}
+  case {name = "gather_64m", size = "64Mi int32 idx from 128Mi f32", kind = "ratio", target = 1.05,
+        bytes = 64 * MiB * 12, calls = 20, runs = 9,
+        fn = function() return gsrc:gather(gidx64) end}
+  case {name = "gather_dim2", size = "8192x8192 f32, 8192x1024 i64 idx", kind = "max_seconds",
+        target = 0.156e-3, bytes = 8192 * 1024 * 16, calls = 50, runs = 11,
+        fn = function() return g2src:gather(2, g2idx) end}
+  local mats = {}
+  local function mat(n) mats[n] = mats[n] or {qlua.rand(n, n, {device = "gpu"}), qlua.rand(n, n, {device = "gpu"})}; return mats[n] end
+  case {name = "matmul_4096", size = "4096^3 f32", kind = "ratio", target = 1 / 0.97,
+        flops = 2 * 4096 ^ 3, calls = 5, runs = 7,
+        fn = function() local m = mat(4096); return m[1]:matmul(m[2]) end}
+  case {name = "matmul_8192", size = "8192^3 f32", kind = "ratio", target = 1 / 0.97,
+        flops = 2 * 8192 ^ 3, calls = 3, runs = 5,
+        fn = function() local m = mat(8192); return m[1]:matmul(m[2]) end}
+  case {name = "matmul_tf32_8192", size = "8192^3 tf32", kind = "ratio", target = 1 / 0.97,
+        flops = 2 * 8192 ^ 3, calls = 5, runs = 7, tf32 = true,
+        fn = function() local m = mat(8192); return m[1]:matmul(m[2]) end}
+  case {name = "matmul_64", size = "64^3 f32, from Lua", kind = "max_seconds", target = 10e-6,
+        flops = 2 * 64 ^ 3, calls = 2000, runs = 9,
+        fn = function() local m = mat(64); return m[1]:matmul(m[2]) end}
+  local host256, dev256
+  case {name = "h2d_256m", size = "256 MiB f32 :gpu()", kind = "min_rate", target = 40,
+        bytes = 256 * MiB, calls = 3, runs = 7,
+        setup = function() host256 = host256 or qlua.rand(64 * MiB) end,
+        fn = function() host256:gpu():free() end}
+  case {name = "d2h_256m", size = "256 MiB f32 :cpu()", kind = "min_rate", target = 40,
+        bytes = 256 * MiB, calls = 3, runs = 7,
+        setup = function() dev256 = dev256 or qlua.rand(64 * MiB, {device = "gpu"}) end,
+        fn = function() dev256:cpu():free() end}
+  local a16, b16
+  case {name = "add_16", size = "16 f32, 100k in a row", kind = "ratio", target = 1.5,
+        calls = 100000, runs = 5,
+        setup = function()
+          a16 = a16 or qlua.rand(16, {device = "gpu"}); b16 = b16 or qlua.rand(16, {device = "gpu"})
+        end,
+        fn = function() return a16 + b16 end}
+  case {name = "alloc_1m", size = "create+free 1 MiB gpu", kind = "max_seconds", target = 2e-6,
+        calls = 20000, runs = 9,
+        fn = function() qlua.empty(262144, {device = "gpu"}):free() end}
+end
+
+local csrc, cidx, cma, cmb
+case {name = "cpu_matmul_1024", size = "1024^3 f32 (cpu)", kind = "numpy", target = 1 / 0.8,
+      flops = 2 * 1024 ^ 3, calls = 5, runs = 9,
+      setup = function() qlua.seed(3); cma = cma or qlua.rand(1024, 1024); cmb = cmb or qlua.rand(1024, 1024) end,
+      fn = function() return cma:matmul(cmb) end}
+case {name = "cpu_gather_1m", size = "1Mi idx from 16Mi f32 (cpu)", kind = "numpy", target = 1 / 0.8,
+      bytes = MiB * 16, calls = 20, runs = 9,
+      setup = function()
+        qlua.seed(4)
+        csrc = csrc or qlua.rand(16 * MiB); cidx = cidx or qlua.randint(1, 16 * MiB, MiB, {dtype = "int64"})
+      end,
+      fn = function() return csrc:gather(cidx) end}
+
+-- ---------------------------------------------------------------- run
+
+local gpu_names, cpu_names = {}, {}
+for _, c in ipairs(cases) do
+  if c.kind == "numpy" then cpu_names[#cpu_names + 1] = c.name else gpu_names[#gpu_names + 1] = c.name end
+end
+
+local baseline = {}
+if not has_gpu then
+  print("bench: no GPU here (qlua.gpu_count() == 0): running the CPU cases only")
+elseif selected_names(gpu_names) ~= "" then
+  local f = io.open(args.baseline, "r")
+  if f then
+    f:close()
+    baseline = read_baseline(shell_quote(args.baseline) .. " " .. selected_names(gpu_names))
+  else
+    print("bench: no baseline program at " .. args.baseline .. " (built by make bench when nvcc is there)")
+  end
+end
+do
+  local script = arg[0]:gsub("[^/]*$", "") .. "numpy_baseline.py"
+  local py = args.python or "python3"
+  local names = selected_names(cpu_names)
+  if names ~= "" then
+    local numpy = read_baseline(py .. " " .. shell_quote(script) .. " " .. names)
+    for k, v in pairs(numpy) do baseline[k] = v end
+    if next(numpy) == nil then print("bench: NumPy not available (" .. py .. "): CPU cases have no baseline") end
+  end
+end
+
+if has_gpu then gpu_setup() end
+
+local rows = {}
+for _, c in ipairs(cases) do
+  if wanted(c.name) then
+    if c.setup then c.setup() end
+    if c.tf32 then qlua.set_tf32(true) end
+    local stats = qlua.bench(c.fn, {calls = c.calls, runs = c.runs, warmup = 1})
+    if c.tf32 then qlua.set_tf32(false) end
+    local t, base = stats.median, baseline[c.name]
+    local row = {case = c, time = t, spread = (stats.max - stats.min) / t, base = base}
+    row.ratio = base and t / base or nil
+    if c.flops then row.rate = ("%.1f TFLOP/s"):format(c.flops / t / 1e12)
+    elseif c.bytes then row.rate = ("%.1f GB/s"):format(c.bytes / t / 1e9) end
+    local ok
+    if c.kind == "ratio" or c.kind == "numpy" then
+      ok = row.ratio and row.ratio <= c.target
+      row.target = ("ratio <= %.2f"):format(c.target)
+    elseif c.kind == "max_seconds" then
+      ok = t <= c.target
+      row.target = ("<= %.3g us"):format(c.target * 1e6)
+    elseif c.kind == "min_rate" then
+      ok = c.bytes / t / 1e9 >= c.target
+      row.target = (">= %g GB/s"):format(c.target)
+    end
+    row.status = ok and "met" or (ok == nil and "n/a" or "MISSED")
+    if (c.kind == "ratio" or c.kind == "numpy") and not base then row.status = "no baseline" end
+    rows[#rows + 1] = row
+    collectgarbage()
+  end
+end
+
+-- ---------------------------------------------------------------- report
+
+local function us(s) return s and ("%.2f"):format(s * 1e6) or "-" end
+local header = ("%-18s %-34s %12s %12s %7s %16s %8s %16s %s")
+print(header:format("case", "size", "qlua us", "base us", "ratio", "rate", "spread", "target", "status"))
+for _, r in ipairs(rows) do
+  print(header:format(r.case.name, r.case.size, us(r.time), us(r.base),
+    r.ratio and ("%.3f"):format(r.ratio) or "-", r.rate or "-", ("%.1f%%"):format(r.spread * 100),
+    r.target, r.status))
+end
+print("base = raw CUDA/cuBLAS (bench/baseline.cu) on the GPU, NumPy on the CPU; ratio = qlua / base")
+
+local csv = io.open(args.csv, "w")
+if csv then
+  csv:write("case,size,qlua_seconds,baseline_seconds,ratio,rate,spread,target,status\n")
+  for _, r in ipairs(rows) do
+    csv:write(("%s,%q,%.9g,%s,%s,%q,%.4f,%q,%s\n"):format(r.case.name, r.case.size, r.time,
+      r.base and ("%.9g"):format(r.base) or "", r.ratio and ("%.4f"):format(r.ratio) or "",
+      r.rate or "", r.spread, r.target, r.status))
+  end
+  csv:close()
+  print("bench: table written to " .. args.csv)
+end
