@@ -1,0 +1,1002 @@
+/*
+** cuda_device.cu — the CUDA device: context, error mapping, the caching allocator,
+** pinned host memory, host<->device transfers, sync, and the slot table.
+**
+** One qt_cuda_ctx per GPU ordinal, created once by qt_cuda_device_open (device.c calls it
+** under its registry lock) and kept for the life of the process. Every op of a device is
+** queued on that device's one non-blocking stream, which is what makes the allocator
+** simple: a block freed while kernels that use it are still queued can be handed to the
+** next op at once, because that op is queued behind them on the same stream.
+**
+** Errors: every CUDA call goes through qt_cuda_check, which formats
+** "<op>: CUDA error: <text> (<name>)" and, for the errors that poison a CUDA context
+** (illegal address and friends), marks the device broken; qt_cuda_enter then refuses every
+** later op with the original message instead of touching a dead context. Nothing here
+** prints, aborts or exits.
+**
+** Who owns what: the allocator owns every device segment it got from cudaMalloc and gives
+** them back only in empty_cache or when an allocation would otherwise fail. The pinned host
+** cache owns page-locked blocks handed to the CPU device (qt_cuda_host_alloc); the staging
+** buffers for pageable transfers belong to the device's allocator struct.
+*/
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <map>
+#include <set>
+#include <vector>
+
+/* device.h declares the qt_cuda_* entry points only under QLUA_CUDA, which the Makefile
+** defines for runtime/ but not for kernels/: this file is where they are defined. */
+#ifndef QLUA_CUDA
+#define QLUA_CUDA 1
+#endif
+#include "kernels.h"
+
+/* ------------------------------------------------------------------ current device */
+
+/* The device current on this thread, as far as this file knows: qt_cuda_enter skips
+** cudaSetDevice when it already matches, which keeps per-launch host overhead down. */
+static thread_local int cuda_thread_device = -1;
+
+static cudaError_t cuda_make_current(int ordinal) {
+  if (cuda_thread_device == ordinal) return cudaSuccess;
+  cudaError_t status = cudaSetDevice(ordinal);
+  if (status == cudaSuccess) cuda_thread_device = ordinal;
+  return status;
+}
+
+/* ------------------------------------------------------------------ errors */
+
+/* Errors after which the CUDA context cannot be used any more: every later call fails
+** with the same code, so the device is marked broken and refuses further work. */
+static bool cuda_error_is_sticky(cudaError_t status) {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContextIsDestroyed:
+      return true;
+    default:
+      return false;
+  }
+}
+
+extern "C" int qt_cuda_check(qt_device *dev, cudaError_t status, const char *op, qt_err *err) {
+  if (status == cudaSuccess) return 0;
+  /* Clear the thread's last-error slot so a non-sticky error (out of memory, bad launch
+  ** configuration) is not reported again by the next qt_cuda_check_launch. */
+  (void)cudaGetLastError();
+  qt_errorf(err, "%s: CUDA error: %s (%s)", op, cudaGetErrorString(status),
+            cudaGetErrorName(status));
+  if (dev != NULL && cuda_error_is_sticky(status)) {
+    qt_cuda_ctx *ctx = qt_cuda_context(dev);
+    if (!ctx->broken) {
+      snprintf(ctx->broken_msg, sizeof ctx->broken_msg, "%s: CUDA error: %s (%s)", op,
+               cudaGetErrorString(status), cudaGetErrorName(status));
+      ctx->broken = true;
+    }
+  }
+  return -1;
+}
+
+extern "C" int qt_cuda_check_launch(qt_device *dev, const char *op, qt_err *err) {
+  cudaError_t status = cudaGetLastError();
+  if (status == cudaSuccess) return 0;
+  return qt_cuda_check(dev, status, op, err);
+}
+
+extern "C" int qt_cuda_enter(qt_device *dev, const char *op, qt_err *err) {
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  if (ctx->broken)
+    return qt_errorf(err, "%s: %s is unusable after an earlier error: %s", op, dev->name,
+                     ctx->broken_msg);
+  cudaError_t status = cuda_make_current(ctx->ordinal);
+  if (status != cudaSuccess) return qt_cuda_check(dev, status, op, err);
+  return 0;
+}
+
+extern "C" unsigned qt_cuda_blocks(qt_device *dev, int64_t n, unsigned threads) {
+  if (n <= 0 || threads == 0) return 1;
+  int64_t blocks = (n + (int64_t)threads - 1) / (int64_t)threads;
+  /* Enough blocks to fill every SM twice over at full occupancy; grid-stride loops
+  ** cover the rest, so huge tensors don't pay for millions of block launches. */
+  int sms = qt_cuda_context(dev)->sm_count > 0 ? qt_cuda_context(dev)->sm_count : 1;
+  int64_t per_sm = 2048 / (int64_t)threads;
+  if (per_sm < 1) per_sm = 1;
+  int64_t cap = (int64_t)sms * per_sm * 2;
+  if (blocks > cap) blocks = cap;
+  return (unsigned)blocks;
+}
+
+/* ------------------------------------------------------------------ the caching allocator */
+
+/*
+** Two pools, as in PyTorch's allocator. Requests up to 1 MiB are rounded up to 512 B and
+** carved out of 2 MiB segments (the small pool); larger ones are rounded up to 2 MiB and
+** carved out of 20 MiB segments, or get a segment of their own from 10 MiB up (the large
+** pool). A segment is a chain of blocks in address order (prev/next); freeing a block
+** merges it with free neighbours, so a segment whose blocks are all free is one block
+** again and can be returned to the driver by empty_cache.
+**
+** Free blocks of the small pool sit in 4096 buckets (one per 512 B size), found through a
+** bitmap of non-empty buckets: alloc + free is a few hundred nanoseconds of host time
+** with no system call. The large pool is an ordered set (best fit by size, then address);
+** its operations are rarer and their kernels longer.
+**
+** Live blocks are found from their pointer through a chained hash table. Block structs are
+** recycled through a free list. One mutex guards everything: devices are process-wide.
+*/
+
+#define CUDA_SMALL_LIMIT    ((size_t)1 << 20)   /* requests up to this go to the small pool */
+#define CUDA_SMALL_ROUND    ((size_t)512)
+#define CUDA_SMALL_SEGMENT  ((size_t)2 << 20)
+#define CUDA_SMALL_BUCKETS  ((int)(CUDA_SMALL_SEGMENT / CUDA_SMALL_ROUND))  /* 4096 */
+#define CUDA_LARGE_ROUND    ((size_t)2 << 20)
+#define CUDA_LARGE_SEGMENT  ((size_t)20 << 20)  /* shared segment for 1..10 MiB requests */
+#define CUDA_LARGE_OWN      ((size_t)10 << 20)  /* from here up, a segment of its own */
+
+typedef struct cuda_block {
+  char *ptr;
+  size_t size;
+  bool allocated;
+  bool small;
+  struct cuda_block *prev, *next;            /* neighbours in the segment, address order */
+  struct cuda_block *free_prev, *free_next;  /* small pool bucket list */
+  struct cuda_block *hash_next;              /* live-block hash chain / recycled list */
+} cuda_block;
+
+struct cuda_block_order {
+  bool operator()(const cuda_block *a, const cuda_block *b) const {
+    if (a->size != b->size) return a->size < b->size;
+    return a->ptr < b->ptr;
+  }
+};
+
+/* Pinned staging buffers for pageable transfers (see cuda_transfer_staged). */
+#define CUDA_STAGING_MAX_WORKERS 8
+#define CUDA_STAGING_CHUNK ((size_t)4 << 20)
+#define CUDA_STAGING_MIN ((size_t)4 << 20)   /* below this, the driver's own path */
+
+typedef struct cuda_staging_slot {
+  void *buffer[2];
+  cudaEvent_t done[2];
+  bool ready;
+} cuda_staging_slot;
+
+struct qt_cuda_allocator {
+  pthread_mutex_t lock;
+  /* small pool */
+  cuda_block *small_bucket[CUDA_SMALL_BUCKETS];
+  uint64_t small_bits[CUDA_SMALL_BUCKETS / 64];
+  /* large pool */
+  std::set<cuda_block *, cuda_block_order> *large_free;
+  /* live blocks by pointer */
+  cuda_block **hash;
+  size_t hash_size;   /* power of two */
+  size_t hash_count;
+  cuda_block *spare;  /* recycled structs, linked through hash_next */
+  /* statistics, in bytes */
+  int64_t allocated, reserved, peak;
+  /* staging for pageable transfers: one transfer at a time uses it */
+  pthread_mutex_t staging_lock;
+  cuda_staging_slot staging[CUDA_STAGING_MAX_WORKERS];
+};
+
+static cuda_block *alloc_block_new(qt_cuda_allocator *a) {
+  cuda_block *b = a->spare;
+  if (b != NULL) a->spare = b->hash_next;
+  else b = (cuda_block *)malloc(sizeof *b);
+  if (b != NULL) memset(b, 0, sizeof *b);
+  return b;
+}
+
+static void alloc_block_recycle(qt_cuda_allocator *a, cuda_block *b) {
+  b->hash_next = a->spare;
+  a->spare = b;
+}
+
+/* ---- small pool buckets */
+
+static int alloc_small_index(size_t size) { return (int)(size / CUDA_SMALL_ROUND) - 1; }
+
+static void alloc_small_insert(qt_cuda_allocator *a, cuda_block *b) {
+  int i = alloc_small_index(b->size);
+  b->free_prev = NULL;
+  b->free_next = a->small_bucket[i];
+  if (b->free_next != NULL) b->free_next->free_prev = b;
+  a->small_bucket[i] = b;
+  a->small_bits[i >> 6] |= (uint64_t)1 << (i & 63);
+}
+
+static void alloc_small_remove(qt_cuda_allocator *a, cuda_block *b) {
+  int i = alloc_small_index(b->size);
+  if (b->free_prev != NULL) b->free_prev->free_next = b->free_next;
+  else a->small_bucket[i] = b->free_next;
+  if (b->free_next != NULL) b->free_next->free_prev = b->free_prev;
+  if (a->small_bucket[i] == NULL) a->small_bits[i >> 6] &= ~((uint64_t)1 << (i & 63));
+  b->free_prev = b->free_next = NULL;
+}
+
+/* The most recently freed block of the smallest non-empty bucket >= size (LIFO keeps the
+** reused block warm in L2). */
+static cuda_block *alloc_small_find(qt_cuda_allocator *a, size_t size) {
+  int i = alloc_small_index(size);
+  int word = i >> 6;
+  uint64_t bits = a->small_bits[word] & (~(uint64_t)0 << (i & 63));
+  for (;;) {
+    if (bits != 0) {
+      int found = (word << 6) + __builtin_ctzll(bits);
+      return a->small_bucket[found];
+    }
+    if (++word >= CUDA_SMALL_BUCKETS / 64) return NULL;
+    bits = a->small_bits[word];
+  }
+}
+
+/* ---- free lists of either pool */
+
+static void alloc_free_insert(qt_cuda_allocator *a, cuda_block *b) {
+  if (b->small) alloc_small_insert(a, b);
+  else a->large_free->insert(b);
+}
+
+static void alloc_free_remove(qt_cuda_allocator *a, cuda_block *b) {
+  if (b->small) alloc_small_remove(a, b);
+  else a->large_free->erase(b);
+}
+
+/* ---- live-block hash */
+
+static size_t alloc_hash_slot(const qt_cuda_allocator *a, const void *ptr) {
+  uint64_t key = (uint64_t)(uintptr_t)ptr >> 9;  /* blocks are 512-aligned */
+  return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & (a->hash_size - 1);
+}
+
+static void alloc_hash_grow(qt_cuda_allocator *a) {
+  size_t new_size = a->hash_size * 2;
+  cuda_block **table = (cuda_block **)calloc(new_size, sizeof *table);
+  if (table == NULL) return;  /* keep the old table: longer chains, still correct */
+  cuda_block **old = a->hash;
+  size_t old_size = a->hash_size;
+  a->hash = table;
+  a->hash_size = new_size;
+  for (size_t i = 0; i < old_size; i++) {
+    cuda_block *b = old[i];
+    while (b != NULL) {
+      cuda_block *next = b->hash_next;
+      size_t slot = alloc_hash_slot(a, b->ptr);
+      b->hash_next = table[slot];
+      table[slot] = b;
+      b = next;
+    }
+  }
+  free(old);
+}
+
+static void alloc_hash_insert(qt_cuda_allocator *a, cuda_block *b) {
+  if (a->hash_count >= a->hash_size) alloc_hash_grow(a);
+  size_t slot = alloc_hash_slot(a, b->ptr);
+  b->hash_next = a->hash[slot];
+  a->hash[slot] = b;
+  a->hash_count++;
+}
+
+static cuda_block *alloc_hash_take(qt_cuda_allocator *a, const void *ptr) {
+  cuda_block **link = &a->hash[alloc_hash_slot(a, ptr)];
+  while (*link != NULL) {
+    cuda_block *b = *link;
+    if (b->ptr == (const char *)ptr) {
+      *link = b->hash_next;
+      b->hash_next = NULL;
+      a->hash_count--;
+      return b;
+    }
+    link = &b->hash_next;
+  }
+  return NULL;
+}
+
+static qt_cuda_allocator *alloc_new(void) {
+  qt_cuda_allocator *a = (qt_cuda_allocator *)calloc(1, sizeof *a);
+  if (a == NULL) return NULL;
+  a->hash_size = 1024;
+  a->hash = (cuda_block **)calloc(a->hash_size, sizeof *a->hash);
+  a->large_free = new (std::nothrow) std::set<cuda_block *, cuda_block_order>();
+  if (a->hash == NULL || a->large_free == NULL) {
+    free(a->hash);
+    delete a->large_free;
+    free(a);
+    return NULL;
+  }
+  pthread_mutex_init(&a->lock, NULL);
+  pthread_mutex_init(&a->staging_lock, NULL);
+  return a;
+}
+
+/* Returns every fully free segment to the driver. The caller holds a->lock and has made
+** the device current; the stream is synchronised first so that no queued kernel still
+** uses a cached block. On a broken device nothing is returned (the context is dead). */
+static void alloc_release_cached(qt_device *dev, qt_cuda_allocator *a) {
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  if (ctx->broken) return;
+  if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  /* Small pool: a free block of a whole segment's size is a whole segment. */
+  int whole = alloc_small_index(CUDA_SMALL_SEGMENT);
+  while (a->small_bucket[whole] != NULL) {
+    cuda_block *b = a->small_bucket[whole];
+    alloc_small_remove(a, b);
+    if (cudaFree(b->ptr) != cudaSuccess) (void)cudaGetLastError();
+    a->reserved -= (int64_t)b->size;
+    alloc_block_recycle(a, b);
+  }
+  /* Large pool: free blocks with no neighbours. */
+  for (auto it = a->large_free->begin(); it != a->large_free->end();) {
+    cuda_block *b = *it;
+    if (b->prev == NULL && b->next == NULL) {
+      it = a->large_free->erase(it);
+      if (cudaFree(b->ptr) != cudaSuccess) (void)cudaGetLastError();
+      a->reserved -= (int64_t)b->size;
+      alloc_block_recycle(a, b);
+    } else {
+      ++it;
+    }
+  }
+}
+
+/* Human-readable byte counts for out-of-memory messages. */
+static const char *alloc_bytes_str(int64_t bytes, char *buf, size_t len) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024.0 && u < 5) v /= 1024.0, u++;
+  if (u == 0) snprintf(buf, len, "%lld B", (long long)bytes);
+  else snprintf(buf, len, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+static int alloc_oom(qt_device *dev, qt_cuda_allocator *a, size_t nbytes, int *oom,
+                     qt_err *err) {
+  char asked[32], allocated[32], reserved[32], cached[32], free_str[32], total_str[32];
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+  if (oom != NULL) *oom = 1;
+  alloc_bytes_str((int64_t)nbytes, asked, sizeof asked);
+  alloc_bytes_str(a->allocated, allocated, sizeof allocated);
+  alloc_bytes_str(a->reserved, reserved, sizeof reserved);
+  alloc_bytes_str(a->reserved - a->allocated, cached, sizeof cached);
+  alloc_bytes_str((int64_t)free_b, free_str, sizeof free_str);
+  alloc_bytes_str((int64_t)total_b, total_str, sizeof total_str);
+  return qt_errorf(err,
+                   "%s: out of memory: tried to allocate %s (%zu bytes); %s allocated, "
+                   "%s reserved (%s cached), %s free of %s",
+                   dev->name, asked, nbytes, allocated, reserved, cached, free_str, total_str);
+}
+
+/* The allocation itself (a->lock held, device current). Finds the best free block,
+** or a new segment, and splits off what is not needed. */
+static int alloc_take(qt_device *dev, qt_cuda_allocator *a, size_t nbytes, void **ptr,
+                      int *oom, qt_err *err) {
+  bool small = nbytes <= CUDA_SMALL_LIMIT;
+  size_t round = small ? CUDA_SMALL_ROUND : CUDA_LARGE_ROUND;
+  if (nbytes > ((size_t)1 << 62)) return alloc_oom(dev, a, nbytes, oom, err);
+  size_t size = (nbytes + round - 1) / round * round;
+
+  cuda_block *b;
+  if (small) {
+    b = alloc_small_find(a, size);
+  } else {
+    cuda_block key;
+    key.size = size;
+    key.ptr = NULL;
+    auto it = a->large_free->lower_bound(&key);
+    b = it == a->large_free->end() ? NULL : *it;
+  }
+
+  if (b != NULL) {
+    alloc_free_remove(a, b);
+  } else {
+    size_t segment = small ? CUDA_SMALL_SEGMENT : (size < CUDA_LARGE_OWN ? CUDA_LARGE_SEGMENT : size);
+    void *mem = NULL;
+    cudaError_t status = cudaMalloc(&mem, segment);
+    if (status == cudaErrorMemoryAllocation) {
+      /* Give the cache back to the driver and try once more. */
+      (void)cudaGetLastError();
+      alloc_release_cached(dev, a);
+      if (segment != size) segment = size;  /* a shared segment is a luxury now */
+      status = cudaMalloc(&mem, segment);
+    }
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return alloc_oom(dev, a, nbytes, oom, err);
+    }
+    if (status != cudaSuccess) return qt_cuda_check(dev, status, "alloc", err);
+    b = alloc_block_new(a);
+    if (b == NULL) {
+      cudaFree(mem);
+      if (oom != NULL) *oom = 1;
+      return qt_errorf(err, "%s: out of host memory for the allocator", dev->name);
+    }
+    b->ptr = (char *)mem;
+    b->size = segment;
+    b->small = small;
+    a->reserved += (int64_t)segment;
+  }
+
+  /* Split: the tail goes back to the free list (small-pool tails may be as small as
+  ** 512 B; large-pool sizes are whole 2 MiB units, so any tail is worth keeping). */
+  if (b->size > size) {
+    cuda_block *rest = alloc_block_new(a);
+    if (rest != NULL) {
+      rest->ptr = b->ptr + size;
+      rest->size = b->size - size;
+      rest->small = b->small;
+      rest->prev = b;
+      rest->next = b->next;
+      if (b->next != NULL) b->next->prev = rest;
+      b->next = rest;
+      b->size = size;
+      alloc_free_insert(a, rest);
+    }
+  }
+
+  b->allocated = true;
+  alloc_hash_insert(a, b);
+  a->allocated += (int64_t)b->size;
+  if (a->allocated > a->peak) a->peak = a->allocated;
+  *ptr = b->ptr;
+  return 0;
+}
+
+/* Back to the free list, merged with free neighbours (a->lock held; no CUDA call). */
+static void alloc_give(qt_cuda_allocator *a, void *ptr) {
+  cuda_block *b = alloc_hash_take(a, ptr);
+  if (b == NULL) return;  /* not ours: ignore (free never fails) */
+  b->allocated = false;
+  a->allocated -= (int64_t)b->size;
+  cuda_block *prev = b->prev, *next = b->next;
+  if (prev != NULL && !prev->allocated) {
+    alloc_free_remove(a, prev);
+    prev->size += b->size;
+    prev->next = next;
+    if (next != NULL) next->prev = prev;
+    alloc_block_recycle(a, b);
+    b = prev;
+  }
+  if (next != NULL && !next->allocated) {
+    alloc_free_remove(a, next);
+    b->size += next->size;
+    b->next = next->next;
+    if (next->next != NULL) next->next->prev = b;
+    alloc_block_recycle(a, next);
+  }
+  alloc_free_insert(a, b);
+}
+
+extern "C" int qt_cuda_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err) {
+  if (oom != NULL) *oom = 0;
+  *ptr = NULL;
+  if (nbytes == 0) return 0;
+  if (qt_cuda_enter(dev, "alloc", err) != 0) return -1;
+  qt_cuda_allocator *a = qt_cuda_context(dev)->allocator;
+  pthread_mutex_lock(&a->lock);
+  int status = alloc_take(dev, a, nbytes, ptr, oom, err);
+  pthread_mutex_unlock(&a->lock);
+  return status;
+}
+
+extern "C" void qt_cuda_free(qt_device *dev, void *ptr, size_t nbytes) {
+  (void)nbytes;
+  if (ptr == NULL || dev == NULL) return;
+  qt_cuda_allocator *a = qt_cuda_context(dev)->allocator;
+  pthread_mutex_lock(&a->lock);
+  alloc_give(a, ptr);
+  pthread_mutex_unlock(&a->lock);
+}
+
+extern "C" int qt_cuda_scratch(qt_device *dev, size_t nbytes, void **ptr, qt_err *err) {
+  int oom = 0;
+  return qt_cuda_alloc(dev, nbytes, ptr, &oom, err);
+}
+
+extern "C" void qt_cuda_scratch_free(qt_device *dev, void *ptr, size_t nbytes) {
+  qt_cuda_free(dev, ptr, nbytes);
+}
+
+static void staging_release(qt_cuda_allocator *a);
+
+extern "C" void qt_cuda_empty_cache(qt_device *dev) {
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  if (ctx->broken || cuda_make_current(ctx->ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  qt_cuda_allocator *a = ctx->allocator;
+  pthread_mutex_lock(&a->lock);
+  alloc_release_cached(dev, a);
+  pthread_mutex_unlock(&a->lock);
+  staging_release(a);
+}
+
+extern "C" int qt_cuda_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err) {
+  qt_cuda_allocator *a = qt_cuda_context(dev)->allocator;
+  pthread_mutex_lock(&a->lock);
+  stats->allocated = a->allocated;
+  stats->reserved = a->reserved;
+  stats->peak = a->peak;
+  pthread_mutex_unlock(&a->lock);
+  stats->total = 0;
+  stats->free = 0;
+  if (qt_cuda_enter(dev, "memory", err) != 0) return -1;
+  size_t free_b = 0, total_b = 0;
+  if (qt_cuda_check(dev, cudaMemGetInfo(&free_b, &total_b), "memory", err) != 0) return -1;
+  stats->total = (int64_t)total_b;
+  stats->free = (int64_t)free_b;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ sync and index errors */
+
+static const char *cuda_index_op_name(int op) {
+  switch (op) {
+    case QT_CUDA_OP_GATHER: return "gather";
+    case QT_CUDA_OP_INDEX_SELECT: return "index_select";
+    case QT_CUDA_OP_TAKE: return "take";
+    case QT_CUDA_OP_SCATTER: return "scatter_";
+    case QT_CUDA_OP_INDEX_ADD: return "index_add_";
+    default: return "index";
+  }
+}
+
+/* After a stream sync: an index error recorded by a kernel becomes this call's error,
+** and the record is cleared for the next op. */
+static int cuda_take_index_error(qt_device *dev, qt_err *err) {
+  volatile qt_cuda_index_error *rec = qt_cuda_context(dev)->index_error;
+  if (rec == NULL || rec->set == 0) return 0;
+  qt_errorf(err, "%s: index %lld out of range (1..%lld) at position %lld",
+            cuda_index_op_name(rec->op), (long long)rec->value, (long long)rec->bound,
+            (long long)rec->position);
+  rec->op = 0;
+  rec->value = rec->bound = rec->position = 0;
+  rec->set = 0;
+  return -1;
+}
+
+extern "C" int qt_cuda_sync(qt_device *dev, qt_err *err) {
+  if (qt_cuda_enter(dev, "sync", err) != 0) return -1;
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  if (qt_cuda_check(dev, cudaStreamSynchronize(ctx->stream), "sync", err) != 0) return -1;
+  return cuda_take_index_error(dev, err);
+}
+
+/* ------------------------------------------------------------------ transfers */
+
+/*
+** Pinned host memory moves at the PCIe limit (~55 GB/s on the H200 host); pageable memory
+** goes through the driver's own small staging buffer at ~6-10 GB/s. For large pageable
+** transfers (the embedding API, external memory, big CPU tensors without a GPU at
+** creation time) we stage ourselves: the bytes are cut into 4 MiB chunks, and a few
+** threads each copy their chunks into their own pair of cached pinned buffers while the
+** copy engine drains the previous ones (double buffering). All copies go on the device's
+** stream, so they are ordered after the kernels queued before the transfer.
+*/
+
+static int staging_workers_wanted = 0;  /* 0 = decide from the core count */
+
+/* Test hook (not in kernels.h): how many threads stage a pageable transfer. */
+extern "C" void qt_cuda_set_staging_workers(int workers) { staging_workers_wanted = workers; }
+
+static int staging_worker_count(size_t nbytes) {
+  int want = staging_workers_wanted;
+  if (want <= 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    want = cores >= 16 ? 4 : (cores >= 4 ? 2 : 1);
+  }
+  if (want > CUDA_STAGING_MAX_WORKERS) want = CUDA_STAGING_MAX_WORKERS;
+  size_t chunks = (nbytes + CUDA_STAGING_CHUNK - 1) / CUDA_STAGING_CHUNK;
+  if ((size_t)want > chunks / 2) want = (int)(chunks / 2);
+  return want < 1 ? 1 : want;
+}
+
+/* Makes slot i's buffers and events (staging_lock held, device current). */
+static cudaError_t staging_prepare(cuda_staging_slot *slot) {
+  if (slot->ready) return cudaSuccess;
+  for (int k = 0; k < 2; k++) {
+    cudaError_t status = cudaHostAlloc(&slot->buffer[k], CUDA_STAGING_CHUNK, cudaHostAllocPortable);
+    if (status != cudaSuccess) return status;
+    status = cudaEventCreateWithFlags(&slot->done[k], cudaEventDisableTiming);
+    if (status != cudaSuccess) return status;
+  }
+  slot->ready = true;
+  return cudaSuccess;
+}
+
+static void staging_release(qt_cuda_allocator *a) {
+  pthread_mutex_lock(&a->staging_lock);
+  for (int i = 0; i < CUDA_STAGING_MAX_WORKERS; i++) {
+    cuda_staging_slot *slot = &a->staging[i];
+    if (!slot->ready) continue;
+    for (int k = 0; k < 2; k++) {
+      cudaFreeHost(slot->buffer[k]);
+      cudaEventDestroy(slot->done[k]);
+    }
+    memset(slot, 0, sizeof *slot);
+  }
+  (void)cudaGetLastError();
+  pthread_mutex_unlock(&a->staging_lock);
+}
+
+typedef struct staging_job {
+  int ordinal;
+  cudaStream_t stream;
+  bool upload;
+  char *device_ptr;
+  char *host_ptr;
+  size_t nbytes;
+  int worker, workers;
+  cuda_staging_slot *slot;
+  cudaError_t status;
+} staging_job;
+
+#define STAGING_TRY(call)                         \
+  do {                                            \
+    cudaError_t staging_status_ = (call);         \
+    if (staging_status_ != cudaSuccess) {         \
+      job->status = staging_status_;              \
+      return NULL;                                \
+    }                                             \
+  } while (0)
+
+/* One worker's share: chunks worker, worker + workers, ... of the transfer. */
+static void *staging_run(void *arg) {
+  staging_job *job = (staging_job *)arg;
+  STAGING_TRY(cuda_make_current(job->ordinal));
+  size_t chunk = CUDA_STAGING_CHUNK;
+  size_t nchunks = (job->nbytes + chunk - 1) / chunk;
+  cuda_staging_slot *slot = job->slot;
+  if (job->upload) {
+    int iter = 0;
+    for (size_t c = (size_t)job->worker; c < nchunks; c += (size_t)job->workers, iter++) {
+      int k = iter & 1;
+      size_t at = c * chunk, len = job->nbytes - at < chunk ? job->nbytes - at : chunk;
+      if (iter >= 2) STAGING_TRY(cudaEventSynchronize(slot->done[k]));
+      memcpy(slot->buffer[k], job->host_ptr + at, len);
+      STAGING_TRY(cudaMemcpyAsync(job->device_ptr + at, slot->buffer[k], len,
+                                  cudaMemcpyHostToDevice, job->stream));
+      STAGING_TRY(cudaEventRecord(slot->done[k], job->stream));
+    }
+  } else {
+    /* Queue chunk i+1 before unpacking chunk i, so the copy engine never waits on us. */
+    size_t c = (size_t)job->worker;
+    if (c >= nchunks) return NULL;
+    int iter = 0;
+    size_t at = c * chunk, len = job->nbytes - at < chunk ? job->nbytes - at : chunk;
+    STAGING_TRY(cudaMemcpyAsync(slot->buffer[0], job->device_ptr + at, len,
+                                cudaMemcpyDeviceToHost, job->stream));
+    STAGING_TRY(cudaEventRecord(slot->done[0], job->stream));
+    for (; c < nchunks; c += (size_t)job->workers, iter++) {
+      int k = iter & 1;
+      size_t next = c + (size_t)job->workers;
+      if (next < nchunks) {
+        size_t nat = next * chunk, nlen = job->nbytes - nat < chunk ? job->nbytes - nat : chunk;
+        STAGING_TRY(cudaMemcpyAsync(slot->buffer[k ^ 1], job->device_ptr + nat, nlen,
+                                    cudaMemcpyDeviceToHost, job->stream));
+        STAGING_TRY(cudaEventRecord(slot->done[k ^ 1], job->stream));
+      }
+      at = c * chunk;
+      len = job->nbytes - at < chunk ? job->nbytes - at : chunk;
+      STAGING_TRY(cudaEventSynchronize(slot->done[k]));
+      memcpy(job->host_ptr + at, slot->buffer[k], len);
+    }
+  }
+  return NULL;
+}
+
+/* A staged pageable transfer. Returns 1 when the staging buffers are busy (another
+** thread is transferring) or cannot be made, so the caller takes the driver's path. */
+static int cuda_transfer_staged(qt_device *dev, bool upload, void *device_ptr, void *host_ptr,
+                                size_t nbytes, const char *op, qt_err *err) {
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  qt_cuda_allocator *a = ctx->allocator;
+  if (pthread_mutex_trylock(&a->staging_lock) != 0) return 1;
+  int workers = staging_worker_count(nbytes);
+  for (int w = 0; w < workers; w++) {
+    if (staging_prepare(&a->staging[w]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      workers = w;
+      break;
+    }
+  }
+  if (workers == 0) {
+    pthread_mutex_unlock(&a->staging_lock);
+    return 1;
+  }
+  staging_job jobs[CUDA_STAGING_MAX_WORKERS];
+  pthread_t threads[CUDA_STAGING_MAX_WORKERS];
+  bool started[CUDA_STAGING_MAX_WORKERS] = {false};
+  for (int w = 0; w < workers; w++) {
+    staging_job *job = &jobs[w];
+    job->ordinal = ctx->ordinal;
+    job->stream = ctx->stream;
+    job->upload = upload;
+    job->device_ptr = (char *)device_ptr;
+    job->host_ptr = (char *)host_ptr;
+    job->nbytes = nbytes;
+    job->worker = w;
+    job->workers = workers;
+    job->slot = &a->staging[w];
+    job->status = cudaSuccess;
+  }
+  /* Workers 1.. get threads; worker 0 runs here. A thread that cannot be started has
+  ** its share run here afterwards. */
+  for (int w = 1; w < workers; w++)
+    started[w] = pthread_create(&threads[w], NULL, staging_run, &jobs[w]) == 0;
+  staging_run(&jobs[0]);
+  for (int w = 1; w < workers; w++) {
+    if (started[w]) pthread_join(threads[w], NULL);
+    else staging_run(&jobs[w]);
+  }
+  cudaError_t status = cudaStreamSynchronize(ctx->stream);
+  for (int w = 0; w < workers && status == cudaSuccess; w++) status = jobs[w].status;
+  pthread_mutex_unlock(&a->staging_lock);
+  return qt_cuda_check(dev, status, op, err);
+}
+
+/* Pinned memory (ours or registered) can go straight to the copy engine. */
+static bool cuda_host_is_pinned(const void *ptr) {
+  cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeHost;
+}
+
+extern "C" int qt_cuda_upload(qt_device *dev, void *dst, const void *host_src, size_t nbytes,
+                              qt_err *err) {
+  if (qt_cuda_enter(dev, "upload", err) != 0) return -1;
+  if (nbytes == 0) return 0;
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  if (nbytes >= CUDA_STAGING_MIN && !cuda_host_is_pinned(host_src)) {
+    int staged = cuda_transfer_staged(dev, true, dst, (void *)host_src, nbytes, "upload", err);
+    if (staged <= 0) return staged;
+  }
+  if (qt_cuda_check(dev, cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice,
+                                         ctx->stream), "upload", err) != 0)
+    return -1;
+  return qt_cuda_check(dev, cudaStreamSynchronize(ctx->stream), "upload", err);
+}
+
+extern "C" int qt_cuda_download(qt_device *dev, void *host_dst, const void *src, size_t nbytes,
+                                qt_err *err) {
+  if (qt_cuda_enter(dev, "download", err) != 0) return -1;
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  if (nbytes > 0) {
+    int done = 1;
+    if (nbytes >= CUDA_STAGING_MIN && !cuda_host_is_pinned(host_dst)) {
+      done = cuda_transfer_staged(dev, false, (void *)src, host_dst, nbytes, "download", err);
+      if (done < 0) return -1;
+    }
+    if (done != 0) {
+      if (qt_cuda_check(dev, cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost,
+                                             ctx->stream), "download", err) != 0)
+        return -1;
+    }
+  }
+  if (qt_cuda_check(dev, cudaStreamSynchronize(ctx->stream), "download", err) != 0) return -1;
+  return cuda_take_index_error(dev, err);
+}
+
+/* ------------------------------------------------------------------ pinned host memory */
+
+/*
+** Page-locked blocks for the CPU device's tensors (>= 64 KiB when a GPU is present), so
+** that :gpu() and :cpu() run at the PCIe limit. cudaHostAlloc costs milliseconds, so freed
+** blocks are cached by size class: sizes round up to the next 2^k or 1.5 * 2^k (at most a
+** third wasted), at least 64 KiB. The cache is bounded: a freed block that would take it
+** past 2 GiB is returned to the driver at once. Process-wide (portable memory serves
+** every GPU), one mutex.
+*/
+
+#define HOST_MIN_BLOCK ((size_t)64 << 10)
+#define HOST_CACHE_LIMIT ((size_t)2 << 30)
+
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+static std::map<size_t, std::vector<void *> > *host_cache = NULL;
+static size_t host_cached_bytes = 0;
+
+static pthread_once_t host_usable_once = PTHREAD_ONCE_INIT;
+static bool host_usable = false;
+
+static void host_check_usable(void) { host_usable = qt_cuda_device_count() > 0; }
+
+static size_t host_round(size_t nbytes) {
+  if (nbytes <= HOST_MIN_BLOCK) return HOST_MIN_BLOCK;
+  size_t p = HOST_MIN_BLOCK;
+  while (p < nbytes) {
+    if (p + p / 2 >= nbytes) return p + p / 2;
+    if (p > ((size_t)1 << 62)) return nbytes;  /* absurd sizes: exact */
+    p *= 2;
+  }
+  return p;
+}
+
+/* Gives every cached block back (host_lock held). */
+static void host_release_cached(void) {
+  if (host_cache == NULL) return;
+  for (auto &entry : *host_cache)
+    for (void *p : entry.second) cudaFreeHost(p);
+  host_cache->clear();
+  host_cached_bytes = 0;
+  (void)cudaGetLastError();
+}
+
+extern "C" int qt_cuda_host_alloc(size_t nbytes, void **ptr) {
+  pthread_once(&host_usable_once, host_check_usable);
+  if (!host_usable) return -1;
+  size_t size = host_round(nbytes);
+  pthread_mutex_lock(&host_lock);
+  if (host_cache == NULL) host_cache = new (std::nothrow) std::map<size_t, std::vector<void *> >();
+  if (host_cache != NULL) {
+    auto it = host_cache->find(size);
+    if (it != host_cache->end() && !it->second.empty()) {
+      *ptr = it->second.back();
+      it->second.pop_back();
+      host_cached_bytes -= size;
+      pthread_mutex_unlock(&host_lock);
+      return 0;
+    }
+  }
+  void *p = NULL;
+  cudaError_t status = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+  if (status != cudaSuccess && host_cached_bytes > 0) {
+    (void)cudaGetLastError();
+    host_release_cached();
+    status = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+  }
+  pthread_mutex_unlock(&host_lock);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  *ptr = p;
+  return 0;
+}
+
+extern "C" void qt_cuda_host_free(void *ptr, size_t nbytes) {
+  if (ptr == NULL) return;
+  size_t size = host_round(nbytes);
+  pthread_mutex_lock(&host_lock);
+  bool cached = false;
+  if (host_cache != NULL && host_cached_bytes + size <= HOST_CACHE_LIMIT) {
+    try {
+      (*host_cache)[size].push_back(ptr);
+      host_cached_bytes += size;
+      cached = true;
+    } catch (...) {
+      cached = false;
+    }
+  }
+  pthread_mutex_unlock(&host_lock);
+  if (!cached && cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+extern "C" void qt_cuda_host_empty_cache(void) {
+  pthread_mutex_lock(&host_lock);
+  host_release_cached();
+  pthread_mutex_unlock(&host_lock);
+}
+
+/* ------------------------------------------------------------------ devices */
+
+extern "C" int qt_cuda_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n < 0 ? 0 : n;
+}
+
+extern "C" int qt_cuda_device_name(int ordinal, char *buf, size_t len, qt_err *err) {
+  cudaDeviceProp prop;
+  cudaError_t status = cudaGetDeviceProperties(&prop, ordinal);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return qt_errorf(err, "gpu:%d: CUDA error: %s (%s)", ordinal, cudaGetErrorString(status),
+                     cudaGetErrorName(status));
+  }
+  snprintf(buf, len, "%s", prop.name);
+  return 0;
+}
+
+static const qt_device_iface cuda_iface = {
+  /* .alloc         = */ qt_cuda_alloc,
+  /* .free          = */ qt_cuda_free,
+  /* .sync          = */ qt_cuda_sync,
+  /* .memory        = */ qt_cuda_memory,
+  /* .empty_cache   = */ qt_cuda_empty_cache,
+  /* .upload        = */ qt_cuda_upload,
+  /* .download      = */ qt_cuda_download,
+  /* .copy          = */ qt_cuda_copy,
+  /* .fill          = */ qt_cuda_fill,
+  /* .binary        = */ qt_cuda_binary,
+  /* .binary_scalar = */ qt_cuda_binary_scalar,
+  /* .unary         = */ qt_cuda_unary,
+  /* .reduce        = */ qt_cuda_reduce,
+  /* .gather        = */ qt_cuda_gather,
+  /* .index_select  = */ qt_cuda_index_select,
+  /* .take          = */ qt_cuda_take,
+  /* .scatter       = */ qt_cuda_scatter,
+  /* .index_add     = */ qt_cuda_index_add,
+  /* .matmul        = */ qt_cuda_matmul,
+  /* .random        = */ qt_cuda_random,
+};
+
+/* Opens ordinal: stream, the mapped index-error record, the allocator. A failure
+** undoes what was made and leaves dev untouched (device.c retries on the next call).
+** ctx->cublas stays NULL: matmul.cu creates the handle on first use. */
+extern "C" int qt_cuda_device_open(int ordinal, qt_device *dev, qt_err *err) {
+  char name[16];
+  snprintf(name, sizeof name, "gpu:%d", ordinal);
+  qt_cuda_ctx *ctx = (qt_cuda_ctx *)calloc(1, sizeof *ctx);
+  if (ctx == NULL) return qt_errorf(err, "%s: out of host memory", name);
+  ctx->ordinal = ordinal;
+  cudaError_t status = cuda_make_current(ordinal);
+  const char *what = "cudaSetDevice";
+  if (status == cudaSuccess) {
+    what = "cudaStreamCreate";
+    status = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
+  }
+  if (status == cudaSuccess) {
+    what = "cudaHostAlloc";
+    status = cudaHostAlloc((void **)&ctx->index_error, sizeof *ctx->index_error,
+                           cudaHostAllocMapped | cudaHostAllocPortable);
+  }
+  if (status == cudaSuccess) {
+    memset(ctx->index_error, 0, sizeof *ctx->index_error);
+    what = "cudaHostGetDevicePointer";
+    status = cudaHostGetDevicePointer((void **)&ctx->index_error_dev, ctx->index_error, 0);
+  }
+  if (status == cudaSuccess) {
+    what = "cudaDeviceGetAttribute";
+    status = cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount, ordinal);
+  }
+  if (status == cudaSuccess) {
+    ctx->allocator = alloc_new();
+    if (ctx->allocator == NULL) status = cudaErrorMemoryAllocation;
+    what = "allocator";
+  }
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    qt_errorf(err, "%s: cannot open the GPU (%s): %s (%s)", name, what,
+              cudaGetErrorString(status), cudaGetErrorName(status));
+    if (ctx->index_error != NULL) cudaFreeHost(ctx->index_error);
+    if (ctx->stream != NULL) cudaStreamDestroy(ctx->stream);
+    (void)cudaGetLastError();
+    free(ctx);
+    return -1;
+  }
+  ctx->cublas = NULL;
+  ctx->broken = false;
+  dev->iface = &cuda_iface;
+  dev->context = ctx;
+  dev->kind = QT_DEV_CUDA;
+  dev->ordinal = ordinal;
+  snprintf(dev->name, sizeof dev->name, "%s", name);
+  return 0;
+}
