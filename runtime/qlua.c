@@ -1,0 +1,960 @@
+/*
+** qlua.c — the qlua host program: a stand-alone Lua 5.4 interpreter with the qlua
+** runtime preloaded as the global `qlua`.
+**
+** The command line is exactly lua5.4's (`qlua [options] [script [args]]`, -e -l -i -v
+** -E -W -- -, LUA_INIT_5_4 / LUA_INIT, the `arg` table, _PROMPT / _PROMPT2, exit
+** statuses, "progname: message" plus a traceback on errors), so scripts and shell
+** habits written for lua5.4 carry over unchanged; the behaviour follows Lua 5.4's
+** lua.c (all work inside one protected call, a message handler that adds the
+** traceback, SIGINT turned into a debug hook), written afresh here.
+**
+** What qlua adds is the interactive side: when stdin is a terminal the REPL reads
+** lines with GNU readline (callback interface, so Ctrl-C at the prompt clears the line
+** instead of killing the process), completes globals, keywords, `a.b.c` field chains
+** and `obj:method` names (through metatable __index tables and the `__methods` table
+** the Tensor metatable provides), and keeps a persistent history in ~/.qlua_history
+** with multi-line statements stored as one entry. When stdin is not a terminal, `-i`
+** reads plain lines and prints exactly what Debian's lua5.4 prints (prompt, echo of
+** the line), so piped sessions stay scriptable and comparable.
+**
+** Owner: the host program (issue 2). The runtime itself comes from luaopen_qlua
+** (runtime/qlua.h); nothing here knows about tensors or devices.
+*/
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <unistd.h>
+
+#include <readline/readline.h>
+#include <readline/history.h>
+
+#include "lua.h"
+#include "lauxlib.h"
+#include "lualib.h"
+
+#include "qlua.h"
+
+#ifndef QLUA_VERSION
+#define QLUA_VERSION "0.1.0"
+#endif
+
+#define QH_DEFAULT_PROGNAME "qlua"
+#define QH_PROMPT           "> "
+#define QH_PROMPT2          ">> "
+#define QH_HISTORY_NAME     ".qlua_history"
+#define QH_HISTORY_MAX      1000
+#define QH_EOFMARK          "<eof>"
+#define QH_INIT_VAR         "LUA_INIT"
+#define QH_INIT_VAR_VERSION "LUA_INIT_5_4"
+
+/* what pushline-style readers return besides "got a line" */
+#define QH_LINE_OK        1
+#define QH_LINE_EOF       0
+#define QH_LINE_CANCELLED (-1)   /* Ctrl-C at a continuation prompt */
+
+/* program name for messages: argv[0] like lua.c, NULL inside the REPL */
+static const char *qh_progname = QH_DEFAULT_PROGNAME;
+
+/* the state a signal handler may touch (only through lua_sethook) */
+static lua_State *volatile qh_signal_L = NULL;
+
+/* flags set by signal handlers while the terminal REPL waits for input */
+static volatile sig_atomic_t qh_sigint_at_prompt = 0;
+static volatile sig_atomic_t qh_sigwinch_at_prompt = 0;
+
+
+/* {======================================================================
+** Messages and protected calls
+** ======================================================================= */
+
+/* "progname: msg" on stderr; the REPL passes a NULL progname (as lua.c does) */
+static void qh_message (const char *progname, const char *msg) {
+  if (progname != NULL) lua_writestringerror("%s: ", progname);
+  lua_writestringerror("%s\n", msg);
+}
+
+/* Print the error message on top of the stack (if status is an error) and pop it. */
+static int qh_report (lua_State *L, int status) {
+  if (status != LUA_OK) {
+    const char *msg = lua_tostring(L, -1);
+    if (msg == NULL) msg = "(error object is not a string)";
+    qh_message(qh_progname, msg);
+    lua_pop(L, 1);
+  }
+  return status;
+}
+
+/*
+** Message handler for every protected call: a string error gets a traceback; an
+** object with __tostring becomes its string (no traceback, like lua.c); anything else
+** is described by its type.
+*/
+static int qh_msghandler (lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+/* The hook a SIGINT installs: it runs at the next Lua instruction and raises. */
+static void qh_interrupt_hook (lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted!");
+}
+
+static void qh_setsignal (int sig, void (*handler)(int), struct sigaction *saved) {
+  struct sigaction sa;
+  sa.sa_handler = handler;
+  sa.sa_flags = 0;            /* no SA_RESTART: blocking reads see EINTR */
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, saved);
+}
+
+/*
+** SIGINT while Lua code runs: only set a hook (the one thing that is safe from a
+** handler) and fall back to the default action, so a second Ctrl-C kills a process
+** stuck in C code.
+*/
+static void qh_on_sigint_running (int sig) {
+  int mask = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
+  qh_setsignal(sig, SIG_DFL, NULL);
+  if (qh_signal_L != NULL) lua_sethook(qh_signal_L, qh_interrupt_hook, mask, 1);
+}
+
+/*
+** Call the function below its narg arguments with the message handler under it and
+** SIGINT turned into an interrupt; whatever SIGINT did before (default, or the REPL's
+** prompt handler) is restored afterwards, and a hook left by a late Ctrl-C is removed.
+*/
+static int qh_docall (lua_State *L, int narg, int nres) {
+  int status;
+  int base = lua_gettop(L) - narg;
+  struct sigaction saved;
+  lua_pushcfunction(L, qh_msghandler);
+  lua_insert(L, base);
+  qh_signal_L = L;
+  qh_setsignal(SIGINT, qh_on_sigint_running, &saved);
+  status = lua_pcall(L, narg, nres, base);
+  sigaction(SIGINT, &saved, NULL);
+  if (lua_gethook(L) == qh_interrupt_hook) lua_sethook(L, NULL, 0, 0);
+  lua_remove(L, base);
+  return status;
+}
+
+/* }====================================================================== */
+
+
+/* {======================================================================
+** The command line
+** ======================================================================= */
+
+#define QH_ARGS_ERROR 1   /* bad option: the whole value is just this */
+#define QH_ARGS_I     2
+#define QH_ARGS_V     4
+#define QH_ARGS_E     8   /* at least one -e */
+#define QH_ARGS_NOENV 16  /* -E */
+
+static void qh_print_version (void) {
+  lua_writestring("qlua " QLUA_VERSION " (" LUA_COPYRIGHT ")",
+                  strlen("qlua " QLUA_VERSION " (" LUA_COPYRIGHT ")"));
+  lua_writeline();
+}
+
+static void qh_print_usage (const char *badoption) {
+  lua_writestringerror("%s: ", qh_progname);
+  if (badoption[1] == 'e' || badoption[1] == 'l')
+    lua_writestringerror("'%s' needs argument\n", badoption);
+  else
+    lua_writestringerror("unrecognized option '%s'\n", badoption);
+  lua_writestringerror(
+    "usage: %s [options] [script [args]]\n"
+    "Available options are:\n"
+    "  -e stat   execute string 'stat'\n"
+    "  -i        enter interactive mode after executing 'script'\n"
+    "  -l mod    require library 'mod' into global 'mod'\n"
+    "  -l g=mod  require library 'mod' into global 'g'\n"
+    "  -v        show version information\n"
+    "  -E        ignore environment variables\n"
+    "  -W        turn warnings on\n"
+    "  --        stop handling options\n"
+    "  -         stop handling options and execute stdin\n",
+    qh_progname);
+}
+
+/*
+** First pass over argv: validate the options and find the script. Returns a set of
+** QH_ARGS_* flags; *script gets the index of the script (argc when there is none), or
+** of the offending option when the result is QH_ARGS_ERROR. Nothing runs here: -e and
+** -l are executed in order by qh_run_options once the state is ready.
+*/
+static int qh_collect_args (char **argv, int *script) {
+  int flags = 0;
+  int i;
+  if (argv[0] == NULL) {      /* no program name at all */
+    *script = -1;
+    return 0;
+  }
+  if (argv[0][0] != '\0') qh_progname = argv[0];
+  for (i = 1; argv[i] != NULL; i++) {
+    *script = i;
+    if (argv[i][0] != '-') return flags;            /* the script */
+    switch (argv[i][1]) {
+      case '-':                                       /* "--" */
+        if (argv[i][2] != '\0') return QH_ARGS_ERROR;
+        *script = i + 1;
+        return flags;
+      case '\0':                                      /* "-": stdin is the script */
+        return flags;
+      case 'E':
+        if (argv[i][2] != '\0') return QH_ARGS_ERROR;
+        flags |= QH_ARGS_NOENV;
+        break;
+      case 'W':
+        if (argv[i][2] != '\0') return QH_ARGS_ERROR;
+        break;
+      case 'i':
+        if (argv[i][2] != '\0') return QH_ARGS_ERROR;
+        flags |= QH_ARGS_I | QH_ARGS_V;               /* -i implies -v */
+        break;
+      case 'v':
+        if (argv[i][2] != '\0') return QH_ARGS_ERROR;
+        flags |= QH_ARGS_V;
+        break;
+      case 'e':
+        flags |= QH_ARGS_E;
+        /* FALLTHROUGH */
+      case 'l':                                       /* both take an argument */
+        if (argv[i][2] == '\0') {
+          i++;
+          if (argv[i] == NULL || argv[i][0] == '-') return QH_ARGS_ERROR;
+        }
+        break;
+      default:
+        return QH_ARGS_ERROR;
+    }
+  }
+  *script = i;                                        /* no script */
+  return flags;
+}
+
+/*
+** The global `arg`: the script at 0, its arguments at 1.., the interpreter and its
+** options at negative indices. Without a script everything is shifted so argv[0] is
+** at 0 (lua.c does the same).
+*/
+static void qh_create_arg_table (lua_State *L, char **argv, int argc, int script) {
+  int i;
+  if (script == argc) script = 0;
+  lua_createtable(L, argc - (script + 1), script + 1);
+  for (i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - script);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static int qh_dochunk (lua_State *L, int status) {
+  if (status == LUA_OK) status = qh_docall(L, 0, 0);
+  return qh_report(L, status);
+}
+
+static int qh_dofile (lua_State *L, const char *name) {
+  return qh_dochunk(L, luaL_loadfile(L, name));
+}
+
+static int qh_dostring (lua_State *L, const char *s, const char *chunkname) {
+  return qh_dochunk(L, luaL_loadbuffer(L, s, strlen(s), chunkname));
+}
+
+/* -l mod / -l g=mod: g = require("mod") */
+static int qh_dolibrary (lua_State *L, const char *spec) {
+  int status;
+  const char *eq = strchr(spec, '=');
+  const char *modname = (eq != NULL) ? eq + 1 : spec;
+  lua_getglobal(L, "require");
+  lua_pushstring(L, modname);
+  status = qh_docall(L, 1, 1);
+  if (status == LUA_OK) {
+    if (eq != NULL) lua_pushlstring(L, spec, (size_t)(eq - spec));
+    else lua_pushstring(L, spec);
+    lua_insert(L, -2);
+    lua_setglobal(L, lua_tostring(L, -2));
+    lua_pop(L, 1);
+  }
+  return qh_report(L, status);
+}
+
+/* Run -e, -l and -W in command-line order (options before the script only). */
+static int qh_run_options (lua_State *L, char **argv, int optlimit) {
+  int i;
+  for (i = 1; i < optlimit; i++) {
+    int option = argv[i][1];
+    switch (option) {
+      case 'e':
+      case 'l': {
+        int status;
+        const char *value = argv[i] + 2;
+        if (*value == '\0') value = argv[++i];
+        status = (option == 'e') ? qh_dostring(L, value, "=(command line)")
+                                 : qh_dolibrary(L, value);
+        if (status != LUA_OK) return 0;
+        break;
+      }
+      case 'W':
+        lua_warning(L, "@on", 0);
+        break;
+      default:
+        break;
+    }
+  }
+  return 1;
+}
+
+/* LUA_INIT_5_4, else LUA_INIT: a chunk, or "@file" to run a file. */
+static int qh_handle_luainit (lua_State *L) {
+  const char *chunkname = "=" QH_INIT_VAR_VERSION;
+  const char *init = getenv(chunkname + 1);
+  if (init == NULL) {
+    chunkname = "=" QH_INIT_VAR;
+    init = getenv(chunkname + 1);
+  }
+  if (init == NULL) return LUA_OK;
+  if (init[0] == '@') return qh_dofile(L, init + 1);
+  return qh_dostring(L, init, chunkname);
+}
+
+/* Push arg[1..#arg] (the script's arguments) and return how many. */
+static int qh_push_script_args (lua_State *L) {
+  int i, n;
+  if (lua_getglobal(L, "arg") != LUA_TTABLE)
+    luaL_error(L, "'arg' is not a table");
+  n = (int)luaL_len(L, -1);
+  luaL_checkstack(L, n + 3, "too many arguments to script");
+  for (i = 1; i <= n; i++)
+    lua_rawgeti(L, -i, i);
+  lua_remove(L, -i);
+  return n;
+}
+
+/* Load and run the script; "-" is stdin unless it came right after "--". */
+static int qh_handle_script (lua_State *L, char **argv) {
+  int status;
+  const char *fname = argv[0];
+  if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0)
+    fname = NULL;
+  status = luaL_loadfile(L, fname);
+  if (status == LUA_OK) {
+    int n = qh_push_script_args(L);
+    status = qh_docall(L, n, LUA_MULTRET);
+  }
+  return qh_report(L, status);
+}
+
+/* }====================================================================== */
+
+
+/* {======================================================================
+** Tab completion (terminal REPL only)
+**
+** The word under the cursor is split at its last '.' or ':'; the part before is a
+** path of identifiers walked from _G with protected gets (an __index function that
+** errors just ends the walk), and the candidates are the keys of the value reached,
+** of its metatable's __index tables (followed a few levels) and of its metatable's
+** __methods table. Without a separator the candidates are globals and keywords.
+** ======================================================================= */
+
+static lua_State *qh_completion_L = NULL;
+
+typedef struct qh_wordlist {
+  char **words;
+  size_t count, capacity, next;
+} qh_wordlist;
+
+static qh_wordlist qh_candidates = { NULL, 0, 0, 0 };
+
+static const char *const qh_keywords[] = {
+  "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto",
+  "if", "in", "local", "nil", "not", "or", "repeat", "return", "then", "true",
+  "until", "while", NULL
+};
+
+static void qh_wordlist_clear (qh_wordlist *list) {
+  size_t i;
+  for (i = 0; i < list->count; i++) free(list->words[i]);
+  free(list->words);
+  list->words = NULL;
+  list->count = list->capacity = list->next = 0;
+}
+
+static void qh_wordlist_add (qh_wordlist *list, const char *prefix, size_t prefixlen,
+                             const char *word) {
+  size_t wordlen = strlen(word);
+  char *entry;
+  if (list->count == list->capacity) {
+    size_t newcap = list->capacity ? 2 * list->capacity : 32;
+    char **grown = realloc(list->words, newcap * sizeof *grown);
+    if (grown == NULL) return;
+    list->words = grown;
+    list->capacity = newcap;
+  }
+  entry = malloc(prefixlen + wordlen + 1);
+  if (entry == NULL) return;
+  memcpy(entry, prefix, prefixlen);
+  memcpy(entry + prefixlen, word, wordlen + 1);
+  list->words[list->count++] = entry;
+}
+
+static int qh_is_keyword (const char *s) {
+  int i;
+  for (i = 0; qh_keywords[i] != NULL; i++)
+    if (strcmp(s, qh_keywords[i]) == 0) return 1;
+  return 0;
+}
+
+/* A name usable after '.' or ':' (an identifier that is not a keyword). */
+static int qh_is_name (const char *s, size_t len) {
+  size_t i;
+  if (len == 0 || !(s[0] == '_' || (s[0] >= 'a' && s[0] <= 'z') ||
+                    (s[0] >= 'A' && s[0] <= 'Z')))
+    return 0;
+  for (i = 1; i < len; i++) {
+    char c = s[i];
+    if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+          (c >= '0' && c <= '9')))
+      return 0;
+  }
+  return !qh_is_keyword(s);
+}
+
+/* lua_gettable(obj, key) as a C function, so the walk can run it protected */
+static int qh_gettable_unprotected (lua_State *L) {
+  lua_gettable(L, 1);
+  return 1;
+}
+
+/* Replace the value on top with value[key], or nil if that raised. No hooks fire
+   during completion, and no error escapes into readline. */
+static void qh_safe_field (lua_State *L, const char *key, size_t keylen) {
+  lua_pushcfunction(L, qh_gettable_unprotected);
+  lua_insert(L, -2);
+  lua_pushlstring(L, key, keylen);
+  if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
+    lua_pop(L, 1);
+    lua_pushnil(L);
+  }
+}
+
+/* A function, or a table/userdata with __call: something `obj:name()` can call. */
+static int qh_is_callable (lua_State *L, int idx) {
+  int type = lua_type(L, idx);
+  if (type == LUA_TFUNCTION) return 1;
+  if ((type == LUA_TTABLE || type == LUA_TUSERDATA) &&
+      luaL_getmetafield(L, idx, "__call") != LUA_TNIL) {
+    lua_pop(L, 1);
+    return 1;
+  }
+  return 0;
+}
+
+/*
+** Add the matching string keys of the table at idx. With methods_only, only keys
+** whose value is a function or a callable table/userdata (something `obj:name()`
+** could call). With names_in_values (the __methods table), an array of names also
+** counts: integer keys whose values are strings.
+*/
+static void qh_add_table_keys (lua_State *L, int idx, const char *prefix, size_t prefixlen,
+                               const char *partial, int methods_only, int names_in_values) {
+  size_t partiallen = strlen(partial);
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    const char *name = NULL;
+    size_t namelen = 0;
+    if (lua_type(L, -2) == LUA_TSTRING) {
+      if (!methods_only || names_in_values || qh_is_callable(L, -1))
+        name = lua_tolstring(L, -2, &namelen);
+    }
+    else if (names_in_values && lua_type(L, -2) == LUA_TNUMBER &&
+             lua_type(L, -1) == LUA_TSTRING) {
+      name = lua_tolstring(L, -1, &namelen);
+    }
+    if (name != NULL && qh_is_name(name, namelen) &&
+        strncmp(name, partial, partiallen) == 0)
+      qh_wordlist_add(&qh_candidates, prefix, prefixlen, name);
+    lua_pop(L, 1);
+  }
+}
+
+/* Candidates from the value on top of the stack (left there): its own keys when it
+   is a table, then its metatable's __methods and __index (recursively, a few levels). */
+static void qh_add_value_keys (lua_State *L, const char *prefix, size_t prefixlen,
+                               const char *partial, int methods_only, int depth) {
+  if (depth > 8 || !lua_checkstack(L, 8)) return;
+  if (lua_type(L, -1) == LUA_TTABLE)
+    qh_add_table_keys(L, -1, prefix, prefixlen, partial, methods_only, 0);
+  if (lua_getmetatable(L, -1)) {
+    if (lua_getfield(L, -1, "__methods") == LUA_TTABLE)
+      qh_add_table_keys(L, -1, prefix, prefixlen, partial, methods_only, 1);
+    lua_pop(L, 1);
+    if (lua_getfield(L, -1, "__index") == LUA_TTABLE)
+      qh_add_value_keys(L, prefix, prefixlen, partial, methods_only, depth + 1);
+    lua_pop(L, 2);
+  }
+}
+
+/* Fill qh_candidates with every completion of text. */
+static void qh_collect_candidates (lua_State *L, const char *text) {
+  int top = lua_gettop(L);
+  const char *sep = NULL;
+  const char *p;
+  qh_wordlist_clear(&qh_candidates);
+  for (p = text; *p != '\0'; p++)
+    if (*p == '.' || *p == ':') sep = p;
+  if (!lua_checkstack(L, 20)) return;
+  if (sep == NULL) {
+    int i;
+    size_t textlen = strlen(text);
+    for (i = 0; qh_keywords[i] != NULL; i++)
+      if (strncmp(qh_keywords[i], text, textlen) == 0)
+        qh_wordlist_add(&qh_candidates, "", 0, qh_keywords[i]);
+    lua_pushglobaltable(L);
+    qh_add_value_keys(L, "", 0, text, 0, 0);
+  }
+  else {
+    const char *segment = text;
+    lua_pushglobaltable(L);
+    while (segment < sep) {
+      const char *end = segment;
+      while (end < sep && *end != '.' && *end != ':') end++;
+      if (*end == ':' && end != sep) goto done;   /* ':' only before the last name */
+      lua_pushlstring(L, segment, (size_t)(end - segment));
+      if (!qh_is_name(lua_tostring(L, -1), (size_t)(end - segment))) goto done;
+      lua_pop(L, 1);
+      qh_safe_field(L, segment, (size_t)(end - segment));
+      if (lua_isnil(L, -1)) goto done;
+      segment = end + 1;
+    }
+    qh_add_value_keys(L, text, (size_t)(sep + 1 - text), sep + 1, *sep == ':', 0);
+  }
+done:
+  lua_settop(L, top);
+}
+
+/* readline generator: state 0 collects, later calls hand the words out one by one */
+static char *qh_completion_generator (const char *text, int state) {
+  if (state == 0) {
+    if (qh_completion_L == NULL) return NULL;
+    qh_collect_candidates(qh_completion_L, text);
+  }
+  if (qh_candidates.next < qh_candidates.count) {
+    char *word = qh_candidates.words[qh_candidates.next];
+    qh_candidates.words[qh_candidates.next++] = NULL;   /* readline frees it */
+    return word;
+  }
+  qh_wordlist_clear(&qh_candidates);
+  return NULL;
+}
+
+static char **qh_attempt_completion (const char *text, int start, int end) {
+  (void)start; (void)end;
+  rl_attempted_completion_over = 1;         /* never fall back to file names */
+  rl_completion_append_character = '\0';    /* "string.format" not "string.format " */
+  return rl_completion_matches(text, qh_completion_generator);
+}
+
+/* }====================================================================== */
+
+
+/* {======================================================================
+** Reading lines: readline on a terminal, plain lines otherwise
+** ======================================================================= */
+
+static int qh_use_readline = 0;
+static char qh_history_path[4096];          /* "" when there is no history file */
+
+/* state shared with the readline callback */
+static char *qh_rl_line = NULL;
+static int qh_rl_done = 0;
+
+static void qh_on_sigint_prompt (int sig) { (void)sig; qh_sigint_at_prompt = 1; }
+static void qh_on_sigwinch (int sig) { (void)sig; qh_sigwinch_at_prompt = 1; }
+
+static void qh_rl_line_handler (char *line) {
+  rl_callback_handler_remove();
+  qh_rl_line = line;
+  qh_rl_done = 1;
+}
+
+/*
+** One line from readline's callback interface. We own the waiting loop, so a SIGINT
+** (our handler only sets a flag, readline's own signal handling is off) wakes select()
+** and we decide: at the first prompt clear the line and prompt again; at a
+** continuation prompt give up the whole statement (QH_LINE_CANCELLED).
+*/
+static int qh_readline_tty (const char *prompt, int firstline, char **line) {
+  qh_rl_line = NULL;
+  qh_rl_done = 0;
+  qh_sigint_at_prompt = 0;
+  rl_callback_handler_install(prompt, qh_rl_line_handler);
+  while (!qh_rl_done) {
+    fd_set readable;
+    int ready;
+    int fd = fileno(rl_instream ? rl_instream : stdin);
+    FD_ZERO(&readable);
+    FD_SET(fd, &readable);
+    ready = select(fd + 1, &readable, NULL, NULL, NULL);
+    if (ready < 0 && errno != EINTR) {                   /* input is gone */
+      rl_callback_handler_remove();
+      return QH_LINE_EOF;
+    }
+    if (qh_sigwinch_at_prompt) {
+      qh_sigwinch_at_prompt = 0;
+      rl_resize_terminal();
+    }
+    if (qh_sigint_at_prompt) {
+      qh_sigint_at_prompt = 0;
+      rl_echo_signal_char(SIGINT);
+      rl_callback_sigcleanup();
+      rl_free_line_state();
+      rl_replace_line("", 0);
+      rl_crlf();
+      if (!firstline) {
+        rl_callback_handler_remove();
+        return QH_LINE_CANCELLED;
+      }
+      rl_on_new_line();
+      rl_redisplay();
+      continue;
+    }
+    if (ready > 0) rl_callback_read_char();
+  }
+  if (qh_rl_line == NULL) return QH_LINE_EOF;
+  *line = qh_rl_line;
+  return QH_LINE_OK;
+}
+
+/*
+** One line from a stdin that is not a terminal: print the prompt and echo the line,
+** exactly as Debian's readline-built lua5.4 does with piped input, so transcripts
+** compare equal. The newline is not part of the returned line.
+*/
+static int qh_readline_plain (const char *prompt, char **line) {
+  char *buffer = NULL;
+  size_t capacity = 0;
+  ssize_t len;
+  fputs(prompt, stdout);
+  fflush(stdout);
+  len = getline(&buffer, &capacity, stdin);
+  if (len < 0) {
+    free(buffer);
+    return QH_LINE_EOF;
+  }
+  if (len > 0 && buffer[len - 1] == '\n') buffer[--len] = '\0';
+  fwrite(buffer, 1, (size_t)len, stdout);
+  fputc('\n', stdout);
+  fflush(stdout);
+  *line = buffer;
+  return QH_LINE_OK;
+}
+
+/* The prompt to show: tostring(_PROMPT or _PROMPT2), or the default; left on the stack. */
+static const char *qh_get_prompt (lua_State *L, int firstline) {
+  if (lua_getglobal(L, firstline ? "_PROMPT" : "_PROMPT2") == LUA_TNIL) {
+    lua_pop(L, 1);
+    lua_pushstring(L, firstline ? QH_PROMPT : QH_PROMPT2);
+  }
+  else {
+    luaL_tolstring(L, -1, NULL);   /* may call __tostring (errors propagate) */
+    lua_remove(L, -2);
+  }
+  return lua_tostring(L, -1);
+}
+
+/*
+** Read one line and push it. The first line of a statement may start with '=' (Lua
+** 5.2's "=expr"), which means "return expr".
+*/
+static int qh_pushline (lua_State *L, int firstline) {
+  char *line = NULL;
+  const char *prompt = qh_get_prompt(L, firstline);
+  int status = qh_use_readline ? qh_readline_tty(prompt, firstline, &line)
+                               : qh_readline_plain(prompt, &line);
+  lua_pop(L, 1);                   /* the prompt */
+  if (status != QH_LINE_OK) return status;
+  if (firstline && line[0] == '=')
+    lua_pushfstring(L, "return %s", line + 1);
+  else
+    lua_pushstring(L, line);
+  free(line);
+  return QH_LINE_OK;
+}
+
+/* Make sure the history file exists (append_history does not create it). */
+static void qh_history_touch (void) {
+  int fd = open(qh_history_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  if (fd >= 0) close(fd);
+}
+
+/*
+** Remember a complete statement (possibly several lines, kept as one entry). It is
+** appended to the file at once, so a session that is killed loses nothing; the file is
+** trimmed when the REPL starts and ends. Plain (piped) sessions keep no history.
+*/
+static void qh_saveline (const char *line) {
+  HIST_ENTRY *last;
+  if (!qh_use_readline || line[0] == '\0') return;
+  last = history_get(history_base + history_length - 1);
+  if (last != NULL && strcmp(last->line, line) == 0) return;
+  add_history(line);
+  if (qh_history_path[0] != '\0') {
+    qh_history_touch();
+    append_history(1, qh_history_path);
+  }
+}
+
+static void qh_history_open (void) {
+  const char *home = getenv("HOME");
+  qh_history_path[0] = '\0';
+  history_write_timestamps = 1;      /* timestamps delimit multi-line entries... */
+  history_multiline_entries = 1;     /* ...so they read back as one entry */
+  stifle_history(QH_HISTORY_MAX);
+  if (home == NULL || home[0] == '\0') return;
+  if ((size_t)snprintf(qh_history_path, sizeof qh_history_path, "%s/%s", home,
+                       QH_HISTORY_NAME) >= sizeof qh_history_path) {
+    qh_history_path[0] = '\0';
+    return;
+  }
+  read_history(qh_history_path);
+  if (access(qh_history_path, F_OK) == 0)
+    history_truncate_file(qh_history_path, QH_HISTORY_MAX);
+}
+
+static void qh_history_close (void) {
+  if (qh_history_path[0] != '\0' && access(qh_history_path, F_OK) == 0)
+    history_truncate_file(qh_history_path, QH_HISTORY_MAX);
+}
+
+/* }====================================================================== */
+
+
+/* {======================================================================
+** The REPL
+** ======================================================================= */
+
+/* A syntax error ending in <eof> means "the statement is not finished yet". */
+static int qh_incomplete (lua_State *L, int status) {
+  if (status == LUA_ERRSYNTAX) {
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    size_t marklen = sizeof(QH_EOFMARK) - 1;
+    if (len >= marklen && strcmp(msg + len - marklen, QH_EOFMARK) == 0) {
+      lua_pop(L, 1);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Try the line as "return <line>;" so expressions print their values. */
+static int qh_try_return (lua_State *L) {
+  const char *line = lua_tostring(L, -1);
+  const char *retline = lua_pushfstring(L, "return %s;", line);
+  int status = luaL_loadbuffer(L, retline, strlen(retline), "=stdin");
+  if (status == LUA_OK) {
+    lua_remove(L, -2);
+    qh_saveline(line);
+  }
+  else
+    lua_pop(L, 2);
+  return status;
+}
+
+/*
+** The line as a statement, reading continuation lines while the only problem is that
+** it ends too early. Returns a load status, or QH_LINE_CANCELLED after a Ctrl-C at
+** the continuation prompt.
+*/
+static int qh_load_statement (lua_State *L) {
+  for (;;) {
+    size_t len;
+    int more;
+    const char *line = lua_tolstring(L, 1, &len);
+    int status = luaL_loadbuffer(L, line, len, "=stdin");
+    if (!qh_incomplete(L, status)) {
+      qh_saveline(line);
+      return status;
+    }
+    more = qh_pushline(L, 0);
+    if (more == QH_LINE_CANCELLED) {
+      qh_saveline(line);
+      return QH_LINE_CANCELLED;
+    }
+    if (more == QH_LINE_EOF) {   /* report the <eof> error as lua.c does */
+      qh_saveline(line);
+      return luaL_loadbuffer(L, line, len, "=stdin");
+    }
+    lua_pushliteral(L, "\n");
+    lua_insert(L, -2);
+    lua_concat(L, 3);
+  }
+}
+
+/*
+** Read and compile one statement; leaves the chunk (or an error message) as the only
+** stack value. Returns -1 at end of input, QH_LINE_CANCELLED when Ctrl-C dropped it.
+*/
+static int qh_loadline (lua_State *L) {
+  int status;
+  lua_settop(L, 0);
+  status = qh_pushline(L, 1);
+  if (status == QH_LINE_EOF) return -1;
+  if ((status = qh_try_return(L)) != LUA_OK)
+    status = qh_load_statement(L);
+  if (status == QH_LINE_CANCELLED) {
+    lua_settop(L, 0);
+    return QH_LINE_CANCELLED;
+  }
+  lua_remove(L, 1);
+  return status;
+}
+
+/* Print the statement's results with the global print, tab separated. */
+static void qh_print_results (lua_State *L) {
+  int n = lua_gettop(L);
+  if (n > 0) {
+    luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
+    lua_getglobal(L, "print");
+    lua_insert(L, 1);
+    if (lua_pcall(L, n, 0, 0) != LUA_OK)
+      qh_message(qh_progname, lua_pushfstring(L, "error calling 'print' (%s)",
+                                             lua_tostring(L, -1)));
+  }
+}
+
+/*
+** The read-eval-print loop. On a terminal: readline with completion and history, and
+** Ctrl-C at the prompt handled by qh_readline_tty; otherwise plain lines. Errors are
+** reported without the program name (as lua.c does) and never end the session.
+*/
+static void qh_repl (lua_State *L) {
+  int status;
+  const char *saved_progname = qh_progname;
+  struct sigaction saved_sigint, saved_sigwinch;
+  qh_progname = NULL;
+  qh_use_readline = isatty(STDIN_FILENO);
+  if (qh_use_readline) {
+    rl_readline_name = "qlua";
+    rl_catch_signals = 0;                 /* we own SIGINT and SIGWINCH */
+    rl_catch_sigwinch = 0;
+    rl_attempted_completion_function = qh_attempt_completion;
+    rl_completer_word_break_characters = " \t\n\"\\'`><=;+-*/%^~#&|,{}()[]";
+    qh_completion_L = L;
+    qh_history_open();
+    qh_setsignal(SIGINT, qh_on_sigint_prompt, &saved_sigint);
+    qh_setsignal(SIGWINCH, qh_on_sigwinch, &saved_sigwinch);
+  }
+  while ((status = qh_loadline(L)) != -1) {
+    if (status == QH_LINE_CANCELLED) continue;
+    if (status == LUA_OK)
+      status = qh_docall(L, 0, LUA_MULTRET);
+    if (status == LUA_OK) qh_print_results(L);
+    else qh_report(L, status);
+  }
+  lua_settop(L, 0);
+  lua_writeline();
+  if (qh_use_readline) {
+    sigaction(SIGINT, &saved_sigint, NULL);
+    sigaction(SIGWINCH, &saved_sigwinch, NULL);
+    qh_history_close();
+    qh_wordlist_clear(&qh_candidates);
+    qh_completion_L = NULL;
+  }
+  qh_progname = saved_progname;
+}
+
+/* }====================================================================== */
+
+
+/* {======================================================================
+** main
+** ======================================================================= */
+
+/*
+** Everything runs here, inside lua_pcall, so even a memory error while opening the
+** libraries is reported instead of aborting. Order (as lua.c): validate options,
+** -v, -E, libraries (+ qlua), arg, LUA_INIT, -e/-l/-W, the script, then the REPL or
+** stdin. Returns true on success.
+*/
+static int qh_pmain (lua_State *L) {
+  int argc = (int)lua_tointeger(L, 1);
+  char **argv = (char **)lua_touserdata(L, 2);
+  int script = argc;
+  int flags = qh_collect_args(argv, &script);
+  int optlimit = (script > 0) ? script : argc;
+  luaL_checkversion(L);
+  if (flags == QH_ARGS_ERROR) {
+    qh_print_usage(argv[script]);
+    return 0;
+  }
+  if (script < 0) script = argc;              /* empty argv */
+  if (flags & QH_ARGS_V) qh_print_version();
+  if (flags & QH_ARGS_NOENV) {                /* libraries ignore LUA_PATH & co */
+    lua_pushboolean(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
+  }
+  luaL_openlibs(L);
+  luaL_requiref(L, "qlua", luaopen_qlua, 1);
+  lua_pop(L, 1);
+  qh_create_arg_table(L, argv, argc, script);
+  lua_gc(L, LUA_GCRESTART);
+  lua_gc(L, LUA_GCGEN, 0, 0);
+  if (!(flags & QH_ARGS_NOENV) && qh_handle_luainit(L) != LUA_OK)
+    return 0;
+  if (!qh_run_options(L, argv, optlimit))
+    return 0;
+  if (script < argc && qh_handle_script(L, argv + script) != LUA_OK)
+    return 0;
+  if (flags & QH_ARGS_I)
+    qh_repl(L);
+  else if (script == argc && !(flags & (QH_ARGS_E | QH_ARGS_V))) {
+    if (isatty(STDIN_FILENO)) {
+      qh_print_version();
+      qh_repl(L);
+    }
+    else
+      qh_dofile(L, NULL);                     /* stdin as a script */
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+int main (int argc, char **argv) {
+  int status, ok;
+  lua_State *L = luaL_newstate();
+  if (L == NULL) {
+    qh_message(argv[0], "cannot create state: not enough memory");
+    return EXIT_FAILURE;
+  }
+  lua_gc(L, LUA_GCSTOP);                      /* no collections while setting up */
+  lua_pushcfunction(L, qh_pmain);
+  lua_pushinteger(L, argc);
+  lua_pushlightuserdata(L, argv);
+  status = lua_pcall(L, 2, 1, 0);
+  ok = lua_toboolean(L, -1);
+  qh_report(L, status);
+  lua_close(L);
+  return (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/* }====================================================================== */
