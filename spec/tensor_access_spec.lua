@@ -1,0 +1,136 @@
+-- Element access (docs/API.md "Element access"): t[i] and t[i] = v.
+local T = require "qlua.testing"
+local qlua = T.qlua
+
+local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+
+describe("t[i]", function()
+  test("reads element i of a 1-D tensor in every dtype and layout", function()
+    for _, dtype in ipairs(T.dtypes) do
+      for _, layout in ipairs(T.layouts) do
+        local data = T.random_table({ 9 }, dtype)
+        local t = T.make(data, dtype, layout)
+        for i = 1, 9 do
+          local v = t[i]
+          assert.equal(data[i], v)
+          assert.equal(T.is_float_dtype(dtype) and "float" or "integer", math.type(v))
+        end
+      end
+    end
+  end)
+
+  test("gives the view of row i of an N-D tensor", function()
+    for _, layout in ipairs(T.layouts) do
+      local data = T.random_table({ 4, 3, 2 }, "float64")
+      local t = T.make(data, "float64", layout)
+      for i = 1, 4 do
+        local row = t[i]
+        assert.is_true(qlua.is_tensor(row))
+        T.assert_shape(row, { 3, 2 })
+        T.assert_equal(row, data[i])
+        T.assert_equal(t[i][2], data[i][2])
+        assert.equal(data[i][3][2], t[i][3][2])
+      end
+    end
+  end)
+
+  test("row views share storage with the tensor", function()
+    local t = qlua.zeros(3, 4)
+    local row = t[2]
+    row:fill_(5)
+    T.assert_equal(t, { { 0, 0, 0, 0 }, { 5, 5, 5, 5 }, { 0, 0, 0, 0 } })
+    t[3][4] = 9
+    assert.equal(9, t:totable()[3][4])
+  end)
+
+  test("refuses positions out of 1..#t and non-integers", function()
+    local t = qlua.tensor({ 1, 2, 3 })
+    local m = qlua.zeros(2, 3)
+    for _, i in ipairs({ 0, 4, -1, 1.5, 100 }) do
+      assert.has_error(function() local _ = t[i] end, nil, "t[" .. i .. "]")
+    end
+    assert.has_error(function() local _ = m[3] end)
+    assert.has_error(function() local _ = m[0] end)
+    assert.has_error(function() local _ = qlua.tensor(5)[1] end)
+    local msg = T.error_of(function() local _ = t[4] end)
+    assert.is_truthy(msg:find("4", 1, true), msg)
+  end)
+
+  test("string keys find methods; other keys are nil", function()
+    local t = qlua.zeros(3)
+    assert.is_function(t.shape)
+    assert.is_function(t.gather)
+    assert.is_nil(t.no_such_method)
+    assert.is_nil(t[true])
+    assert.is_nil(t[{}])
+  end)
+end)
+
+describe("t[i] = v", function()
+  test("sets element i of a 1-D tensor in every dtype and layout", function()
+    for _, dtype in ipairs(T.dtypes) do
+      for _, layout in ipairs(T.layouts) do
+        local data = T.random_table({ 7 }, dtype)
+        local t = T.make(data, dtype, layout)
+        local want = T.copy_list(data)
+        for _ = 1, 4 do
+          local i, v = math.random(1, 7), T.random_value(dtype)
+          t[i] = v
+          want[i] = v
+        end
+        T.assert_equal(t, want, dtype .. " " .. layout)
+      end
+    end
+  end)
+
+  test("writes through a view into its base", function()
+    local base = qlua.zeros(3, 4, { dtype = "int64" })
+    local col = base:select(2, 3)
+    col[2] = 7
+    T.assert_equal(base, { { 0, 0, 0, 0 }, { 0, 0, 7, 0 }, { 0, 0, 0, 0 } })
+  end)
+
+  test("fills row i of an N-D tensor with a number", function()
+    for _, layout in ipairs(T.layouts) do
+      local data = T.random_table({ 3, 4 }, "float32")
+      local t = T.make(data, "float32", layout)
+      t[2] = 0.25
+      data[2] = { 0.25, 0.25, 0.25, 0.25 }
+      T.assert_equal(t, data, layout)
+    end
+  end)
+
+  test("copies a tensor into row i, broadcasting it", function()
+    local t = qlua.zeros(3, 2, 4, { dtype = "float64" })
+    local row = T.random_table({ 2, 4 }, "float64")
+    t[3] = qlua.tensor(row, { dtype = "float64" })
+    local want = T.ref.map(qlua.zeros(3, 2, 4):totable(), function(v) return v end)
+    want[3] = row
+    T.assert_equal(t, want)
+    local line = T.random_table({ 4 }, "float64")
+    t[1] = qlua.tensor(line, { dtype = "float64" })   -- (4) broadcast to (2, 4)
+    want[1] = { line, line }
+    T.assert_equal(t, want)
+    -- across dtypes: an int64 row into a float64 tensor
+    t[2] = qlua.tensor({ { 1, 2, 3, 4 }, { 5, 6, 7, 8 } })
+    want[2] = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 } }
+    T.assert_equal(t, want)
+  end)
+
+  test("refuses positions out of range", function()
+    local t = qlua.zeros(3)
+    assert.has_error(function() t[0] = 1 end)
+    assert.has_error(function() t[4] = 1 end)
+    assert.has_error(function() t[-1] = 1 end)
+    assert.has_error(function() t[1.5] = 1 end)
+    local m = qlua.zeros(2, 2)
+    assert.has_error(function() m[3] = 1 end)
+    T.assert_equal(t, { 0, 0, 0 })
+  end)
+
+  test("refuses a row tensor that does not broadcast", function()
+    local m = qlua.zeros(2, 3)
+    assert.has_error(function() m[1] = qlua.zeros(4) end)
+    T.assert_equal(m, { { 0, 0, 0 }, { 0, 0, 0 } })
+  end)
+end)
