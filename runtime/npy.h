@@ -1,0 +1,36 @@
+/*
+** npy.h — NumPy .npy files: qlua.save / qlua.load without Lua.
+**
+** Writes format 1.0 (2.0 only if a header ever outgrew 64 KiB), reads 1.0, 2.0 and 3.0;
+** little-endian float32/float64/int32/int64 ('<f4' '<f8' '<i4' '<i8'); C order on write,
+** C or Fortran order on read (Fortran data is transposed into a C-order tensor). The
+** header is padded with spaces and a newline so the data starts at a multiple of 64 bytes,
+** as NumPy writes it, so NumPy, PyTorch and CuPy read the files unchanged.
+**
+** Both return 0, or -1 with the message in ctx->err ("load: cannot open 'x.npy': No such
+** file or directory"); a failed load leaves `out` holding nothing.
+**
+** qt_ctx is declared here (C11 allows the repeated typedef) so this header does not need
+** ops.h.
+*/
+#ifndef QLUA_NPY_H
+#define QLUA_NPY_H
+
+#include "device.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qt_ctx qt_ctx;
+
+/* Saves any tensor (any strides, any device: GPU tensors are read back first). */
+int qt_npy_save(qt_ctx *ctx, const char *path, const qt_tensor *t);
+/* Loads into a new contiguous tensor on dev (NULL means the CPU). */
+int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
