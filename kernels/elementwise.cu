@@ -1,0 +1,647 @@
+/*
+** elementwise.cu — copy/cast, fill, binary, binary with a scalar, and unary ops on the GPU.
+**
+** Every slot works the same way: copy the views, collapse them together on the host
+** (qt_views_collapse merges dims that are contiguous in every view and drops size-1 dims),
+** then pick one of two kernels:
+**   - contiguous: every view is one dense run; each thread moves 16 bytes per operand
+**     (float4-sized packs) in a grid-stride loop, with a scalar tail; misaligned pointers
+**     (views that start mid-pack) take the same kernel one element at a time;
+**   - strided: any strides, broadcasting included (stride 0); the element's offset in
+**     each view comes from its row-major index, with 32-bit divisions when the tensor has
+**     fewer than 2^32 elements (most do; 64-bit division is several times slower).
+** The op is a run-time switch inside the kernel rather than a template parameter: these
+** kernels are memory-bound, the switch is uniform across the grid and costs a few
+** instructions per element, and it keeps the number of instantiations (and compile time)
+** small: dtype x layout, not op x dtype x layout.
+**
+** Semantics are the CPU device's (runtime/cpu.c), element for element: integer arithmetic
+** wraps, integer division truncates with x/0 = 0 and INT_MIN/-1 = INT_MIN, integer powers
+** by squaring (negative exponents: 1 for base 1, +-1 for base -1, else 0), comparisons
+** give 1/0, maximum/minimum propagate NaN, float -> int conversion saturates with NaN -> 0.
+**
+** Host overhead per call is kept small for tiny tensors (a 16-element add should cost
+** little more than the launch): no allocation, one launch, one cudaGetLastError.
+*/
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "kernels.h"
+
+#define EW_THREADS 256
+
+/* ------------------------------------------------------------------ element functions */
+
+/* Float -> integer like the CPU device: saturating, NaN -> 0. */
+__device__ __forceinline__ int32_t ew_to_i32(double x) {
+  if (x != x) return 0;
+  if (x <= -2147483648.0) return INT32_MIN;
+  if (x >= 2147483647.0) return INT32_MAX;
+  return (int32_t)x;
+}
+__device__ __forceinline__ int64_t ew_to_i64(double x) {
+  if (x != x) return 0;
+  if (x <= -9223372036854775808.0) return INT64_MIN;
+  if (x >= 9223372036854775808.0) return INT64_MAX;
+  return (int64_t)x;
+}
+
+template <typename TD, typename TS>
+__device__ __forceinline__ TD ew_convert(TS x) {
+  if constexpr (std::is_same<TD, TS>::value) {
+    return x;
+  } else if constexpr (std::is_floating_point<TD>::value) {
+    return (TD)x;
+  } else if constexpr (std::is_floating_point<TS>::value) {
+    if constexpr (sizeof(TD) == 4) return ew_to_i32((double)x);
+    else return ew_to_i64((double)x);
+  } else {
+    return (TD)x;  /* integer narrowing keeps the low bits, as C does */
+  }
+}
+
+/* Power by squaring on the 64-bit wrapped product (int32 keeps its low 32 bits). */
+__device__ __forceinline__ int64_t ew_intpow(int64_t base, int64_t e) {
+  if (e < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (e & 1) ? -1 : 1;
+    return 0;
+  }
+  uint64_t result = 1, b = (uint64_t)base, ue = (uint64_t)e;
+  while (ue) {
+    if (ue & 1) result *= b;
+    b *= b;
+    ue >>= 1;
+  }
+  return (int64_t)result;
+}
+
+template <typename T>
+__device__ __forceinline__ T ew_binop(int op, T x, T y) {
+  if constexpr (std::is_floating_point<T>::value) {
+    switch (op) {
+      case QT_ADD: return x + y;
+      case QT_SUB: return x - y;
+      case QT_MUL: return x * y;
+      case QT_DIV: return x / y;
+      case QT_POW:
+        if constexpr (sizeof(T) == 4) return powf(x, y);
+        else return pow(x, y);
+      case QT_EQ: return x == y ? T(1) : T(0);
+      case QT_NE: return x != y ? T(1) : T(0);
+      case QT_LT: return x < y ? T(1) : T(0);
+      case QT_LE: return x <= y ? T(1) : T(0);
+      case QT_GT: return x > y ? T(1) : T(0);
+      case QT_GE: return x >= y ? T(1) : T(0);
+      case QT_MAXIMUM: return (x > y || x != x) ? x : y;
+      case QT_MINIMUM: return (x < y || x != x) ? x : y;
+      default: return T(0);
+    }
+  } else {
+    typedef typename std::make_unsigned<T>::type U;
+    switch (op) {
+      case QT_ADD: return (T)((U)x + (U)y);
+      case QT_SUB: return (T)((U)x - (U)y);
+      case QT_MUL: return (T)((U)x * (U)y);
+      case QT_DIV:
+        if (y == 0) return 0;
+        if (y == -1) return (T)((U)0 - (U)x);
+        return x / y;
+      case QT_POW: return (T)(U)(uint64_t)ew_intpow((int64_t)x, (int64_t)y);
+      case QT_EQ: return x == y ? 1 : 0;
+      case QT_NE: return x != y ? 1 : 0;
+      case QT_LT: return x < y ? 1 : 0;
+      case QT_LE: return x <= y ? 1 : 0;
+      case QT_GT: return x > y ? 1 : 0;
+      case QT_GE: return x >= y ? 1 : 0;
+      case QT_MAXIMUM: return x > y ? x : y;
+      case QT_MINIMUM: return x < y ? x : y;
+      default: return 0;
+    }
+  }
+}
+
+/* Unary parameters: clamp bounds in the dtype for floats, in int64 for integers
+** (the CPU device clamps integers in int64, then narrows). */
+template <typename T>
+struct ew_unary_params {
+  T lo_f, hi_f;
+  int64_t lo_i, hi_i;
+};
+
+template <typename T>
+__device__ __forceinline__ T ew_unop(int op, T x, const ew_unary_params<T> &p) {
+  if constexpr (std::is_same<T, float>::value) {
+    switch (op) {
+      case QT_NEG: return -x;
+      case QT_ABS: return fabsf(x);
+      case QT_EXP: return expf(x);
+      case QT_LOG: return logf(x);
+      case QT_SQRT: return sqrtf(x);
+      case QT_TANH: return tanhf(x);
+      case QT_SIGMOID: return 1.0f / (1.0f + expf(-x));
+      case QT_RELU: return x < 0 ? 0.0f : x;
+      case QT_CLAMP:
+        if (x < p.lo_f) x = p.lo_f;
+        if (x > p.hi_f) x = p.hi_f;
+        return x;
+      default: return 0.0f;
+    }
+  } else if constexpr (std::is_same<T, double>::value) {
+    switch (op) {
+      case QT_NEG: return -x;
+      case QT_ABS: return fabs(x);
+      case QT_EXP: return exp(x);
+      case QT_LOG: return log(x);
+      case QT_SQRT: return sqrt(x);
+      case QT_TANH: return tanh(x);
+      case QT_SIGMOID: return 1.0 / (1.0 + exp(-x));
+      case QT_RELU: return x < 0 ? 0.0 : x;
+      case QT_CLAMP:
+        if (x < p.lo_f) x = p.lo_f;
+        if (x > p.hi_f) x = p.hi_f;
+        return x;
+      default: return 0.0;
+    }
+  } else {
+    typedef typename std::make_unsigned<T>::type U;
+    switch (op) {
+      case QT_NEG: return (T)((U)0 - (U)x);
+      case QT_ABS: return x < 0 ? (T)((U)0 - (U)x) : x;
+      case QT_RELU: return x < 0 ? 0 : x;
+      case QT_CLAMP: {
+        int64_t v = (int64_t)x;
+        if (v < p.lo_i) v = p.lo_i;
+        if (v > p.hi_i) v = p.hi_i;
+        return (T)v;
+      }
+      default: return 0;
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ geometry */
+
+/* What the strided kernels get by value: the collapsed sizes and each view's strides. */
+template <int NV>
+struct ew_geometry {
+  int ndim;
+  int64_t size[QT_MAXDIM];
+  int64_t stride[NV][QT_MAXDIM];
+};
+
+/* Element offsets of row-major index i in every view: one division per dim but the
+** outermost (whose index is what is left of i). IndexT is uint32_t when numel < 2^32. */
+template <typename IndexT, int NV>
+__device__ __forceinline__ void ew_offsets(const ew_geometry<NV> &g, int64_t linear,
+                                           int64_t (&off)[NV]) {
+  IndexT i = (IndexT)linear;
+#pragma unroll
+  for (int v = 0; v < NV; v++) off[v] = 0;
+  for (int d = g.ndim - 1; d > 0; d--) {
+    IndexT s = (IndexT)g.size[d];
+    IndexT q = i / s;
+    IndexT r = i - q * s;
+#pragma unroll
+    for (int v = 0; v < NV; v++) off[v] += (int64_t)r * g.stride[v][d];
+    i = q;
+  }
+#pragma unroll
+  for (int v = 0; v < NV; v++) off[v] += (int64_t)i * g.stride[v][0];
+}
+
+/* 16 bytes of T: the unit of the contiguous kernels' loads and stores. */
+template <typename T>
+struct alignas(16) ew_pack {
+  T v[16 / sizeof(T)];
+};
+
+__device__ __forceinline__ int64_t ew_thread_index() {
+  return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t ew_thread_count() {
+  return (int64_t)gridDim.x * blockDim.x;
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+/* PACKED: all pointers are 16-byte aligned; the packs, then the tail one by one. */
+template <typename T, bool PACKED>
+__global__ void ew_binary_contiguous(int op, T *dst, const T *a, const T *b, int64_t n) {
+  int64_t start = ew_thread_index(), step = ew_thread_count();
+  int64_t done = 0;
+  if constexpr (PACKED) {
+    constexpr int W = 16 / sizeof(T);
+    int64_t packs = n / W;
+    const ew_pack<T> *pa = (const ew_pack<T> *)a, *pb = (const ew_pack<T> *)b;
+    ew_pack<T> *pd = (ew_pack<T> *)dst;
+    for (int64_t k = start; k < packs; k += step) {
+      ew_pack<T> x = pa[k], y = pb[k], r;
+#pragma unroll
+      for (int j = 0; j < W; j++) r.v[j] = ew_binop<T>(op, x.v[j], y.v[j]);
+      pd[k] = r;
+    }
+    done = packs * W;
+  }
+  for (int64_t i = done + start; i < n; i += step) dst[i] = ew_binop<T>(op, a[i], b[i]);
+}
+
+template <typename T, typename IndexT>
+__global__ void ew_binary_strided(int op, T *dst, const T *a, const T *b, ew_geometry<3> g,
+                                  int64_t n) {
+  for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
+    int64_t off[3];
+    ew_offsets<IndexT, 3>(g, i, off);
+    dst[off[0]] = ew_binop<T>(op, a[off[1]], b[off[2]]);
+  }
+}
+
+/* dst = a op s, or s op a (scalar_first). */
+template <typename T, bool PACKED>
+__global__ void ew_scalar_contiguous(int op, T *dst, const T *a, T s, bool scalar_first,
+                                     int64_t n) {
+  int64_t start = ew_thread_index(), step = ew_thread_count();
+  int64_t done = 0;
+  if constexpr (PACKED) {
+    constexpr int W = 16 / sizeof(T);
+    int64_t packs = n / W;
+    const ew_pack<T> *pa = (const ew_pack<T> *)a;
+    ew_pack<T> *pd = (ew_pack<T> *)dst;
+    for (int64_t k = start; k < packs; k += step) {
+      ew_pack<T> x = pa[k], r;
+#pragma unroll
+      for (int j = 0; j < W; j++)
+        r.v[j] = scalar_first ? ew_binop<T>(op, s, x.v[j]) : ew_binop<T>(op, x.v[j], s);
+      pd[k] = r;
+    }
+    done = packs * W;
+  }
+  for (int64_t i = done + start; i < n; i += step)
+    dst[i] = scalar_first ? ew_binop<T>(op, s, a[i]) : ew_binop<T>(op, a[i], s);
+}
+
+template <typename T, typename IndexT>
+__global__ void ew_scalar_strided(int op, T *dst, const T *a, T s, bool scalar_first,
+                                  ew_geometry<2> g, int64_t n) {
+  for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
+    int64_t off[2];
+    ew_offsets<IndexT, 2>(g, i, off);
+    T x = a[off[1]];
+    dst[off[0]] = scalar_first ? ew_binop<T>(op, s, x) : ew_binop<T>(op, x, s);
+  }
+}
+
+template <typename T, bool PACKED>
+__global__ void ew_unary_contiguous(int op, T *dst, const T *a, ew_unary_params<T> p, int64_t n) {
+  int64_t start = ew_thread_index(), step = ew_thread_count();
+  int64_t done = 0;
+  if constexpr (PACKED) {
+    constexpr int W = 16 / sizeof(T);
+    int64_t packs = n / W;
+    const ew_pack<T> *pa = (const ew_pack<T> *)a;
+    ew_pack<T> *pd = (ew_pack<T> *)dst;
+    for (int64_t k = start; k < packs; k += step) {
+      ew_pack<T> x = pa[k], r;
+#pragma unroll
+      for (int j = 0; j < W; j++) r.v[j] = ew_unop<T>(op, x.v[j], p);
+      pd[k] = r;
+    }
+    done = packs * W;
+  }
+  for (int64_t i = done + start; i < n; i += step) dst[i] = ew_unop<T>(op, a[i], p);
+}
+
+template <typename T, typename IndexT>
+__global__ void ew_unary_strided(int op, T *dst, const T *a, ew_unary_params<T> p,
+                                 ew_geometry<2> g, int64_t n) {
+  for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
+    int64_t off[2];
+    ew_offsets<IndexT, 2>(g, i, off);
+    dst[off[0]] = ew_unop<T>(op, a[off[1]], p);
+  }
+}
+
+template <typename T, bool PACKED>
+__global__ void ew_fill_contiguous(T *dst, T value, int64_t n) {
+  int64_t start = ew_thread_index(), step = ew_thread_count();
+  int64_t done = 0;
+  if constexpr (PACKED) {
+    constexpr int W = 16 / sizeof(T);
+    int64_t packs = n / W;
+    ew_pack<T> r;
+#pragma unroll
+    for (int j = 0; j < W; j++) r.v[j] = value;
+    ew_pack<T> *pd = (ew_pack<T> *)dst;
+    for (int64_t k = start; k < packs; k += step) pd[k] = r;
+    done = packs * W;
+  }
+  for (int64_t i = done + start; i < n; i += step) dst[i] = value;
+}
+
+template <typename T, typename IndexT>
+__global__ void ew_fill_strided(T *dst, T value, ew_geometry<1> g, int64_t n) {
+  for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
+    int64_t off[1];
+    ew_offsets<IndexT, 1>(g, i, off);
+    dst[off[0]] = value;
+  }
+}
+
+/* Conversions: one element per thread per step; consecutive threads touch consecutive
+** elements, so every warp's loads and stores are coalesced. */
+template <typename TD, typename TS>
+__global__ void ew_copy_contiguous(TD *dst, const TS *src, int64_t n) {
+  int64_t start = ew_thread_index(), step = ew_thread_count();
+  for (int64_t i = start; i < n; i += step) dst[i] = ew_convert<TD, TS>(src[i]);
+}
+
+template <typename TD, typename TS, typename IndexT>
+__global__ void ew_copy_strided(TD *dst, const TS *src, ew_geometry<2> g, int64_t n) {
+  for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
+    int64_t off[2];
+    ew_offsets<IndexT, 2>(g, i, off);
+    dst[off[0]] = ew_convert<TD, TS>(src[off[1]]);
+  }
+}
+
+/* ------------------------------------------------------------------ host side */
+
+static const char *const ew_binop_names[QT_NBINOPS] = {
+  "add", "sub", "mul", "div", "pow", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum",
+};
+static const char *const ew_unop_names[QT_NUNOPS] = {
+  "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "clamp",
+};
+
+/* The collapsed views of one call, and what the launchers need to know about them. */
+template <int NV>
+struct ew_plan {
+  qt_view view[NV];
+  int64_t n;
+  bool contiguous;  /* every view one dense run */
+  bool packed;      /* ... and every pointer 16-byte aligned */
+  bool small_index; /* n < 2^32: 32-bit index math in the strided kernels */
+  ew_geometry<NV> geometry;
+};
+
+template <int NV>
+static void ew_plan_make(ew_plan<NV> *plan, const qt_view *const *views) {
+  qt_view *ptrs[NV];
+  for (int v = 0; v < NV; v++) {
+    plan->view[v] = *views[v];
+    ptrs[v] = &plan->view[v];
+  }
+  qt_views_collapse(ptrs, NV);
+  plan->n = plan->view[0].numel;
+  bool contiguous = plan->view[0].ndim == 1, packed = true;
+  for (int v = 0; v < NV; v++) {
+    if (plan->view[v].stride[0] != 1) contiguous = false;
+    if (((uintptr_t)plan->view[v].data & 15) != 0) packed = false;
+  }
+  plan->contiguous = contiguous;
+  plan->packed = contiguous && packed;
+  plan->small_index = plan->n < ((int64_t)1 << 32);
+  if (!contiguous) {
+    plan->geometry.ndim = plan->view[0].ndim;
+    for (int d = 0; d < QT_MAXDIM; d++) {
+      plan->geometry.size[d] = plan->view[0].size[d];
+      for (int v = 0; v < NV; v++) plan->geometry.stride[v][d] = plan->view[v].stride[d];
+    }
+  }
+}
+
+/* Blocks for the contiguous kernels: one thread per pack (or per element). */
+static unsigned ew_blocks(qt_device *dev, int64_t n, size_t elsize, bool packed) {
+  int64_t units = packed ? (n * (int64_t)elsize + 15) / 16 : n;
+  return qt_cuda_blocks(dev, units, EW_THREADS);
+}
+
+/* ---- binary */
+
+template <typename T>
+static void ew_binary_launch(qt_device *dev, int op, const ew_plan<3> &p) {
+  cudaStream_t stream = qt_cuda_context(dev)->stream;
+  T *d = (T *)p.view[0].data;
+  const T *a = (const T *)p.view[1].data, *b = (const T *)p.view[2].data;
+  if (p.contiguous) {
+    unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
+    if (p.packed) ew_binary_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
+    else ew_binary_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
+  } else {
+    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    if (p.small_index)
+      ew_binary_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.geometry, p.n);
+    else
+      ew_binary_strided<T, int64_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.geometry, p.n);
+  }
+}
+
+extern "C" int qt_cuda_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
+                              const qt_view *b, qt_err *err) {
+  if ((unsigned)op >= (unsigned)QT_NBINOPS) return qt_errorf(err, "binary: unknown op %d", (int)op);
+  const char *name = ew_binop_names[op];
+  if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || a->dtype != dst->dtype || b->dtype != dst->dtype)
+    return qt_errorf(err, "%s: operands must have the result's dtype", name);
+  if (qt_cuda_enter(dev, name, err) != 0) return -1;
+  if (dst->numel == 0) return 0;
+  const qt_view *views[3] = {dst, a, b};
+  ew_plan<3> plan;
+  ew_plan_make<3>(&plan, views);
+  switch (dst->dtype) {
+    case QT_F32: ew_binary_launch<float>(dev, op, plan); break;
+    case QT_F64: ew_binary_launch<double>(dev, op, plan); break;
+    case QT_I32: ew_binary_launch<int32_t>(dev, op, plan); break;
+    case QT_I64: ew_binary_launch<int64_t>(dev, op, plan); break;
+    default: break;
+  }
+  return qt_cuda_check_launch(dev, name, err);
+}
+
+/* ---- binary with a scalar */
+
+template <typename T>
+static void ew_scalar_launch(qt_device *dev, int op, const ew_plan<2> &p, T s, bool first) {
+  cudaStream_t stream = qt_cuda_context(dev)->stream;
+  T *d = (T *)p.view[0].data;
+  const T *a = (const T *)p.view[1].data;
+  if (p.contiguous) {
+    unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
+    if (p.packed) ew_scalar_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.n);
+    else ew_scalar_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.n);
+  } else {
+    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    if (p.small_index)
+      ew_scalar_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.geometry, p.n);
+    else
+      ew_scalar_strided<T, int64_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.geometry, p.n);
+  }
+}
+
+extern "C" int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst,
+                                     const qt_view *a, qt_scalar s, bool scalar_first,
+                                     qt_err *err) {
+  if ((unsigned)op >= (unsigned)QT_NBINOPS) return qt_errorf(err, "binary: unknown op %d", (int)op);
+  const char *name = ew_binop_names[op];
+  if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || a->dtype != dst->dtype)
+    return qt_errorf(err, "%s: operands must have the result's dtype", name);
+  if (qt_cuda_enter(dev, name, err) != 0) return -1;
+  if (dst->numel == 0) return 0;
+  const qt_view *views[2] = {dst, a};
+  ew_plan<2> plan;
+  ew_plan_make<2>(&plan, views);
+  switch (dst->dtype) {
+    case QT_F32: ew_scalar_launch<float>(dev, op, plan, (float)s.f, scalar_first); break;
+    case QT_F64: ew_scalar_launch<double>(dev, op, plan, s.f, scalar_first); break;
+    case QT_I32: ew_scalar_launch<int32_t>(dev, op, plan, (int32_t)s.i, scalar_first); break;
+    case QT_I64: ew_scalar_launch<int64_t>(dev, op, plan, s.i, scalar_first); break;
+    default: break;
+  }
+  return qt_cuda_check_launch(dev, name, err);
+}
+
+/* ---- unary */
+
+template <typename T>
+static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p, qt_scalar p1, qt_scalar p2) {
+  cudaStream_t stream = qt_cuda_context(dev)->stream;
+  ew_unary_params<T> params;
+  params.lo_f = (T)p1.f;
+  params.hi_f = (T)p2.f;
+  params.lo_i = p1.i;
+  params.hi_i = p2.i;
+  T *d = (T *)p.view[0].data;
+  const T *a = (const T *)p.view[1].data;
+  if (p.contiguous) {
+    unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
+    if (p.packed) ew_unary_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
+    else ew_unary_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
+  } else {
+    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    if (p.small_index)
+      ew_unary_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.geometry, p.n);
+    else
+      ew_unary_strided<T, int64_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.geometry, p.n);
+  }
+}
+
+extern "C" int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
+                             qt_scalar p1, qt_scalar p2, qt_err *err) {
+  if ((unsigned)op >= (unsigned)QT_NUNOPS) return qt_errorf(err, "unary: unknown op %d", (int)op);
+  const char *name = ew_unop_names[op];
+  if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || src->dtype != dst->dtype)
+    return qt_errorf(err, "%s: source and result must have one dtype", name);
+  bool float_only = op == QT_EXP || op == QT_LOG || op == QT_SQRT || op == QT_TANH ||
+                    op == QT_SIGMOID;
+  if (float_only && !qt_is_float(dst->dtype))
+    return qt_errorf(err, "%s: not defined for %s tensors (cast to a float dtype first)", name,
+                     qt_dtypes[dst->dtype].name);
+  if (qt_cuda_enter(dev, name, err) != 0) return -1;
+  if (dst->numel == 0) return 0;
+  const qt_view *views[2] = {dst, src};
+  ew_plan<2> plan;
+  ew_plan_make<2>(&plan, views);
+  switch (dst->dtype) {
+    case QT_F32: ew_unary_launch<float>(dev, op, plan, p1, p2); break;
+    case QT_F64: ew_unary_launch<double>(dev, op, plan, p1, p2); break;
+    case QT_I32: ew_unary_launch<int32_t>(dev, op, plan, p1, p2); break;
+    case QT_I64: ew_unary_launch<int64_t>(dev, op, plan, p1, p2); break;
+    default: break;
+  }
+  return qt_cuda_check_launch(dev, name, err);
+}
+
+/* ---- fill */
+
+template <typename T>
+static void ew_fill_launch(qt_device *dev, const ew_plan<1> &p, T value) {
+  cudaStream_t stream = qt_cuda_context(dev)->stream;
+  T *d = (T *)p.view[0].data;
+  if (p.contiguous) {
+    unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
+    if (p.packed) ew_fill_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(d, value, p.n);
+    else ew_fill_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(d, value, p.n);
+  } else {
+    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    if (p.small_index)
+      ew_fill_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(d, value, p.geometry, p.n);
+    else
+      ew_fill_strided<T, int64_t><<<blocks, EW_THREADS, 0, stream>>>(d, value, p.geometry, p.n);
+  }
+}
+
+extern "C" int qt_cuda_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
+  if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES) return qt_errorf(err, "fill: unsupported dtype");
+  if (qt_cuda_enter(dev, "fill", err) != 0) return -1;
+  if (dst->numel == 0) return 0;
+  const qt_view *views[1] = {dst};
+  ew_plan<1> plan;
+  ew_plan_make<1>(&plan, views);
+  switch (dst->dtype) {
+    case QT_F32: ew_fill_launch<float>(dev, plan, (float)value.f); break;
+    case QT_F64: ew_fill_launch<double>(dev, plan, value.f); break;
+    case QT_I32: ew_fill_launch<int32_t>(dev, plan, (int32_t)value.i); break;
+    case QT_I64: ew_fill_launch<int64_t>(dev, plan, value.i); break;
+    default: break;
+  }
+  return qt_cuda_check_launch(dev, "fill", err);
+}
+
+/* ---- copy */
+
+template <typename TD, typename TS>
+static void ew_copy_launch(qt_device *dev, const ew_plan<2> &p) {
+  cudaStream_t stream = qt_cuda_context(dev)->stream;
+  TD *d = (TD *)p.view[0].data;
+  const TS *s = (const TS *)p.view[1].data;
+  if (p.contiguous) {
+    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    ew_copy_contiguous<TD, TS><<<blocks, EW_THREADS, 0, stream>>>(d, s, p.n);
+  } else {
+    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    if (p.small_index)
+      ew_copy_strided<TD, TS, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(d, s, p.geometry, p.n);
+    else
+      ew_copy_strided<TD, TS, int64_t><<<blocks, EW_THREADS, 0, stream>>>(d, s, p.geometry, p.n);
+  }
+}
+
+template <typename TD>
+static void ew_copy_from(qt_device *dev, qt_dtype src_dtype, const ew_plan<2> &p) {
+  switch (src_dtype) {
+    case QT_F32: ew_copy_launch<TD, float>(dev, p); break;
+    case QT_F64: ew_copy_launch<TD, double>(dev, p); break;
+    case QT_I32: ew_copy_launch<TD, int32_t>(dev, p); break;
+    case QT_I64: ew_copy_launch<TD, int64_t>(dev, p); break;
+    default: break;
+  }
+}
+
+/* Same dtype and both dense: the copy engine's device-to-device memcpy (~4 TB/s
+** counting both ways). A copy onto itself does nothing. */
+extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err) {
+  if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || (unsigned)src->dtype >= (unsigned)QT_NDTYPES)
+    return qt_errorf(err, "copy: unsupported dtype");
+  if (qt_cuda_enter(dev, "copy", err) != 0) return -1;
+  if (dst->numel == 0) return 0;
+  const qt_view *views[2] = {dst, src};
+  ew_plan<2> plan;
+  ew_plan_make<2>(&plan, views);
+  if (dst->dtype == src->dtype && plan.contiguous) {
+    if (plan.view[0].data == plan.view[1].data) return 0;
+    size_t bytes = (size_t)plan.n * qt_elsize(dst->dtype);
+    return qt_cuda_check(dev, cudaMemcpyAsync(plan.view[0].data, plan.view[1].data, bytes,
+                                              cudaMemcpyDeviceToDevice,
+                                              qt_cuda_context(dev)->stream),
+                         "copy", err);
+  }
+  switch (dst->dtype) {
+    case QT_F32: ew_copy_from<float>(dev, src->dtype, plan); break;
+    case QT_F64: ew_copy_from<double>(dev, src->dtype, plan); break;
+    case QT_I32: ew_copy_from<int32_t>(dev, src->dtype, plan); break;
+    case QT_I64: ew_copy_from<int64_t>(dev, src->dtype, plan); break;
+    default: break;
+  }
+  return qt_cuda_check_launch(dev, "copy", err);
+}
