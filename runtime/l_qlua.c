@@ -1,0 +1,486 @@
+/*
+** l_qlua.c — the qlua module: luaopen_qlua, the per-lua_State context, the garbage
+** collector driving, and the module functions (creation, random numbers, devices,
+** memory, files, clock).
+**
+** State: luaopen_qlua makes one lq_state box (lqlua.h) holding a qt_ctx reference.
+** The box is anchored in the registry (so the context lives until lua_close even if
+** the module table is dropped) and is upvalue 1 of every binding function. Its __gc
+** drops the context reference; storages still alive hold their own (ops.h), so the
+** order in which lua_close finalises things does not matter.
+**
+** GC driving: the Lua collector sees a tensor as a ~100-byte userdata, whatever device
+** memory it holds. The core counts this state's live device bytes (ctx->gpu_live_bytes)
+** and calls q_gc_callback when an allocation would pass ctx->gpu_gc_limit, or after an
+** out-of-memory. The callback runs a full collection (finalising unreachable tensors,
+** which gives their device memory back) and then re-paces:
+**     limit = max(LQ_GC_FLOOR, 2 * live bytes after the collection)
+** so the limit doubles while the working set keeps growing (the live bytes stay above
+** half the limit, as cutorch's heap tracking did), shrinks back when it drops, and a
+** program that keeps N bytes alive collects once per N bytes allocated: amortised, like
+** Lua's own 200% pause. LQ_GC_FLOOR (256 MiB) keeps small programs from collecting at
+** every allocation.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "lqlua.h"
+#include "npy.h"
+
+/* ================================================================ state and context */
+
+lq_state *lq_state_of(lua_State *L) {
+  return (lq_state *)lua_touserdata(L, lua_upvalueindex(1));
+}
+
+qt_ctx *lq_ctx(lua_State *L) {
+  lq_state *st = lq_state_of(L);
+  if (st == NULL || st->ctx == NULL) {
+    luaL_error(L, "qlua: the runtime of this Lua state has been closed");
+    return NULL;
+  }
+  st->running = L;
+  return st->ctx;
+}
+
+int lq_raise(lua_State *L, qt_ctx *ctx) {
+  return luaL_error(L, "%s", ctx->err.msg);
+}
+
+/* ctx->gc: called by the core from inside a binding call, on the thread that made it. */
+static void q_gc_callback(void *ud, int out_of_memory) {
+  lq_state *st = (lq_state *)ud;
+  (void)out_of_memory;  /* same policy: a full collection, then re-pace */
+  if (st->ctx == NULL || st->running == NULL) return;
+  lua_gc(st->running, LUA_GCCOLLECT);
+  int64_t live = st->ctx->gpu_live_bytes;
+  int64_t limit = live > INT64_MAX / 2 ? INT64_MAX : 2 * live;
+  st->ctx->gpu_gc_limit = limit < LQ_GC_FLOOR ? LQ_GC_FLOOR : limit;
+}
+
+/* The box's __gc: at lua_close (or never before). */
+static int q_state_gc(lua_State *L) {
+  lq_state *st = (lq_state *)lua_touserdata(L, 1);
+  if (st != NULL && st->ctx != NULL) {
+    st->ctx->gc = NULL;
+    st->ctx->gc_ud = NULL;
+    qt_ctx_release(st->ctx);
+    st->ctx = NULL;
+  }
+  return 0;
+}
+
+/* ================================================================ creation */
+
+/* opts with defaults: float32 on the cpu unless the caller set *dtype / *dev first. */
+static void q_opts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_device **dev) {
+  lq_checkopts(L, arg, op, dtype, dev);
+  if (*dev == NULL) *dev = qt_cpu_device();
+}
+
+static int q_tensor(lua_State *L) {
+  qt_dtype dtype = QT_NDTYPES;  /* not given: inferred */
+  qt_device *dev = NULL;
+  if (lua_type(L, 1) != LUA_TTABLE && lua_type(L, 1) != LUA_TNUMBER)
+    luaL_typeerror(L, 1, "table or number");
+  q_opts(L, 2, "tensor", &dtype, &dev);
+  lq_fromtable(L, 1, "tensor", dtype == QT_NDTYPES ? -1 : (int)dtype, dev, false);
+  return 1;
+}
+
+/* empty/zeros/ones: shape then opts; fill_value NULL leaves the memory as it is. */
+static int q_create(lua_State *L, const char *op, const qt_scalar *fill_value) {
+  qt_ctx *ctx = lq_ctx(L);
+  int ndim;
+  int64_t size[QT_MAXDIM];
+  int next = lq_checkshape(L, 1, op, 0, &ndim, size);
+  qt_dtype dtype = QT_F32;
+  qt_device *dev = NULL;
+  q_opts(L, next, op, &dtype, &dev);
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise(L, ctx);
+  if (fill_value != NULL && qt_fill_(ctx, t, *fill_value) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int q_empty(lua_State *L) { return q_create(L, "empty", NULL); }
+
+static int q_zeros(lua_State *L) {
+  qt_scalar zero = qt_scalar_i(0);
+  return q_create(L, "zeros", &zero);
+}
+
+static int q_ones(lua_State *L) {
+  qt_scalar one = qt_scalar_i(1);
+  return q_create(L, "ones", &one);
+}
+
+/* full(shape, value [, opts]): the shape is one table or one number here. float32
+** unless opts.dtype says otherwise, like the other creation functions. */
+static int q_full(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  int ndim;
+  int64_t size[QT_MAXDIM];
+  lq_checkshape(L, 1, "full", LQ_SHAPE_ONE, &ndim, size);
+  luaL_checktype(L, 2, LUA_TNUMBER);
+  qt_dtype dtype = QT_F32;
+  qt_device *dev = NULL;
+  q_opts(L, 3, "full", &dtype, &dev);
+  qt_scalar value = lq_checkstorable(L, 2, "full", dtype);
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise(L, ctx);
+  if (qt_fill_(ctx, t, value) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* range(first, last [, step] [, opts]): inclusive, like `for i = first, last, step`.
+** All-integer arguments count exactly in unsigned arithmetic; float ones count
+**     n = floor((last - first) / step + 1e-9) + 1
+** (the 1e-9 absorbs the rounding of (last - first) / step, so range(0, 0.3, 0.1) has
+** the 4 elements one expects), and element k is first + k * step, computed in double
+** (no accumulated error). int64 when all three are Lua integers, else float32. */
+static int q_range(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  luaL_checktype(L, 1, LUA_TNUMBER);
+  luaL_checktype(L, 2, LUA_TNUMBER);
+  int opts_arg = 3;
+  bool has_step = lua_type(L, 3) == LUA_TNUMBER;
+  if (has_step) opts_arg = 4;
+  else if (!lua_isnoneornil(L, 3) && lua_type(L, 3) != LUA_TTABLE)
+    luaL_typeerror(L, 3, "number or table");
+  bool all_int = lua_isinteger(L, 1) && lua_isinteger(L, 2) && (!has_step || lua_isinteger(L, 3));
+  qt_dtype dtype = all_int ? QT_I64 : QT_F32;
+  qt_device *dev = NULL;
+  q_opts(L, opts_arg, "range", &dtype, &dev);
+
+  int64_t n;
+  if (all_int) {
+    lua_Integer first = lua_tointeger(L, 1), last = lua_tointeger(L, 2);
+    lua_Integer step = has_step ? lua_tointeger(L, 3) : 1;
+    if (step == 0) return luaL_error(L, "range: step is zero");
+    bool empty = step > 0 ? first > last : first < last;
+    if (empty) {
+      n = 0;
+    } else {
+      uint64_t span = step > 0 ? (uint64_t)last - (uint64_t)first : (uint64_t)first - (uint64_t)last;
+      uint64_t ustep = step > 0 ? (uint64_t)step : (uint64_t)0 - (uint64_t)step;
+      uint64_t count = span / ustep + 1;
+      if (count == 0 || count > (uint64_t)INT64_MAX / 8)
+        return luaL_error(L, "range: too many elements (%I to %I step %I)", first, last, step);
+      n = (int64_t)count;
+    }
+    if (!qt_is_float(dtype)) {  /* exact integer arithmetic */
+      qt_tensor *t;
+      int64_t size[1] = {n};
+      size_t es = qt_elsize(dtype);
+      char *host = (char *)lua_newuserdatauv(L, (size_t)n * es, 0);
+      for (int64_t k = 0; k < n; k++) {
+        int64_t v = (int64_t)((uint64_t)first + (uint64_t)k * (uint64_t)step);
+        if (dtype == QT_I32) {
+          if (v < INT32_MIN || v > INT32_MAX)
+            return luaL_error(L, "range: value %I out of range for int32", (lua_Integer)v);
+          ((int32_t *)host)[k] = (int32_t)v;
+        } else {
+          ((int64_t *)host)[k] = v;
+        }
+      }
+      t = lq_newtensor(L);
+      if (qt_from_host(ctx, t, dev, dtype, 1, size, host) != 0) return lq_raise(L, ctx);
+      return 1;
+    }
+  }
+  double first = lua_tonumber(L, 1), last = lua_tonumber(L, 2);
+  double step = has_step ? lua_tonumber(L, 3) : 1.0;
+  if (step == 0) return luaL_error(L, "range: step is zero");
+  if (!isfinite(first) || !isfinite(last) || !isfinite(step))
+    return luaL_error(L, "range: first, last and step must be finite");
+  if (!all_int) {
+    double count = floor((last - first) / step + 1e-9) + 1;
+    if (count < 0) count = 0;
+    if (count > (double)(INT64_MAX / 8))
+      return luaL_error(L, "range: too many elements (%f to %f step %f)", first, last, step);
+    n = (int64_t)count;
+  }
+  if (!qt_is_float(dtype))
+    for (int a = 1; a <= (has_step ? 3 : 2); a++)
+      if (!lua_isinteger(L, a) && lua_tonumber(L, a) != floor(lua_tonumber(L, a)))
+        return luaL_error(L, "range: %f is not an integer (dtype %s)", lua_tonumber(L, a),
+                          qt_dtypes[dtype].name);
+  int64_t size[1] = {n};
+  size_t es = qt_elsize(dtype);
+  char *host = (char *)lua_newuserdatauv(L, (size_t)n * es, 0);
+  for (int64_t k = 0; k < n; k++) {
+    double v = first + (double)k * step;
+    switch (dtype) {
+      case QT_F32: ((float *)host)[k] = (float)v; break;
+      case QT_F64: ((double *)host)[k] = v; break;
+      case QT_I32:
+        if (!(v >= INT32_MIN && v <= INT32_MAX))
+          return luaL_error(L, "range: value %f out of range for int32", v);
+        ((int32_t *)host)[k] = (int32_t)v;
+        break;
+      default:
+        if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+          return luaL_error(L, "range: value %f out of range for int64", v);
+        ((int64_t *)host)[k] = (int64_t)v;
+        break;
+    }
+  }
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_from_host(ctx, t, dev, dtype, 1, size, host) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* ================================================================ random numbers */
+
+static int q_random(lua_State *L, const char *op, qt_random_kind kind) {
+  qt_ctx *ctx = lq_ctx(L);
+  int ndim;
+  int64_t size[QT_MAXDIM];
+  int next = lq_checkshape(L, 1, op, 0, &ndim, size);
+  qt_dtype dtype = QT_F32;
+  qt_device *dev = NULL;
+  q_opts(L, next, op, &dtype, &dev);
+  if (!qt_is_float(dtype))
+    return luaL_error(L, "%s: dtype %s is not supported (float32, float64)", op,
+                      qt_dtypes[dtype].name);
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise(L, ctx);
+  if (qt_random_(ctx, t, kind, qt_scalar_i(0), qt_scalar_i(0)) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int q_rand(lua_State *L) { return q_random(L, "rand", QT_RAND_UNIFORM); }
+static int q_randn(lua_State *L) { return q_random(L, "randn", QT_RAND_NORMAL); }
+
+/* randint(lo, hi, shape [, opts]): inclusive bounds, like math.random(lo, hi). */
+static int q_randint(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  lua_Integer lo = luaL_checkinteger(L, 1), hi = luaL_checkinteger(L, 2);
+  int ndim;
+  int64_t size[QT_MAXDIM];
+  int next = lq_checkshape(L, 3, "randint", 0, &ndim, size);
+  qt_dtype dtype = QT_I64;
+  qt_device *dev = NULL;
+  q_opts(L, next, "randint", &dtype, &dev);
+  if (qt_is_float(dtype))
+    return luaL_error(L, "randint: dtype %s is not supported (int32, int64)", qt_dtypes[dtype].name);
+  if (lo > hi) return luaL_error(L, "randint: empty range (lo %I > hi %I)", lo, hi);
+  if (dtype == QT_I32 && (lo < INT32_MIN || hi > INT32_MAX))
+    return luaL_error(L, "randint: bounds %I..%I do not fit int32", lo, hi);
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise(L, ctx);
+  if (qt_random_(ctx, t, QT_RAND_INT, qt_scalar_i((int64_t)lo), qt_scalar_i((int64_t)hi)) != 0)
+    return lq_raise(L, ctx);
+  return 1;
+}
+
+static int q_seed(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  lua_Integer n = luaL_checkinteger(L, 1);
+  ctx->seed = (uint64_t)n;
+  ctx->rng_offset = 0;
+  return 0;
+}
+
+/* ================================================================ products */
+
+static int q_matmul(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = qlua_checktensor(L, 1), *b = qlua_checktensor(L, 2);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_matmul(ctx, out, a, b) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int q_set_tf32(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  ctx->allow_tf32 = lua_toboolean(L, 1);
+  return 0;
+}
+
+/* ================================================================ devices */
+
+static int q_gpu_count(lua_State *L) {
+  lua_pushinteger(L, qt_gpu_count());
+  return 1;
+}
+
+/* A GPU ordinal argument: an integer, "gpu" or "gpu:N"; the current GPU when absent. */
+static int q_checkordinal(lua_State *L, int arg, const char *op) {
+  qt_ctx *ctx = lq_ctx(L);
+  if (lua_isnoneornil(L, arg)) return ctx->current_gpu;
+  if (lua_type(L, arg) == LUA_TSTRING) {
+    const char *name = lua_tostring(L, arg);
+    if (strcmp(name, "gpu") == 0) return ctx->current_gpu;
+    if (strncmp(name, "gpu:", 4) == 0) return lq_device_by_name(L, op, name)->ordinal;
+    luaL_error(L, "%s: '%s' is not a GPU (gpu, gpu:N or an ordinal)", op, name);
+  }
+  lua_Integer n = luaL_checkinteger(L, arg);
+  if (n < 0 || n > INT32_MAX) luaL_error(L, "%s: GPU ordinal %I is negative or too large", op, n);
+  return (int)n;
+}
+
+static int q_device_name(lua_State *L) {
+  if (lua_type(L, 1) == LUA_TSTRING && strcmp(lua_tostring(L, 1), "cpu") == 0) {
+    lua_pushliteral(L, "cpu");
+    return 1;
+  }
+  int ordinal = q_checkordinal(L, 1, "device_name");
+  qt_err err;
+  const char *name = qt_gpu_name(ordinal, &err);
+  if (name == NULL) return luaL_error(L, "device_name: %s", err.msg);
+  lua_pushstring(L, name);
+  return 1;
+}
+
+static int q_set_device(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  if (lua_isnoneornil(L, 1)) luaL_typeerror(L, 1, "GPU ordinal");
+  int ordinal = q_checkordinal(L, 1, "set_device");
+  lq_gpu(L, "set_device", ordinal);  /* must exist (and is opened now) */
+  ctx->current_gpu = ordinal;
+  return 0;
+}
+
+/* sync([device]): one device, or the CPU and every GPU this state has used. */
+static int q_sync(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  if (!lua_isnoneornil(L, 1)) {
+    if (qt_sync(ctx, lq_checkdevice(L, 1, "sync")) != 0) return lq_raise(L, ctx);
+    return 0;
+  }
+  if (qt_sync(ctx, qt_cpu_device()) != 0) return lq_raise(L, ctx);
+  uint64_t used = lq_state_of(L)->gpus_used;
+  for (int g = 0; g < 64; g++)
+    if (used & ((uint64_t)1 << g))
+      if (qt_sync(ctx, lq_gpu(L, "sync", g)) != 0) return lq_raise(L, ctx);
+  return 0;
+}
+
+/* memory([device]) -> {allocated=, reserved=, peak=, total=, free=}; default: the
+** current GPU, or the CPU when there is none. */
+static int q_memory(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_device *dev;
+  if (!lua_isnoneornil(L, 1)) dev = lq_checkdevice(L, 1, "memory");
+  else if (qt_gpu_count() > 0) dev = lq_gpu(L, "memory", ctx->current_gpu);
+  else dev = qt_cpu_device();
+  if (dev->iface->memory == NULL)
+    return luaL_error(L, "memory: not supported on %s", dev->name);
+  qt_memory_stats stats;
+  memset(&stats, 0, sizeof stats);
+  if (dev->iface->memory(dev, &stats, &ctx->err) != 0) return lq_raise(L, ctx);
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, (lua_Integer)stats.allocated);
+  lua_setfield(L, -2, "allocated");
+  lua_pushinteger(L, (lua_Integer)stats.reserved);
+  lua_setfield(L, -2, "reserved");
+  lua_pushinteger(L, (lua_Integer)stats.peak);
+  lua_setfield(L, -2, "peak");
+  lua_pushinteger(L, (lua_Integer)stats.total);
+  lua_setfield(L, -2, "total");
+  lua_pushinteger(L, (lua_Integer)stats.free);
+  lua_setfield(L, -2, "free");
+  return 1;
+}
+
+/* empty_cache(): a full collection first (so unreachable tensors return their blocks to
+** the caches), then every cache: each GPU this state used, and the CPU device's (the
+** pinned host buffers). */
+static int q_empty_cache(lua_State *L) {
+  lq_ctx(L);
+  lua_gc(L, LUA_GCCOLLECT);
+  uint64_t used = lq_state_of(L)->gpus_used;
+  for (int g = 0; g < 64; g++) {
+    if (!(used & ((uint64_t)1 << g))) continue;
+    qt_device *dev = lq_gpu(L, "empty_cache", g);
+    if (dev->iface->empty_cache != NULL) dev->iface->empty_cache(dev);
+  }
+  qt_device *cpu = qt_cpu_device();
+  if (cpu->iface->empty_cache != NULL) cpu->iface->empty_cache(cpu);
+  return 0;
+}
+
+/* ================================================================ files and time */
+
+static int q_save(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  const char *path = luaL_checkstring(L, 1);
+  qt_tensor *t = qlua_checktensor(L, 2);
+  if (qt_npy_save(ctx, path, t) != 0) return lq_raise(L, ctx);
+  return 0;
+}
+
+static int q_load(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  const char *path = luaL_checkstring(L, 1);
+  qt_dtype dtype = QT_NDTYPES;
+  qt_device *dev = NULL;
+  q_opts(L, 2, "load", &dtype, &dev);
+  if (dtype != QT_NDTYPES) return luaL_error(L, "load: opts.dtype is not supported (use :to)");
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_npy_load(ctx, t, path, dev) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int q_clock(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+  return 1;
+}
+
+static int q_is_tensor(lua_State *L) {
+  lua_pushboolean(L, qlua_totensor(L, 1) != NULL);
+  return 1;
+}
+
+/* ================================================================ the module */
+
+static const luaL_Reg q_funcs[] = {
+  {"tensor", q_tensor}, {"empty", q_empty}, {"zeros", q_zeros}, {"ones", q_ones},
+  {"full", q_full}, {"range", q_range},
+  {"rand", q_rand}, {"randn", q_randn}, {"randint", q_randint}, {"seed", q_seed},
+  {"matmul", q_matmul}, {"set_tf32", q_set_tf32},
+  {"gpu_count", q_gpu_count}, {"device_name", q_device_name}, {"set_device", q_set_device},
+  {"sync", q_sync}, {"memory", q_memory}, {"empty_cache", q_empty_cache},
+  {"save", q_save}, {"load", q_load}, {"clock", q_clock}, {"is_tensor", q_is_tensor},
+  {NULL, NULL}
+};
+
+/* Builds the state box (anchored in the registry, upvalue of every function), the
+** tensor metatable, and the module table. */
+LUAMOD_API int luaopen_qlua(lua_State *L) {
+  lq_state *st = (lq_state *)lua_newuserdatauv(L, sizeof *st, 0);
+  st->ctx = NULL;
+  st->running = L;
+  st->gpus_used = 0;
+  lua_createtable(L, 0, 2);
+  lua_pushcfunction(L, q_state_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushliteral(L, "qlua.state");
+  lua_setfield(L, -2, "__name");
+  lua_setmetatable(L, -2);
+  st->ctx = qt_ctx_new();
+  if (st->ctx == NULL) return luaL_error(L, "qlua: out of memory creating the tensor context");
+  st->ctx->gc = q_gc_callback;
+  st->ctx->gc_ud = st;
+  st->ctx->gpu_gc_limit = LQ_GC_FLOOR;
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, st);   /* anchored until lua_close */
+  int box = lua_gettop(L);
+
+  lq_open_tensor(L, box);
+
+  lua_createtable(L, 0, (int)(sizeof q_funcs / sizeof q_funcs[0]) + 1);
+  lua_pushvalue(L, box);
+  luaL_setfuncs(L, q_funcs, 1);
+  lua_pushliteral(L, QLUA_VERSION);
+  lua_setfield(L, -2, "version");
+  lua_remove(L, box);
+  return 1;
+}

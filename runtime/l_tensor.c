@@ -1,0 +1,1176 @@
+/*
+** l_tensor.c — the qlua.Tensor userdata: its metatable, its methods, and the argument
+** parsing the module functions share (shapes, opts, devices, dtypes, numbers, tables).
+**
+** A tensor userdata is a bare qt_tensor (tensor.h) with the "qlua.Tensor" metatable.
+** Results are created first, empty (lq_newtensor), then filled by the core, as liolib
+** pushes a closed file before opening it: when the core fails it leaves the output
+** empty, the binding raises, and the collector reclaims an empty userdata. No owned
+** resource is ever held in a C local across a call that may raise.
+**
+** Dims and positions are 1-based here and 0-based in the core; the conversions and the
+** range checks (so that messages show the values the user wrote) are all in this file.
+*/
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lqlua.h"
+
+/* ops.h's view function: its name clashes with the qt_view type, so lqlua.h reads the
+** declaration under another name; ops.c exports it as the symbol "qt_view", which this
+** declaration binds to. */
+int t_core_view(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim,
+                const int64_t *size) __asm__("qt_view");
+
+/* ================================================================ the userdata */
+
+/* The one accessor every binding function goes through (DESIGN: keep tensor access
+** behind one function the embedding API shares). Borrowed pointer. */
+qt_tensor *qlua_checktensor(lua_State *L, int idx) {
+  return (qt_tensor *)luaL_checkudata(L, idx, QLUA_TENSOR);
+}
+
+qt_tensor *qlua_totensor(lua_State *L, int idx) {
+  return (qt_tensor *)luaL_testudata(L, idx, QLUA_TENSOR);
+}
+
+qt_tensor *lq_newtensor(lua_State *L) {
+  qt_tensor *t = (qt_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
+  qt_tensor_init(t);
+  luaL_setmetatable(L, QLUA_TENSOR);
+  return t;
+}
+
+/* Runs under lua_pcall for qlua_pushtensor: everything that can raise (the userdata's
+** allocation, a missing metatable) happens before the reference moves. */
+static int t_pushtensor_protected(lua_State *L) {
+  qt_tensor *src = (qt_tensor *)lua_touserdata(L, 1);
+  qt_tensor *t = (qt_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
+  qt_tensor_init(t);
+  if (luaL_getmetatable(L, QLUA_TENSOR) != LUA_TTABLE)
+    return luaL_error(L, "qlua_pushtensor: luaopen_qlua has not been called in this state");
+  lua_setmetatable(L, -2);
+  *t = *src;               /* the reference moves: nothing can raise from here on */
+  qt_tensor_init(src);
+  return 1;
+}
+
+int qlua_pushtensor(lua_State *L, qt_tensor *t) {
+  lua_pushcfunction(L, t_pushtensor_protected);
+  lua_pushlightuserdata(L, t);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    qt_tensor_release(t);  /* ownership passed to us; nobody else can give it back now */
+    return lua_error(L);
+  }
+  return 1;
+}
+
+qt_tensor *lq_checklive(lua_State *L, int idx, const char *op) {
+  qt_tensor *t = qlua_checktensor(L, idx);
+  if (t->storage == NULL || t->storage->freed)
+    luaL_error(L, "%s: tensor has been freed", op);
+  return t;
+}
+
+/* __gc and __close (and the tail of t:free()): drop this userdata's reference. Never
+** raises, whatever it is given, and may run any number of times. */
+static int t_gc(lua_State *L) {
+  qt_tensor *t = qlua_totensor(L, 1);
+  if (t != NULL) qt_tensor_release(t);
+  return 0;
+}
+
+/* t:free(): the storage's bytes go back now, for every view sharing them. */
+static int t_free(lua_State *L) {
+  qt_tensor *t = qlua_checktensor(L, 1);
+  if (t->storage != NULL) qt_storage_free_data(t->storage);
+  qt_tensor_release(t);
+  return 0;
+}
+
+/* ================================================================ argument parsing */
+
+qt_dtype lq_dtype_by_name(lua_State *L, const char *op, const char *name) {
+  int d = qt_dtype_from_name(name);
+  if (d >= 0) return (qt_dtype)d;
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 0; i < QT_NDTYPES; i++) {
+    if (i > 0) luaL_addstring(&b, ", ");
+    luaL_addstring(&b, qt_dtypes[i].name);
+  }
+  luaL_pushresult(&b);
+  luaL_error(L, "%s: unknown dtype '%s' (%s)", op, name, lua_tostring(L, -1));
+  return QT_F32;  /* not reached */
+}
+
+qt_device *lq_gpu(lua_State *L, const char *op, int ordinal) {
+  lq_state *st = lq_state_of(L);
+  qt_err err;
+  qt_device *dev = qt_gpu_device(ordinal, &err);
+  if (dev == NULL) {
+    size_t n = strlen(op);
+    if (strncmp(err.msg, op, n) == 0 && err.msg[n] == ':')
+      luaL_error(L, "%s", err.msg);  /* already names the op ("gpu: no GPU available") */
+    luaL_error(L, "%s: %s", op, err.msg);
+  }
+  if (ordinal >= 0 && ordinal < 64) st->gpus_used |= (uint64_t)1 << ordinal;
+  return dev;
+}
+
+/* "gpu:N" with N a plain decimal ordinal; -1 when name is not of that form. */
+static int t_parse_gpu_ordinal(const char *name) {
+  if (strncmp(name, "gpu:", 4) != 0) return -1;
+  const char *p = name + 4;
+  if (*p == '\0' || strlen(p) > 6) return -1;
+  int n = 0;
+  for (; *p; p++) {
+    if (*p < '0' || *p > '9') return -1;
+    n = n * 10 + (*p - '0');
+  }
+  return n;
+}
+
+/* NULL when the name is not a device name at all (so `to` can try dtypes first). */
+static qt_device *t_device_by_name_or_null(lua_State *L, const char *op, const char *name) {
+  if (strcmp(name, "cpu") == 0) return qt_cpu_device();
+  if (strcmp(name, "gpu") == 0) return lq_gpu(L, op, lq_ctx(L)->current_gpu);
+  int ordinal = t_parse_gpu_ordinal(name);
+  if (ordinal >= 0) return lq_gpu(L, op, ordinal);
+  return NULL;
+}
+
+qt_device *lq_device_by_name(lua_State *L, const char *op, const char *name) {
+  qt_device *dev = t_device_by_name_or_null(L, op, name);
+  if (dev == NULL) luaL_error(L, "%s: unknown device '%s' (cpu, gpu, gpu:N)", op, name);
+  return dev;
+}
+
+qt_device *lq_checkdevice(lua_State *L, int arg, const char *op) {
+  if (lua_type(L, arg) == LUA_TNUMBER) {
+    lua_Integer n = luaL_checkinteger(L, arg);
+    if (n < 0 || n > INT32_MAX) luaL_error(L, "%s: GPU ordinal %I is negative or too large", op, n);
+    return lq_gpu(L, op, (int)n);
+  }
+  if (lua_type(L, arg) != LUA_TSTRING) luaL_typeerror(L, arg, "device name or GPU ordinal");
+  return lq_device_by_name(L, op, lua_tostring(L, arg));
+}
+
+void lq_checkopts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_device **dev) {
+  if (lua_isnoneornil(L, arg)) return;
+  luaL_checktype(L, arg, LUA_TTABLE);
+  arg = lua_absindex(L, arg);
+  lua_pushnil(L);
+  while (lua_next(L, arg) != 0) {
+    lua_pop(L, 1);
+    const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    if (key == NULL || (strcmp(key, "dtype") != 0 && strcmp(key, "device") != 0))
+      luaL_error(L, "%s: unknown option '%s' (dtype, device)", op, luaL_tolstring(L, -1, NULL));
+  }
+  if (lua_getfield(L, arg, "dtype") != LUA_TNIL) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "%s: opts.dtype must be a string, got %s", op, luaL_typename(L, -1));
+    *dtype = lq_dtype_by_name(L, op, lua_tostring(L, -1));
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, arg, "device") != LUA_TNIL) {
+    if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
+      luaL_error(L, "%s: opts.device must be a string, got %s", op, luaL_typename(L, -1));
+    *dev = lq_checkdevice(L, lua_gettop(L), op);
+  }
+  lua_pop(L, 1);
+}
+
+/* One size of a shape, at stack index idx (an argument or a table entry on top). */
+static int64_t t_checksize(lua_State *L, int idx, const char *op, int flags) {
+  int isint;
+  lua_Integer v = lua_tointegerx(L, idx, &isint);
+  if (!isint) {
+    if (lua_type(L, idx) == LUA_TNUMBER)
+      luaL_error(L, "%s: size %f is not an integer", op, lua_tonumber(L, idx));
+    luaL_error(L, "%s: size must be an integer, got %s", op, luaL_typename(L, idx));
+  }
+  if (v < 0 && !(v == -1 && (flags & LQ_SHAPE_INFER)))
+    luaL_error(L, "%s: size %I is negative", op, v);
+  return (int64_t)v;
+}
+
+int lq_checkshape(lua_State *L, int arg, const char *op, int flags, int *ndim, int64_t *size) {
+  int n = 0;
+  if (lua_type(L, arg) == LUA_TTABLE) {
+    lua_Unsigned len = lua_rawlen(L, arg);
+    if (len > QT_MAXDIM)
+      luaL_error(L, "%s: too many dimensions (%I, at most %d)", op, (lua_Integer)len, QT_MAXDIM);
+    for (int i = 1; i <= (int)len; i++) {
+      lua_rawgeti(L, arg, i);
+      size[n++] = t_checksize(L, -1, op, flags);
+      lua_pop(L, 1);
+    }
+    *ndim = n;
+    return arg + 1;
+  }
+  if (lua_type(L, arg) != LUA_TNUMBER) luaL_typeerror(L, arg, "shape (sizes or a table)");
+  while (lua_type(L, arg) == LUA_TNUMBER) {
+    if (n == QT_MAXDIM) luaL_error(L, "%s: too many dimensions (at most %d)", op, QT_MAXDIM);
+    size[n++] = t_checksize(L, arg, op, flags);
+    arg++;
+    if (flags & LQ_SHAPE_ONE) break;
+  }
+  *ndim = n;
+  return arg;
+}
+
+/* A Lua number as a qt_scalar; *is_float says which subtype it was. The int field of a
+** float is its truncation when that fits int64, else 0 (qt_scalar_f would be undefined
+** behaviour for NaN or out-of-range values). */
+static qt_scalar t_toscalar(lua_State *L, int idx, bool *is_float) {
+  if (lua_isinteger(L, idx)) {
+    *is_float = false;
+    return qt_scalar_i((int64_t)lua_tointeger(L, idx));
+  }
+  double d = lua_tonumber(L, idx);
+  qt_scalar s;
+  s.f = d;
+  s.i = (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? (int64_t)d : 0;
+  *is_float = true;
+  return s;
+}
+
+qt_scalar lq_checkstorable(lua_State *L, int idx, const char *op, qt_dtype dtype) {
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    luaL_error(L, "%s: expected a number, got %s", op, luaL_typename(L, idx));
+  if (qt_is_float(dtype)) {
+    qt_scalar s;
+    s.f = lua_tonumber(L, idx);
+    s.i = lua_isinteger(L, idx) ? (int64_t)lua_tointeger(L, idx) : 0;
+    return s;
+  }
+  int isint;
+  lua_Integer v = lua_tointegerx(L, idx, &isint);
+  if (!isint)
+    luaL_error(L, "%s: cannot store %f in %s tensor", op, lua_tonumber(L, idx),
+               qt_dtypes[dtype].name);
+  if (dtype == QT_I32 && (v < INT32_MIN || v > INT32_MAX))
+    luaL_error(L, "%s: value %I out of range for int32", op, v);
+  return qt_scalar_i((int64_t)v);
+}
+
+void lq_pushscalar(lua_State *L, qt_dtype dtype, qt_scalar v) {
+  if (qt_is_float(dtype)) lua_pushnumber(L, (lua_Number)v.f);
+  else lua_pushinteger(L, (lua_Integer)v.i);
+}
+
+/* ================================================================ tensors from Lua tables */
+
+/* State of one conversion: the shape found by walking first elements, then checked
+** everywhere; path holds the 1-based position being visited, for messages. */
+typedef struct t_table_walk {
+  const char *op;
+  int ndim;
+  int64_t size[QT_MAXDIM];
+  int64_t path[QT_MAXDIM];
+  bool has_float;
+  bool as_index;
+  qt_dtype dtype;
+  char *out;          /* fill pass: next element */
+} t_table_walk;
+
+/* "2,3" for path[0..depth) */
+static const char *t_pathstr(const t_table_walk *w, int depth, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < depth && used < len; d++) {
+    int n = snprintf(buf + used, len - used, d ? ",%lld" : "%lld", (long long)w->path[d]);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  return buf;
+}
+
+/* Pass 1 over the table on top of the stack, at depth `dim`: rectangular, numbers at
+** the leaves; notes whether any leaf is a float. */
+static void t_walk_check(lua_State *L, t_table_walk *w, int dim) {
+  char where[QT_MAXDIM * 21];
+  int64_t n = (int64_t)lua_rawlen(L, -1);
+  if (n != w->size[dim])
+    luaL_error(L, "%s: ragged nested table: row %s has %I elements, expected %I", w->op,
+               t_pathstr(w, dim, where, sizeof where), (lua_Integer)n,
+               (lua_Integer)w->size[dim]);
+  luaL_checkstack(L, 2, "nested table too deep");
+  for (int64_t i = 1; i <= n; i++) {
+    w->path[dim] = i;
+    int type = lua_rawgeti(L, -1, (lua_Integer)i);
+    if (dim == w->ndim - 1) {
+      if (type != LUA_TNUMBER) {
+        if (type == LUA_TTABLE)
+          luaL_error(L, "%s: ragged nested table: element %s is a table, expected a number",
+                     w->op, t_pathstr(w, dim + 1, where, sizeof where));
+        luaL_error(L, "%s: element %s is not a number (got %s)", w->op,
+                   t_pathstr(w, dim + 1, where, sizeof where), luaL_typename(L, -1));
+      }
+      if (!lua_isinteger(L, -1)) {
+        w->has_float = true;
+        if (w->as_index) {
+          lua_Number v = lua_tonumber(L, -1);
+          if (v != floor(v) || !(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+            luaL_error(L, "%s: index %f is not an integer (at position %s)", w->op, v,
+                       t_pathstr(w, dim + 1, where, sizeof where));
+        }
+      }
+    } else {
+      if (type != LUA_TTABLE)
+        luaL_error(L, "%s: ragged nested table: row %s is a %s, expected a table of %I elements",
+                   w->op, t_pathstr(w, dim + 1, where, sizeof where), luaL_typename(L, -1),
+                   (lua_Integer)w->size[dim + 1]);
+      t_walk_check(L, w, dim + 1);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* Stores the number at idx into w->out as w->dtype and advances; `flat` is the 1-based
+** row-major position, for messages. */
+static void t_store(lua_State *L, t_table_walk *w, int idx, int64_t flat) {
+  switch (w->dtype) {
+    case QT_F32: *(float *)w->out = (float)lua_tonumber(L, idx); break;
+    case QT_F64: *(double *)w->out = (double)lua_tonumber(L, idx); break;
+    case QT_I32:
+    case QT_I64: {
+      int isint;
+      lua_Integer v = lua_tointegerx(L, idx, &isint);
+      if (!isint)
+        luaL_error(L, "%s: value %f at element %I is not an integer (dtype %s)", w->op,
+                   lua_tonumber(L, idx), (lua_Integer)flat, qt_dtypes[w->dtype].name);
+      if (w->dtype == QT_I32) {
+        if (v < INT32_MIN || v > INT32_MAX)
+          luaL_error(L, "%s: value %I at element %I out of range for int32", w->op, v,
+                     (lua_Integer)flat);
+        *(int32_t *)w->out = (int32_t)v;
+      } else {
+        *(int64_t *)w->out = (int64_t)v;
+      }
+      break;
+    }
+    default: luaL_error(L, "%s: this dtype cannot be built from a table", w->op);
+  }
+  w->out += qt_elsize(w->dtype);
+}
+
+/* Pass 2: row-major fill; the shape is known to be right. */
+static void t_walk_fill(lua_State *L, t_table_walk *w, int dim, int64_t *flat) {
+  int64_t n = w->size[dim];
+  for (int64_t i = 1; i <= n; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i);
+    if (dim == w->ndim - 1) t_store(L, w, -1, ++*flat);
+    else t_walk_fill(L, w, dim + 1, flat);
+    lua_pop(L, 1);
+  }
+}
+
+/* Shape from first elements, then check, infer the dtype, fill a host buffer owned by a
+** userdata (so an error midway leaks nothing), and upload it with qt_from_host. */
+qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_device *dev,
+                        bool as_index) {
+  qt_ctx *ctx = lq_ctx(L);
+  t_table_walk w;
+  memset(&w, 0, sizeof w);
+  w.op = op;
+  w.as_index = as_index;
+  idx = lua_absindex(L, idx);
+
+  if (lua_type(L, idx) == LUA_TNUMBER) {  /* a 0-d tensor */
+    w.dtype = dtype >= 0 ? (qt_dtype)dtype : (lua_isinteger(L, idx) ? QT_I64 : QT_F32);
+    union { double f; int64_t i; } cell;
+    w.out = (char *)&cell;
+    t_store(L, &w, idx, 1);
+    qt_tensor *t = lq_newtensor(L);
+    if (qt_from_host(ctx, t, dev, w.dtype, 0, w.size, &cell) != 0) lq_raise(L, ctx);
+    return t;
+  }
+  if (lua_type(L, idx) != LUA_TTABLE) luaL_typeerror(L, idx, "table or number");
+
+  /* the shape along first elements */
+  luaL_checkstack(L, QT_MAXDIM + 4, "nested table too deep");
+  lua_pushvalue(L, idx);
+  int pushed = 1;
+  for (;;) {
+    if (w.ndim == QT_MAXDIM)
+      luaL_error(L, "%s: nested table deeper than %d dimensions", op, QT_MAXDIM);
+    int64_t n = (int64_t)lua_rawlen(L, -1);
+    w.size[w.ndim++] = n;
+    if (n == 0) break;
+    pushed++;
+    if (lua_rawgeti(L, -1, 1) != LUA_TTABLE) break;
+  }
+  lua_pop(L, pushed);
+
+  lua_pushvalue(L, idx);
+  t_walk_check(L, &w, 0);
+  lua_pop(L, 1);
+
+  w.dtype = dtype >= 0 ? (qt_dtype)dtype : (w.has_float ? QT_F32 : QT_I64);
+  if (dtype < 0 && w.ndim == 1 && w.size[0] == 0) w.dtype = QT_F32;  /* {} -> float32 */
+  int64_t numel = qt_contiguous_strides(w.ndim, w.size, NULL);
+  if (numel < 0) luaL_error(L, "%s: table too large", op);
+  char *buffer = (char *)lua_newuserdatauv(L, (size_t)numel * qt_elsize(w.dtype), 0);
+  w.out = buffer;
+  int64_t flat = 0;
+  lua_pushvalue(L, idx);
+  t_walk_fill(L, &w, 0, &flat);
+  lua_pop(L, 1);
+
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_from_host(ctx, t, dev, w.dtype, w.ndim, w.size, buffer) != 0) lq_raise(L, ctx);
+  lua_remove(L, -2);  /* the buffer: the collector takes it */
+  return t;
+}
+
+/* An index argument: a tensor as is, or a table converted to int64 on src's device
+** (pushed on the stack, so the collector owns it). */
+static qt_tensor *t_checkindex(lua_State *L, int arg, const char *op, const qt_tensor *src) {
+  qt_tensor *t = qlua_totensor(L, arg);
+  if (t != NULL) return t;
+  if (lua_type(L, arg) != LUA_TTABLE) luaL_typeerror(L, arg, "qlua.Tensor or table of indices");
+  return lq_fromtable(L, arg, op, QT_I64, src->storage->device, true);
+}
+
+/* A 1-based dim argument as a 0-based dim of t. */
+static int t_checkdim(lua_State *L, int arg, const qt_tensor *t, const char *op) {
+  lua_Integer d = luaL_checkinteger(L, arg);
+  if (t->ndim == 0) luaL_error(L, "%s: dim %I out of range (tensor is 0-d)", op, d);
+  if (d < 1 || d > t->ndim) luaL_error(L, "%s: dim %I out of range (1..%d)", op, d, t->ndim);
+  return (int)d - 1;
+}
+
+/* ================================================================ inspection */
+
+static void t_pushsizes(lua_State *L, int n, const int64_t *v) {
+  lua_createtable(L, n, 0);
+  for (int d = 0; d < n; d++) {
+    lua_pushinteger(L, (lua_Integer)v[d]);
+    lua_rawseti(L, -2, d + 1);
+  }
+}
+
+static int t_shape(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "shape");
+  t_pushsizes(L, t->ndim, t->size);
+  return 1;
+}
+
+static int t_size(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "size");
+  if (lua_isnoneornil(L, 2)) t_pushsizes(L, t->ndim, t->size);
+  else lua_pushinteger(L, (lua_Integer)t->size[t_checkdim(L, 2, t, "size")]);
+  return 1;
+}
+
+static int t_stride(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "stride");
+  if (lua_isnoneornil(L, 2)) t_pushsizes(L, t->ndim, t->stride);
+  else lua_pushinteger(L, (lua_Integer)t->stride[t_checkdim(L, 2, t, "stride")]);
+  return 1;
+}
+
+static int t_dim(lua_State *L) {
+  lua_pushinteger(L, lq_checklive(L, 1, "dim")->ndim);
+  return 1;
+}
+
+static int t_numel(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)qt_numel(lq_checklive(L, 1, "numel")));
+  return 1;
+}
+
+static int t_len(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "len");
+  if (t->ndim == 0) return luaL_error(L, "len: a 0-d tensor has no length");
+  lua_pushinteger(L, (lua_Integer)t->size[0]);
+  return 1;
+}
+
+static int t_dtype(lua_State *L) {
+  lua_pushstring(L, qt_dtypes[lq_checklive(L, 1, "dtype")->dtype].name);
+  return 1;
+}
+
+static int t_device(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "device");
+  lua_pushstring(L, t->storage->device != NULL ? t->storage->device->name : "?");
+  return 1;
+}
+
+static int t_is_contiguous(lua_State *L) {
+  lua_pushboolean(L, qt_is_contiguous(lq_checklive(L, 1, "is_contiguous")));
+  return 1;
+}
+
+static int t_item(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "item");
+  int64_t n = qt_numel(t);
+  if (n != 1) return luaL_error(L, "item: tensor has %I elements, expected 1", (lua_Integer)n);
+  int64_t pos[QT_MAXDIM] = {0};
+  qt_scalar v;
+  if (qt_get(ctx, t, pos, &v) != 0) return lq_raise(L, ctx);
+  lq_pushscalar(L, t->dtype, v);
+  return 1;
+}
+
+/* Nested tables from a row-major host copy. */
+static void t_buildtable(lua_State *L, const qt_tensor *t, int dim, const char **p) {
+  int64_t n = t->size[dim];
+  lua_createtable(L, n < INT32_MAX ? (int)n : 0, 0);
+  for (int64_t i = 0; i < n; i++) {
+    if (dim == t->ndim - 1) {
+      lq_pushscalar(L, t->dtype, lq_load_element(t->dtype, *p));
+      *p += qt_elsize(t->dtype);
+    } else {
+      t_buildtable(L, t, dim + 1, p);
+    }
+    lua_rawseti(L, -2, (lua_Integer)(i + 1));
+  }
+}
+
+static int t_totable(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "totable");
+  int64_t n = qt_numel(t);
+  char *host = (char *)lua_newuserdatauv(L, (size_t)n * qt_elsize(t->dtype), 0);
+  if (qt_read_all(ctx, t, host) != 0) return lq_raise(L, ctx);
+  const char *p = host;
+  if (t->ndim == 0) {
+    lq_pushscalar(L, t->dtype, lq_load_element(t->dtype, p));
+    return 1;
+  }
+  luaL_checkstack(L, t->ndim + 2, "totable");
+  t_buildtable(L, t, 0, &p);
+  return 1;
+}
+
+/* ================================================================ views */
+
+/* view/reshape: at most one -1. */
+static void t_checkviewshape(lua_State *L, int arg, const char *op, int *ndim, int64_t *size) {
+  lq_checkshape(L, arg, op, LQ_SHAPE_INFER, ndim, size);
+  int inferred = 0;
+  for (int d = 0; d < *ndim; d++)
+    if (size[d] == -1 && ++inferred > 1) luaL_error(L, "%s: only one size may be -1", op);
+}
+
+static int t_view(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "view");
+  int ndim;
+  int64_t size[QT_MAXDIM];
+  t_checkviewshape(L, 2, "view", &ndim, size);
+  qt_tensor *out = lq_newtensor(L);
+  if (t_core_view(ctx, out, t, ndim, size) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_reshape(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "reshape");
+  int ndim;
+  int64_t size[QT_MAXDIM];
+  t_checkviewshape(L, 2, "reshape", &ndim, size);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_reshape(ctx, out, t, ndim, size) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_narrow(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "narrow");
+  int dim = t_checkdim(L, 2, t, "narrow");
+  lua_Integer start = luaL_checkinteger(L, 3), length = luaL_checkinteger(L, 4);
+  lua_Integer n = (lua_Integer)t->size[dim];
+  if (start < 1 || start > n + 1)
+    return luaL_error(L, "narrow: start %I out of range (1..%I) for dim %d", start, n + 1, dim + 1);
+  if (length < 0) return luaL_error(L, "narrow: length %I is negative", length);
+  if (length > n - (start - 1))
+    return luaL_error(L, "narrow: start %I and length %I exceed size %I of dim %d", start, length,
+                      n, dim + 1);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_narrow(ctx, out, t, dim, (int64_t)(start - 1), (int64_t)length) != 0)
+    return lq_raise(L, ctx);
+  return 1;
+}
+
+/* select(dim, i) and the row views of t[i]; i 1-based, checked here. */
+static qt_tensor *t_pushselect(lua_State *L, qt_ctx *ctx, const qt_tensor *t, int dim,
+                               lua_Integer i, const char *op) {
+  if (i < 1 || i > (lua_Integer)t->size[dim]) {
+    if (dim == 0 && strcmp(op, "index") == 0)
+      luaL_error(L, "index: %I out of range (1..%I)", i, (lua_Integer)t->size[dim]);
+    luaL_error(L, "%s: index %I out of range (1..%I) for dim %d", op, i,
+               (lua_Integer)t->size[dim], dim + 1);
+  }
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_select(ctx, out, t, dim, (int64_t)(i - 1)) != 0) lq_raise(L, ctx);
+  return out;
+}
+
+static int t_select(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "select");
+  int dim = t_checkdim(L, 2, t, "select");
+  t_pushselect(L, ctx, t, dim, luaL_checkinteger(L, 3), "select");
+  return 1;
+}
+
+static int t_transpose(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "transpose");
+  int d1 = t_checkdim(L, 2, t, "transpose"), d2 = t_checkdim(L, 3, t, "transpose");
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_transpose(ctx, out, t, d1, d2) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_t(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "t");
+  if (t->ndim < 2) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  if (t->ndim > 2)
+    return luaL_error(L, "t: expects a tensor of at most 2 dims, got %d (use transpose)", t->ndim);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_transpose(ctx, out, t, 0, 1) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* permute(d1, d2, ...) or permute{d1, d2, ...}: a permutation of 1..ndim. */
+static int t_permute(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "permute");
+  int64_t dims[QT_MAXDIM];
+  int n;
+  lq_checkshape(L, 2, "permute", 0, &n, dims);
+  if (n != t->ndim)
+    return luaL_error(L, "permute: got %d dims for a tensor of %d dims", n, t->ndim);
+  int perm[QT_MAXDIM];
+  bool seen[QT_MAXDIM] = {false};
+  for (int i = 0; i < n; i++) {
+    if (dims[i] < 1 || dims[i] > n)
+      return luaL_error(L, "permute: dim %I out of range (1..%d)", (lua_Integer)dims[i], n);
+    if (seen[dims[i] - 1])
+      return luaL_error(L, "permute: dim %I appears twice", (lua_Integer)dims[i]);
+    seen[dims[i] - 1] = true;
+    perm[i] = (int)dims[i] - 1;
+  }
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_permute(ctx, out, t, n, perm) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* expand(shape): -1 keeps the size of the matching (right-aligned) dim of t. */
+static int t_expand(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "expand");
+  int ndim;
+  int64_t size[QT_MAXDIM];
+  lq_checkshape(L, 2, "expand", LQ_SHAPE_INFER, &ndim, size);
+  if (ndim < t->ndim)
+    return luaL_error(L, "expand: %d sizes given for a tensor of %d dims", ndim, t->ndim);
+  for (int d = 0; d < ndim; d++) {
+    if (size[d] != -1) continue;
+    int src = d - (ndim - t->ndim);
+    if (src < 0) return luaL_error(L, "expand: size -1 is not allowed for a new dim (%d)", d + 1);
+    size[d] = t->size[src];
+  }
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_expand(ctx, out, t, ndim, size) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_contiguous(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "contiguous");
+  if (qt_is_contiguous(t)) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_contiguous(ctx, out, t) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_clone(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "clone");
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_clone(ctx, out, t) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* ================================================================ moving and converting */
+
+/* Pushes t moved to dev and converted to dtype; t itself when nothing changes. */
+static int t_pushmoved(lua_State *L, int self, qt_device *dev, qt_dtype dtype) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = qlua_checktensor(L, self);
+  bool move = dev != NULL && dev != t->storage->device, cast = dtype != t->dtype;
+  if (!move && !cast) {
+    lua_pushvalue(L, self);
+    return 1;
+  }
+  if (move) {
+    qt_tensor *moved = lq_newtensor(L);
+    if (qt_to_device(ctx, moved, t, dev) != 0) return lq_raise(L, ctx);
+    t = moved;
+  }
+  if (cast) {
+    qt_tensor *out = lq_newtensor(L);
+    if (qt_to_dtype(ctx, out, t, dtype) != 0) return lq_raise(L, ctx);
+    if (move) qt_tensor_release(t);  /* the intermediate: give its memory back now */
+  }
+  return 1;
+}
+
+static int t_gpu(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "gpu");
+  int ordinal = lq_ctx(L)->current_gpu;
+  if (!lua_isnoneornil(L, 2)) {
+    lua_Integer n = luaL_checkinteger(L, 2);
+    if (n < 0 || n > INT32_MAX) return luaL_error(L, "gpu: ordinal %I is negative or too large", n);
+    ordinal = (int)n;
+  }
+  return t_pushmoved(L, 1, lq_gpu(L, "gpu", ordinal), t->dtype);
+}
+
+static int t_cpu(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "cpu");
+  return t_pushmoved(L, 1, qt_cpu_device(), t->dtype);
+}
+
+/* to(name) with a dtype or device name, or to{dtype=, device=}. */
+static int t_to(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "to");
+  qt_dtype dtype = t->dtype;
+  qt_device *dev = NULL;
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    lq_checkopts(L, 2, "to", &dtype, &dev);
+  } else {
+    const char *name = luaL_checkstring(L, 2);
+    int d = qt_dtype_from_name(name);
+    if (d >= 0) dtype = (qt_dtype)d;
+    else if ((dev = t_device_by_name_or_null(L, "to", name)) == NULL)
+      return luaL_error(L, "to: unknown dtype or device '%s' (float32, float64, int32, int64, "
+                        "cpu, gpu, gpu:N)", name);
+  }
+  return t_pushmoved(L, 1, dev, dtype);
+}
+
+static int t_copy_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *dst = lq_checklive(L, 1, "copy_");
+  qt_tensor *src = qlua_checktensor(L, 2);
+  if (qt_copy_(ctx, dst, src) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ================================================================ indexing ops */
+
+static int t_gather(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *src = lq_checklive(L, 1, "gather");
+  int dim = 0, index_arg = 2;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    dim = t_checkdim(L, 2, src, "gather");
+    index_arg = 3;
+  } else if (src->ndim != 1) {
+    return luaL_error(L, "gather: a %d-d source needs a dim: src:gather(dim, index)", src->ndim);
+  }
+  qt_tensor *index = t_checkindex(L, index_arg, "gather", src);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_gather(ctx, out, src, dim, index) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_index_select(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *src = lq_checklive(L, 1, "index_select");
+  int dim = t_checkdim(L, 2, src, "index_select");
+  qt_tensor *index = t_checkindex(L, 3, "index_select", src);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_index_select(ctx, out, src, dim, index) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_take(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *src = lq_checklive(L, 1, "take");
+  qt_tensor *index = t_checkindex(L, 2, "take", src);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_take(ctx, out, src, index) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_scatter_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *dst = lq_checklive(L, 1, "scatter_");
+  int dim = t_checkdim(L, 2, dst, "scatter_");
+  qt_tensor *index = t_checkindex(L, 3, "scatter_", dst);
+  int rc;
+  if (lua_type(L, 4) == LUA_TNUMBER) {
+    rc = qt_scatter_(ctx, dst, dim, index, NULL, lq_checkstorable(L, 4, "scatter_", dst->dtype));
+  } else {
+    qt_tensor *src = qlua_totensor(L, 4);
+    if (src == NULL) luaL_typeerror(L, 4, "qlua.Tensor or number");
+    rc = qt_scatter_(ctx, dst, dim, index, src, qt_scalar_i(0));
+  }
+  if (rc != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int t_index_add_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *dst = lq_checklive(L, 1, "index_add_");
+  int dim = t_checkdim(L, 2, dst, "index_add_");
+  qt_tensor *index = t_checkindex(L, 3, "index_add_", dst);
+  qt_tensor *src = qlua_checktensor(L, 4);
+  if (qt_index_add_(ctx, dst, dim, index, src) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ================================================================ arithmetic */
+
+/* a op b with either side a number (operators: 2 - t calls __sub(2, t)); pushes the
+** result. */
+static int t_arith(lua_State *L, qt_binop op) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = qlua_totensor(L, 1), *b = qlua_totensor(L, 2);
+  qt_tensor *out;
+  bool is_float;
+  if (a != NULL && b != NULL) {
+    out = lq_newtensor(L);
+    if (qt_binary(ctx, out, op, a, b) != 0) return lq_raise(L, ctx);
+  } else if (a != NULL) {
+    if (lua_type(L, 2) != LUA_TNUMBER) luaL_typeerror(L, 2, "qlua.Tensor or number");
+    qt_scalar s = t_toscalar(L, 2, &is_float);
+    out = lq_newtensor(L);
+    if (qt_binary_scalar(ctx, out, op, a, s, is_float, false) != 0) return lq_raise(L, ctx);
+  } else {
+    if (b == NULL) luaL_typeerror(L, 2, "qlua.Tensor");
+    if (lua_type(L, 1) != LUA_TNUMBER) luaL_typeerror(L, 1, "qlua.Tensor or number");
+    qt_scalar s = t_toscalar(L, 1, &is_float);
+    out = lq_newtensor(L);
+    if (qt_binary_scalar(ctx, out, op, b, s, is_float, true) != 0) return lq_raise(L, ctx);
+  }
+  return 1;
+}
+
+/* The in-place form: self op= x, returns self. */
+static int t_arith_(lua_State *L, qt_binop op, const char *name) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, name);
+  int rc;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    bool is_float;
+    qt_scalar s = t_toscalar(L, 2, &is_float);
+    rc = qt_binary_scalar_(ctx, op, a, s, is_float);
+  } else {
+    qt_tensor *b = qlua_totensor(L, 2);
+    if (b == NULL) luaL_typeerror(L, 2, "qlua.Tensor or number");
+    rc = qt_binary_(ctx, op, a, b);
+  }
+  if (rc != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+#define T_BINARY(name, OP)                                                 \
+  static int t_##name(lua_State *L) {                                      \
+    lq_checklive(L, 1, #name);                                             \
+    return t_arith(L, OP);                                                 \
+  }                                                                        \
+  static int t_##name##_(lua_State *L) { return t_arith_(L, OP, #name "_"); }
+
+T_BINARY(add, QT_ADD)
+T_BINARY(sub, QT_SUB)
+T_BINARY(mul, QT_MUL)
+T_BINARY(div, QT_DIV)
+T_BINARY(pow, QT_POW)
+T_BINARY(maximum, QT_MAXIMUM)
+T_BINARY(minimum, QT_MINIMUM)
+T_BINARY(eq, QT_EQ)
+T_BINARY(ne, QT_NE)
+T_BINARY(lt, QT_LT)
+T_BINARY(le, QT_LE)
+T_BINARY(gt, QT_GT)
+T_BINARY(ge, QT_GE)
+
+/* The operators: either operand may be the number. */
+static int t_mm_add(lua_State *L) { return t_arith(L, QT_ADD); }
+static int t_mm_sub(lua_State *L) { return t_arith(L, QT_SUB); }
+static int t_mm_mul(lua_State *L) { return t_arith(L, QT_MUL); }
+static int t_mm_div(lua_State *L) { return t_arith(L, QT_DIV); }
+static int t_mm_pow(lua_State *L) { return t_arith(L, QT_POW); }
+
+static int t_unary(lua_State *L, qt_unop op, const char *name, qt_scalar p1, qt_scalar p2) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, name);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_unary(ctx, out, op, a, p1, p2) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_unary_(lua_State *L, qt_unop op, const char *name, qt_scalar p1, qt_scalar p2) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, name);
+  if (qt_unary_(ctx, op, a, p1, p2) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+#define T_UNARY(name, OP)                                                             \
+  static int t_##name(lua_State *L) {                                                 \
+    return t_unary(L, OP, #name, qt_scalar_i(0), qt_scalar_i(0));                     \
+  }                                                                                   \
+  static int t_##name##_(lua_State *L) {                                              \
+    return t_unary_(L, OP, #name "_", qt_scalar_i(0), qt_scalar_i(0));                \
+  }
+
+T_UNARY(neg, QT_NEG)
+T_UNARY(abs, QT_ABS)
+T_UNARY(exp, QT_EXP)
+T_UNARY(log, QT_LOG)
+T_UNARY(sqrt, QT_SQRT)
+T_UNARY(tanh, QT_TANH)
+T_UNARY(sigmoid, QT_SIGMOID)
+T_UNARY(relu, QT_RELU)
+
+static int t_mm_unm(lua_State *L) {
+  return t_unary(L, QT_NEG, "neg", qt_scalar_i(0), qt_scalar_i(0));
+}
+
+/* A clamp bound: nil is no bound (+-inf, and the int64 extremes for integer tensors); a
+** float bound on an integer tensor rounds inwards (lo up, hi down). */
+static qt_scalar t_clampbound(lua_State *L, int arg, const char *op, bool upper) {
+  qt_scalar s;
+  if (lua_isnoneornil(L, arg)) {
+    s.f = upper ? HUGE_VAL : -HUGE_VAL;
+    s.i = upper ? INT64_MAX : INT64_MIN;
+    return s;
+  }
+  if (lua_type(L, arg) != LUA_TNUMBER) luaL_typeerror(L, arg, "number or nil");
+  if (lua_isinteger(L, arg)) return qt_scalar_i((int64_t)lua_tointeger(L, arg));
+  double d = lua_tonumber(L, arg);
+  if (d != d) luaL_error(L, "%s: bound is NaN", op);
+  double r = upper ? floor(d) : ceil(d);
+  s.f = d;
+  s.i = r >= 9223372036854775808.0 ? INT64_MAX : r < -9223372036854775808.0 ? INT64_MIN : (int64_t)r;
+  return s;
+}
+
+static int t_clamp(lua_State *L) {
+  qt_scalar lo = t_clampbound(L, 2, "clamp", false), hi = t_clampbound(L, 3, "clamp", true);
+  return t_unary(L, QT_CLAMP, "clamp", lo, hi);
+}
+
+static int t_clamp_(lua_State *L) {
+  qt_scalar lo = t_clampbound(L, 2, "clamp_", false), hi = t_clampbound(L, 3, "clamp_", true);
+  return t_unary_(L, QT_CLAMP, "clamp_", lo, hi);
+}
+
+static int t_fill_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "fill_");
+  if (qt_fill_(ctx, t, lq_checkstorable(L, 2, "fill_", t->dtype)) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int t_zero_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "zero_");
+  if (qt_fill_(ctx, t, qt_scalar_i(0)) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ================================================================ reductions */
+
+/* Without dim: a Lua number (the 0-d result is read, then released at once so device
+** memory does not wait for the collector). With dim: a tensor; max/min also push the
+** 1-based int64 positions. */
+static int t_reduce(lua_State *L, qt_redop op, const char *name) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, name);
+  if (lua_isnoneornil(L, 2)) {
+    qt_tensor *r = lq_newtensor(L);
+    if (qt_reduce(ctx, r, op, t, -1) != 0) return lq_raise(L, ctx);
+    int64_t pos[QT_MAXDIM] = {0};
+    qt_scalar v;
+    if (qt_get(ctx, r, pos, &v) != 0) return lq_raise(L, ctx);
+    qt_dtype dtype = r->dtype;
+    qt_tensor_release(r);
+    lq_pushscalar(L, dtype, v);
+    return 1;
+  }
+  int dim = t_checkdim(L, 2, t, name);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_reduce(ctx, out, op, t, dim) != 0) return lq_raise(L, ctx);
+  if (op != QT_MAX && op != QT_MIN) return 1;
+  qt_tensor *pos = lq_newtensor(L);
+  if (qt_reduce(ctx, pos, op == QT_MAX ? QT_ARGMAX : QT_ARGMIN, t, dim) != 0)
+    return lq_raise(L, ctx);
+  return 2;
+}
+
+static int t_sum(lua_State *L) { return t_reduce(L, QT_SUM, "sum"); }
+static int t_mean(lua_State *L) { return t_reduce(L, QT_MEAN, "mean"); }
+static int t_max(lua_State *L) { return t_reduce(L, QT_MAX, "max"); }
+static int t_min(lua_State *L) { return t_reduce(L, QT_MIN, "min"); }
+static int t_argmax(lua_State *L) { return t_reduce(L, QT_ARGMAX, "argmax"); }
+static int t_argmin(lua_State *L) { return t_reduce(L, QT_ARGMIN, "argmin"); }
+
+static int t_matmul(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, "matmul");
+  qt_tensor *b = qlua_checktensor(L, 2);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_matmul(ctx, out, a, b) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* ================================================================ t[i] and t[i] = v */
+
+/* The integer key of t[k], checked against 1..#t. */
+static lua_Integer t_checkkey(lua_State *L, const qt_tensor *t) {
+  int isint;
+  lua_Integer i = lua_tointegerx(L, 2, &isint);
+  if (!isint) luaL_error(L, "index: %f is not an integer", lua_tonumber(L, 2));
+  if (t->ndim == 0) luaL_error(L, "index: a 0-d tensor cannot be indexed (use item())");
+  if (i < 1 || i > (lua_Integer)t->size[0])
+    luaL_error(L, "index: %I out of range (1..%I)", i, (lua_Integer)t->size[0]);
+  return i;
+}
+
+/* __index: methods by name (upvalue 2 is the methods table), elements or row views by
+** integer, nil for anything else. */
+static int t_index(lua_State *L) {
+  switch (lua_type(L, 2)) {
+    case LUA_TSTRING:
+      lua_pushvalue(L, 2);
+      lua_rawget(L, lua_upvalueindex(2));
+      return 1;
+    case LUA_TNUMBER: {
+      qt_ctx *ctx = lq_ctx(L);
+      qt_tensor *t = lq_checklive(L, 1, "index");
+      lua_Integer i = t_checkkey(L, t);
+      if (t->ndim == 1) {
+        int64_t pos[1] = {(int64_t)(i - 1)};
+        qt_scalar v;
+        if (qt_get(ctx, t, pos, &v) != 0) return lq_raise(L, ctx);
+        lq_pushscalar(L, t->dtype, v);
+        return 1;
+      }
+      t_pushselect(L, ctx, t, 0, i, "index");
+      return 1;
+    }
+    default:
+      lua_pushnil(L);
+      return 1;
+  }
+}
+
+/* __newindex: t[i] = number or tensor. A 1-D tensor's element is set directly; a row of
+** an N-D tensor is filled (number) or copied into (tensor, broadcast). */
+static int t_newindex(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "index");
+  if (lua_type(L, 2) != LUA_TNUMBER)
+    return luaL_error(L, "index: cannot assign to key '%s' of a qlua.Tensor",
+                      luaL_tolstring(L, 2, NULL));
+  lua_Integer i = t_checkkey(L, t);
+  if (lua_type(L, 3) == LUA_TNUMBER) {
+    qt_scalar v = lq_checkstorable(L, 3, "index", t->dtype);
+    if (t->ndim == 1) {
+      int64_t pos[1] = {(int64_t)(i - 1)};
+      if (qt_set(ctx, t, pos, v) != 0) return lq_raise(L, ctx);
+      return 0;
+    }
+    qt_tensor *row = t_pushselect(L, ctx, t, 0, i, "index");
+    if (qt_fill_(ctx, row, v) != 0) return lq_raise(L, ctx);
+    return 0;
+  }
+  qt_tensor *src = qlua_totensor(L, 3);
+  if (src == NULL)
+    return luaL_error(L, "index: cannot assign a %s to a tensor element (number or "
+                      "qlua.Tensor expected)", luaL_typename(L, 3));
+  qt_tensor *row = t_pushselect(L, ctx, t, 0, i, "index");
+  if (qt_copy_(ctx, row, src) != 0) return lq_raise(L, ctx);
+  return 0;
+}
+
+/* ================================================================ registration */
+
+static const luaL_Reg t_methods[] = {
+  /* inspection */
+  {"shape", t_shape}, {"size", t_size}, {"stride", t_stride}, {"dim", t_dim},
+  {"numel", t_numel}, {"dtype", t_dtype}, {"device", t_device},
+  {"is_contiguous", t_is_contiguous}, {"item", t_item}, {"totable", t_totable},
+  /* views */
+  {"view", t_view}, {"reshape", t_reshape}, {"narrow", t_narrow}, {"select", t_select},
+  {"transpose", t_transpose}, {"t", t_t}, {"permute", t_permute}, {"expand", t_expand},
+  {"contiguous", t_contiguous}, {"clone", t_clone},
+  /* moving */
+  {"gpu", t_gpu}, {"cpu", t_cpu}, {"to", t_to}, {"copy_", t_copy_},
+  /* indexing */
+  {"gather", t_gather}, {"index_select", t_index_select}, {"take", t_take},
+  {"scatter_", t_scatter_}, {"index_add_", t_index_add_},
+  /* arithmetic */
+  {"add", t_add}, {"sub", t_sub}, {"mul", t_mul}, {"div", t_div}, {"pow", t_pow},
+  {"maximum", t_maximum}, {"minimum", t_minimum},
+  {"eq", t_eq}, {"ne", t_ne}, {"lt", t_lt}, {"le", t_le}, {"gt", t_gt}, {"ge", t_ge},
+  {"add_", t_add_}, {"sub_", t_sub_}, {"mul_", t_mul_}, {"div_", t_div_}, {"pow_", t_pow_},
+  {"maximum_", t_maximum_}, {"minimum_", t_minimum_},
+  {"eq_", t_eq_}, {"ne_", t_ne_}, {"lt_", t_lt_}, {"le_", t_le_}, {"gt_", t_gt_},
+  {"ge_", t_ge_},
+  {"neg", t_neg}, {"abs", t_abs}, {"exp", t_exp}, {"log", t_log}, {"sqrt", t_sqrt},
+  {"tanh", t_tanh}, {"sigmoid", t_sigmoid}, {"relu", t_relu}, {"clamp", t_clamp},
+  {"neg_", t_neg_}, {"abs_", t_abs_}, {"exp_", t_exp_}, {"log_", t_log_}, {"sqrt_", t_sqrt_},
+  {"tanh_", t_tanh_}, {"sigmoid_", t_sigmoid_}, {"relu_", t_relu_}, {"clamp_", t_clamp_},
+  {"fill_", t_fill_}, {"zero_", t_zero_},
+  /* reductions and products */
+  {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"min", t_min},
+  {"argmax", t_argmax}, {"argmin", t_argmin}, {"matmul", t_matmul},
+  /* memory */
+  {"free", t_free},
+  {NULL, NULL}
+};
+
+static const luaL_Reg t_metamethods[] = {
+  {"__gc", t_gc}, {"__close", t_gc}, {"__newindex", t_newindex}, {"__tostring", lq_tostring},
+  {"__len", t_len}, {"__add", t_mm_add}, {"__sub", t_mm_sub}, {"__mul", t_mm_mul},
+  {"__div", t_mm_div}, {"__pow", t_mm_pow}, {"__unm", t_mm_unm},
+  {NULL, NULL}
+};
+
+void lq_open_tensor(lua_State *L, int box_idx) {
+  box_idx = lua_absindex(L, box_idx);
+  luaL_newmetatable(L, QLUA_TENSOR);            /* sets __name */
+  lua_createtable(L, 0, (int)(sizeof t_methods / sizeof t_methods[0]));
+  lua_pushvalue(L, box_idx);
+  luaL_setfuncs(L, t_methods, 1);               /* methods: upvalue 1 = the state box */
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "__methods");             /* for the REPL's completion */
+  lua_pushvalue(L, box_idx);
+  lua_insert(L, -2);
+  lua_pushcclosure(L, t_index, 2);              /* __index: upvalues box, methods */
+  lua_setfield(L, -2, "__index");
+  lua_pushvalue(L, box_idx);
+  luaL_setfuncs(L, t_metamethods, 1);
+  lua_pop(L, 1);                                /* the metatable */
+}

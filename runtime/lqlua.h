@@ -1,0 +1,99 @@
+/*
+** lqlua.h — internal header shared by the Lua binding's files (l_qlua.c, l_tensor.c,
+** l_print.c). Not installed; embedders use qlua.h.
+**
+** Every C function of the binding is a closure whose upvalue 1 is the state box (an
+** lq_state userdata, also anchored in the registry), so finding this lua_State's tensor
+** context costs one upvalue read. lq_ctx() also records which thread is running, which
+** is the lua_State the core's GC callback collects on.
+**
+** Raising: the core (ops.h) returns -1 with ctx->err.msg; lq_raise turns that into a Lua
+** error. Nothing owned is held across a call that may raise: results are pushed as
+** empty tensor userdata first (lq_newtensor) and filled by the core afterwards.
+*/
+#ifndef QLUA_LQLUA_H
+#define QLUA_LQLUA_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "device.h"
+#include "qlua.h"
+#include "tensor.h"
+
+/* ops.h declares a function qt_view() whose name clashes with tensor.h's qt_view type
+** (a C error when both are in scope). The declaration is read under another name here;
+** l_tensor.c binds to the function by its symbol (see t_core_view there). */
+#define qt_view qt_view_function_from_ops_h
+#include "ops.h"
+#undef qt_view
+
+/* The per-lua_State state of the binding; a full userdata anchored in the registry and
+** captured as upvalue 1 of every binding function. Its __gc drops the context. */
+typedef struct lq_state {
+  qt_ctx *ctx;          /* one reference held */
+  lua_State *running;   /* the thread of the latest binding call: where the GC runs */
+  uint64_t gpus_used;   /* bit n: gpu:n was handed out to this state (sync, empty_cache) */
+} lq_state;
+
+/* The GC driving policy (l_qlua.c). */
+#define LQ_GC_FLOOR ((int64_t)256 << 20)  /* never collect for less than 256 MiB live */
+
+/* ---- l_qlua.c */
+lq_state *lq_state_of(lua_State *L);        /* upvalue 1 */
+qt_ctx *lq_ctx(lua_State *L);               /* upvalue 1's context; records L as running */
+int lq_raise(lua_State *L, qt_ctx *ctx);    /* luaL_error(L, "%s", ctx->err.msg) */
+
+/* ---- l_tensor.c: tensor userdata */
+/* Pushes a new userdata holding an empty tensor, metatable set; the core fills it. */
+qt_tensor *lq_newtensor(lua_State *L);
+/* The tensor at idx, live (not freed) or "<op>: tensor has been freed". */
+qt_tensor *lq_checklive(lua_State *L, int idx, const char *op);
+/* Creates the methods table and the "qlua.Tensor" metatable; upvalue 1 of every
+** function is the value at box_idx (the state box). Leaves the stack as it was. */
+void lq_open_tensor(lua_State *L, int box_idx);
+
+/* ---- l_tensor.c: argument parsing shared with the module functions */
+/* Parses a shape starting at argument `arg`: either one table {2, 3} or consecutive
+** numbers 2, 3 (sizes: integers >= 0, at most QT_MAXDIM). Returns the index of the
+** first argument after the shape. Flags: */
+#define LQ_SHAPE_INFER 1  /* -1 entries are allowed (view, reshape, expand check how many) */
+#define LQ_SHAPE_ONE   2  /* one number or one table only (full(shape, value)) */
+int lq_checkshape(lua_State *L, int arg, const char *op, int flags, int *ndim, int64_t *size);
+/* Reads the optional opts table at arg ({dtype=, device=}); fields left nil keep the
+** values already in *dtype / *dev. Unknown keys are an error. */
+void lq_checkopts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_device **dev);
+/* A device by name: "cpu", "gpu" (the current GPU), "gpu:N". */
+qt_device *lq_device_by_name(lua_State *L, const char *op, const char *name);
+/* A device from a Lua value: a name, or an integer GPU ordinal. */
+qt_device *lq_checkdevice(lua_State *L, int arg, const char *op);
+/* The GPU with that ordinal, opened on first use; raises "<op>: <registry message>". */
+qt_device *lq_gpu(lua_State *L, const char *op, int ordinal);
+/* A dtype by name, or "<op>: unknown dtype 'x' (float32, float64, int32, int64)". */
+qt_dtype lq_dtype_by_name(lua_State *L, const char *op, const char *name);
+/* The number at idx as a qt_scalar that dtype can hold exactly: an integer in range for
+** int dtypes (an integral float is accepted), any number for float dtypes. */
+qt_scalar lq_checkstorable(lua_State *L, int idx, const char *op, qt_dtype dtype);
+/* Pushes an element read from a tensor: an integer for int dtypes, a float otherwise. */
+void lq_pushscalar(lua_State *L, qt_dtype dtype, qt_scalar v);
+/* Builds a tensor from the number or (nested) table at idx and pushes it. dtype -1:
+** inferred (any float -> float32, else int64). as_index: the values are index values
+** ("<op>: index 2.5 is not an integer"). */
+qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_device *dev,
+                        bool as_index);
+
+/* One element of dtype at p (host memory) as a qt_scalar. */
+static inline qt_scalar lq_load_element(qt_dtype dtype, const void *p) {
+  switch (dtype) {
+    case QT_F32: { qt_scalar s; s.f = *(const float *)p; s.i = 0; return s; }
+    case QT_F64: { qt_scalar s; s.f = *(const double *)p; s.i = 0; return s; }
+    case QT_I32: return qt_scalar_i(*(const int32_t *)p);
+    case QT_I64: return qt_scalar_i(*(const int64_t *)p);
+    default: return qt_scalar_i(0);
+  }
+}
+
+/* ---- l_print.c */
+int lq_tostring(lua_State *L);              /* __tostring */
+
+#endif
