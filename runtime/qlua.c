@@ -56,7 +56,8 @@
 /* what pushline-style readers return besides "got a line" */
 #define QH_LINE_OK        1
 #define QH_LINE_EOF       0
-#define QH_LINE_CANCELLED (-1)   /* Ctrl-C at a continuation prompt */
+#define QH_LINE_CANCELLED (-2)   /* Ctrl-C at a continuation prompt (not a LUA_* status) */
+#define QH_REPL_EOF       (-1)   /* qh_loadline: no more input */
 
 /* program name for messages: argv[0] like lua.c, NULL inside the REPL */
 static const char *qh_progname = QH_DEFAULT_PROGNAME;
@@ -726,7 +727,8 @@ static void qh_saveline (const char *line) {
 static void qh_history_open (void) {
   const char *home = getenv("HOME");
   qh_history_path[0] = '\0';
-  history_write_timestamps = 1;      /* timestamps delimit multi-line entries... */
+  history_comment_char = '#';        /* timestamps are written as "#<seconds>"... */
+  history_write_timestamps = 1;      /* ...and delimit multi-line entries... */
   history_multiline_entries = 1;     /* ...so they read back as one entry */
   stifle_history(QH_HISTORY_MAX);
   if (home == NULL || home[0] == '\0') return;
@@ -812,13 +814,14 @@ static int qh_load_statement (lua_State *L) {
 
 /*
 ** Read and compile one statement; leaves the chunk (or an error message) as the only
-** stack value. Returns -1 at end of input, QH_LINE_CANCELLED when Ctrl-C dropped it.
+** stack value. Returns QH_REPL_EOF at end of input, QH_LINE_CANCELLED when Ctrl-C
+** dropped it.
 */
 static int qh_loadline (lua_State *L) {
   int status;
   lua_settop(L, 0);
   status = qh_pushline(L, 1);
-  if (status == QH_LINE_EOF) return -1;
+  if (status == QH_LINE_EOF) return QH_REPL_EOF;
   if ((status = qh_try_return(L)) != LUA_OK)
     status = qh_load_statement(L);
   if (status == QH_LINE_CANCELLED) {
@@ -864,7 +867,7 @@ static void qh_repl (lua_State *L) {
     qh_setsignal(SIGINT, qh_on_sigint_prompt, &saved_sigint);
     qh_setsignal(SIGWINCH, qh_on_sigwinch, &saved_sigwinch);
   }
-  while ((status = qh_loadline(L)) != -1) {
+  while ((status = qh_loadline(L)) != QH_REPL_EOF) {
     if (status == QH_LINE_CANCELLED) continue;
     if (status == LUA_OK)
       status = qh_docall(L, 0, LUA_MULTRET);

@@ -1,0 +1,203 @@
+--[[
+spec/helpers/process.lua — running programs from the specs: qlua itself, the reference
+lua5.4, and qlua's REPL on a pseudo-terminal.
+
+Everything goes through os.execute with files for stdin/stdout/stderr (no io.popen
+deadlocks, both streams kept apart) and `timeout` around every child, so a spec can
+never hang: a child that outlives its limit is killed and the spec fails with the
+output it had.
+
+  P.qlua()             absolute path of the qlua under test ($QLUA, default build/qlua)
+  P.lua()              absolute path of lua5.4, or nil, reason
+  P.run(argv, opts)    -> { stdout=, stderr=, status= }   (opts: stdin, env, cwd, timeout)
+  P.have(tool)         is the command on PATH?
+  P.pty(argv, script, opts) -> { output=, status= }: argv runs on a pseudo-terminal
+                       (util-linux `script`); `script` is a list of keystroke strings and
+                       numbers (seconds to wait before the next keystrokes)
+  P.tempdir()          a fresh directory (removed by P.cleanup())
+  P.write(path, text)  / P.read(path)
+  P.quote(s)           s quoted for /bin/sh
+]]
+
+local P = {}
+
+local lfs_ok, lfs = pcall(require, "lfs")
+
+local temp_paths = {}
+
+function P.quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function cwd()
+  if lfs_ok then return lfs.currentdir() end
+  local pipe = io.popen("pwd")
+  local dir = pipe:read("l")
+  pipe:close()
+  return dir
+end
+
+local function absolute(path)
+  if path:sub(1, 1) == "/" then return path end
+  return cwd() .. "/" .. path
+end
+
+function P.write(path, text)
+  local file = assert(io.open(path, "wb"))
+  file:write(text)
+  file:close()
+  return path
+end
+
+function P.read(path)
+  local file = io.open(path, "rb")
+  if not file then return nil end
+  local text = file:read("a")
+  file:close()
+  return text
+end
+
+-- A temporary file name (os.tmpname creates the file; it is removed by P.cleanup).
+function P.tmpname(suffix)
+  local name = os.tmpname()
+  temp_paths[#temp_paths + 1] = name
+  if suffix then
+    os.remove(name)
+    name = name .. suffix
+    temp_paths[#temp_paths + 1] = name
+  end
+  return name
+end
+
+-- A fresh empty directory (made from an os.tmpname name).
+function P.tempdir()
+  local name = os.tmpname()
+  os.remove(name)
+  assert(os.execute("mkdir -p " .. P.quote(name)), "cannot create " .. name)
+  temp_paths[#temp_paths + 1] = name
+  return name
+end
+
+function P.cleanup()
+  for i = #temp_paths, 1, -1 do
+    os.execute("rm -rf " .. P.quote(temp_paths[i]))
+  end
+  temp_paths = {}
+end
+
+function P.have(tool)
+  return os.execute("command -v " .. P.quote(tool) .. " >/dev/null 2>&1") == true
+end
+
+-- The qlua under test: $QLUA, else build/qlua, made absolute (specs cd around).
+function P.qlua()
+  local path = absolute(os.getenv("QLUA") or "build/qlua")
+  local file = io.open(path, "rb")
+  if not file then
+    error("qlua binary not found at " .. path .. " (build it, or set QLUA)", 2)
+  end
+  file:close()
+  return path
+end
+
+-- The reference interpreter: lua5.4 on PATH (what Debian installs).
+function P.lua()
+  local pipe = io.popen("command -v lua5.4 2>/dev/null")
+  local path = pipe:read("l")
+  pipe:close()
+  if not path or path == "" then return nil, "lua5.4 is not installed (apt-get install lua5.4)" end
+  return path
+end
+
+-- Environment variables that would make runs depend on the caller's shell.
+local SCRUBBED = { "LUA_INIT", "LUA_INIT_5_4" }
+
+-- "env -u A -u B X=1 ..." for opts.env (a value false removes the variable).
+local function env_prefix(env)
+  local parts = { "env" }
+  local set = {}
+  for name, value in pairs(env or {}) do set[name] = value end
+  for _, name in ipairs(SCRUBBED) do
+    if set[name] == nil then set[name] = false end
+  end
+  local names = {}
+  for name in pairs(set) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    if set[name] == false then
+      parts[#parts + 1] = "-u " .. name
+    end
+  end
+  for _, name in ipairs(names) do
+    if set[name] ~= false then
+      parts[#parts + 1] = name .. "=" .. P.quote(set[name])
+    end
+  end
+  return table.concat(parts, " ")
+end
+
+local function command_line(argv)
+  local words = {}
+  for i, word in ipairs(argv) do words[i] = P.quote(word) end
+  return table.concat(words, " ")
+end
+
+-- os.execute's results as one exit status (128+n for a signal, like the shell).
+local function exit_status(ok, how, code)
+  if how == "exit" then return code end
+  if how == "signal" then return 128 + code end
+  return ok and 0 or 1
+end
+
+--[[
+Runs argv (argv[1] is the program) with stdin from opts.stdin (a string; empty when
+absent), the environment changed by opts.env, in opts.cwd, for at most opts.timeout
+seconds (default 10). Returns { stdout, stderr, status }; status 124 means killed by the
+timeout.
+]]
+function P.run(argv, opts)
+  opts = opts or {}
+  local stdin_path = P.write(P.tmpname(), opts.stdin or "")
+  local stdout_path, stderr_path = P.tmpname(), P.tmpname()
+  local cmd = string.format("%s%s timeout -k 2 %d %s <%s >%s 2>%s",
+    opts.cwd and ("cd " .. P.quote(opts.cwd) .. " && ") or "",
+    env_prefix(opts.env), opts.timeout or 10, command_line(argv),
+    P.quote(stdin_path), P.quote(stdout_path), P.quote(stderr_path))
+  local status = exit_status(os.execute(cmd))
+  local result = { stdout = P.read(stdout_path) or "", stderr = P.read(stderr_path) or "",
+                   status = status, command = cmd }
+  os.remove(stdin_path); os.remove(stdout_path); os.remove(stderr_path)
+  return result
+end
+
+--[[
+Runs argv on a pseudo-terminal with util-linux `script`, typing the keystrokes of
+`keys` (strings, with numbers between them meaning "wait that many seconds"). The
+terminal is TERM=dumb with no inputrc, so readline behaves the same everywhere; HOME
+comes from opts.env or is a fresh directory. Returns { output (everything the terminal
+showed, \r removed), status }.
+]]
+function P.pty(argv, keys, opts)
+  opts = opts or {}
+  local feeder = { "sleep " .. (opts.startup or 0.5) }   -- let readline set up the terminal
+  for _, step in ipairs(keys) do
+    if type(step) == "number" then
+      feeder[#feeder + 1] = "sleep " .. step
+    else
+      feeder[#feeder + 1] = "printf '%s' " .. P.quote(step)
+    end
+  end
+  local env = { TERM = "dumb", INPUTRC = "/dev/null" }
+  for name, value in pairs(opts.env or {}) do env[name] = value end
+  if env.HOME == nil then env.HOME = P.tempdir() end
+  local output_path = P.tmpname()
+  local cmd = string.format("( %s ) | %s timeout -k 2 %d script -qfec %s /dev/null >%s 2>&1",
+    table.concat(feeder, "; "), env_prefix(env), opts.timeout or 10,
+    P.quote(command_line(argv)), P.quote(output_path))
+  local status = exit_status(os.execute(cmd))
+  local output = (P.read(output_path) or ""):gsub("\r", "")
+  os.remove(output_path)
+  return { output = output, status = status, command = cmd }
+end
+
+return P

@@ -1,0 +1,269 @@
+--[[
+qlua's REPL: through a pipe (plain lines, what scripts and editors drive) and on a
+pseudo-terminal (readline: completion, history, Ctrl-C).
+
+The pipe cases are also compared with lua5.4 where the two must agree (a piped `-i`
+session prints the prompts and echoes each line, as Debian's readline-built lua5.4
+does). The terminal cases run qlua under util-linux `script` with TERM=dumb, a fresh
+$HOME and no inputrc; keystrokes are typed with pauses between them, and every run is
+bounded by `timeout`, so nothing can hang. Results are checked through values the
+session prints with a marker ("R:" .. value), which the echo of the typed line cannot
+produce by itself.
+]]
+
+local P = require("spec.helpers.process")
+
+local QLUA = P.qlua()
+local LUA, no_lua = P.lua()
+
+local CTRL_C, CTRL_D, TAB, UP = "\3", "\4", "\t", "\27[A"
+
+local function piped(stdin, argv)
+  local full = { QLUA, "-i" }
+  for _, word in ipairs(argv or {}) do full[#full + 1] = word end
+  return P.run(full, { stdin = stdin })
+end
+
+-- The lines of the session's stdout after the banner.
+local function transcript(result)
+  return (result.stdout:gsub("^[^\n]*\n", "", 1))
+end
+
+local function has(text, needle)
+  return text:find(needle, 1, true) ~= nil
+end
+
+-- A tensor in this build? (The tensor type lands with the runtime; until then the
+-- tensor cases are pending, saying so.)
+local has_tensor = P.run({ QLUA, "-e", "os.exit(type(qlua.tensor) == 'function' and 0 or 3)" }).status == 0
+
+describe("the REPL through a pipe", function()
+  teardown(P.cleanup)
+
+  it("prints the values of expressions, several separated by tabs", function()
+    local r = piped("1 + 1\n'a', 2, nil\nx = 5\nx\n=x * 2\nmath.huge\n")
+    assert.are.equal(0, r.status)
+    assert.are.equal("", r.stderr)
+    assert.are.equal(table.concat({
+      "> 1 + 1", "2",
+      "> 'a', 2, nil", "a\t2\tnil",
+      "> x = 5",
+      "> x", "5",
+      "> =x * 2", "10",
+      "> math.huge", "inf",
+      "> ", "" }, "\n"), transcript(r))
+  end)
+
+  it("prints through the global print (so __tostring and a replaced print apply)", function()
+    local r = piped("setmetatable({}, { __tostring = function() return 'custom!' end })\n" ..
+                    "print = function(...) io.write('[', select('#', ...), ']\\n') end\n1, 2, 3\n")
+    assert.truthy(has(r.stdout, "\ncustom!\n"))
+    assert.truthy(has(r.stdout, "\n[3]\n"))
+  end)
+
+  it("continues multi-line statements with _PROMPT2", function()
+    local r = piped("function twice(n)\nreturn 2 * n\nend\ntwice(21)\nlocal t = {\n1,\n2 }\n")
+    assert.are.equal(table.concat({
+      "> function twice(n)", ">> return 2 * n", ">> end",
+      "> twice(21)", "42",
+      "> local t = {", ">> 1,", ">> 2 }",
+      "> ", "" }, "\n"), transcript(r))
+  end)
+
+  it("uses _PROMPT and _PROMPT2, through tostring", function()
+    local r = piped("_PROMPT = 'qlua$ '\n_PROMPT2 = 3\nif true then\nend\n_PROMPT = nil\n")
+    assert.are.equal(table.concat({
+      "> _PROMPT = 'qlua$ '", "qlua$ _PROMPT2 = 3", "qlua$ if true then", "3end",
+      "qlua$ _PROMPT = nil", "> ", "" }, "\n"), transcript(r))
+  end)
+
+  it("reports errors on stderr and keeps the session going", function()
+    local r = piped("error('first')\nlocal = 1\nnil + 1\nprint('still alive')\n")
+    assert.are.equal(0, r.status)
+    assert.truthy(has(r.stdout, "\nstill alive\n"))
+    assert.truthy(has(r.stderr, "stdin:1: first\nstack traceback:"))
+    assert.truthy(has(r.stderr, "stdin:1: <name> expected near '='"))
+    assert.truthy(has(r.stderr, "attempt to perform arithmetic on a nil value"))
+    assert.falsy(has(r.stderr, QLUA))   -- no program name inside the REPL
+  end)
+
+  it("reports an error raised by print itself", function()
+    local r = piped("setmetatable({}, { __tostring = function() error('no string') end })\nprint('after')\n")
+    assert.truthy(has(r.stderr, "error calling 'print' ("))
+    assert.truthy(has(r.stdout, "\nafter\n"))
+  end)
+
+  it("reports a statement left unfinished at end of input", function()
+    local r = piped("for i = 1, 2 do\n")
+    assert.are.equal(0, r.status)
+    assert.truthy(has(r.stderr, "'end' expected near <eof>"), r.stderr)
+  end)
+
+  it("ends at end of input with status 0, and os.exit still sets the status", function()
+    assert.are.equal(0, piped("").status)
+    assert.are.equal(7, piped("os.exit(7)\nprint('not reached')\n").status)
+  end)
+
+  it("keeps no history for piped sessions", function()
+    local home = P.tempdir()
+    local r = P.run({ QLUA, "-i" }, { stdin = "x = 1\n", env = { HOME = home } })
+    assert.are.equal(0, r.status)
+    assert.is_nil(P.read(home .. "/.qlua_history"))
+  end)
+
+  if LUA then
+    it("prints exactly what lua5.4 prints for the same session", function()
+      local session = "x = {1, 2, 3}\n#x\nfor i, v in ipairs(x) do\nprint(i, v)\nend\n" ..
+                      "error('e')\n_PROMPT = '% '\n1, nil, false\nreturn\n\n"
+      local q = P.run({ QLUA, "-i" }, { stdin = session })
+      local l = P.run({ LUA, "-i" }, { stdin = session })
+      assert.are.equal(transcript(l), transcript(q))
+      assert.are.equal(l.stderr, q.stderr)
+      assert.are.equal(l.status, q.status)
+    end)
+  else
+    pending("prints exactly what lua5.4 prints for the same session [" .. no_lua .. "]")
+  end
+
+  if has_tensor then
+    it("prints tensors with their __tostring", function()
+      local r = piped("qlua.tensor({1, 2, 3})\n")
+      local expected = P.run({ QLUA, "-e", "print(qlua.tensor({1, 2, 3}))" }).stdout
+      assert.are.equal("", r.stderr)
+      assert.truthy(has(r.stdout, "> qlua.tensor({1, 2, 3})\n" .. expected), r.stdout)
+    end)
+  else
+    pending("prints tensors with their __tostring [qlua.tensor is not in this build yet]")
+  end
+end)
+
+describe("the REPL on a terminal", function()
+  if not P.have("script") then
+    pending("all terminal cases [util-linux `script` is not installed]")
+    return
+  end
+  teardown(P.cleanup)
+
+  local function session(keys, opts)
+    local r = P.pty({ QLUA }, keys, opts)
+    return r.output, r
+  end
+
+  it("shows the banner and a prompt, and Ctrl-D ends the session with status 0", function()
+    local out, r = session({ CTRL_D })
+    assert.are.equal(0, r.status)
+    assert.truthy(out:find("qlua %d+%.%d+%.%d+[^\n]* %(Lua 5%.4"), out)
+    assert.truthy(has(out, "> "))
+  end)
+
+  it("completes global names and keywords", function()
+    local out = session({ "zebra_unique_global = 424242\n", 0.2,
+                          "print('R:' .. zebra_uniq" .. TAB .. ")\n", 0.2,
+                          "local f = functi" .. TAB .. "() return 'R:kw' end print(f())\n", 0.2,
+                          CTRL_D })
+    assert.truthy(has(out, "R:424242"), out)
+    assert.truthy(has(out, "R:kw\n"), out)
+  end)
+
+  it("completes string.fo to string.format", function()
+    local out = session({ "print(string.fo" .. TAB .. "('R:%d!', 42))\n", 0.2, CTRL_D })
+    assert.truthy(has(out, "string.format"), out)
+    assert.truthy(has(out, "R:42!"), out)
+  end)
+
+  it("completes a chain of table fields", function()
+    local out = session({ "cfg = { alpha = { beta = { gamma_value = 7 } } }\n", 0.2,
+                          "print('R:' .. cfg.alp" .. TAB .. ".be" .. TAB .. ".gam" .. TAB .. ")\n", 0.2,
+                          CTRL_D })
+    assert.truthy(has(out, "R:7"), out)
+  end)
+
+  it("completes methods from a metatable's __index table, and string methods", function()
+    local out = session({
+      "Point = {} Point.__index = Point function Point:norm_squared() return self.x^2 + self.y^2 end\n", 0.2,
+      "p = setmetatable({ x = 3, y = 4 }, Point)\n", 0.2,
+      "print('R:' .. p:norm" .. TAB .. "())\n", 0.2,
+      "s = 'abc'\n", 0.2,
+      "print('R:' .. s:upp" .. TAB .. "())\n", 0.2,
+      CTRL_D })
+    assert.truthy(has(out, "R:25.0"), out)
+    assert.truthy(has(out, "R:ABC"), out)
+  end)
+
+  it("completes methods listed in a metatable's __methods table (as tensors have)", function()
+    local out = session({
+      "local m = { frobnicate = function() return 'R:frob' end } " ..
+      "obj = setmetatable({}, { __index = function(_, k) return m[k] end, __methods = m })\n", 0.2,
+      "print(obj:frobn" .. TAB .. "())\n", 0.2,
+      "bad = setmetatable({}, { __index = function() error('index exploded') end })\n", 0.2,
+      "print('R:' .. tostring(pcall(function() return bad.x" .. TAB .. " end)))\n", 0.2,
+      CTRL_D })
+    assert.truthy(has(out, "R:frob"), out)
+    assert.truthy(has(out, "R:false"), out)   -- an __index that raises does not break completion
+  end)
+
+  if has_tensor then
+    it("completes tensor methods", function()
+      local out = session({ "t = qlua.tensor({1, 2, 3})\n", 0.2,
+                            "print('R:' .. t:nume" .. TAB .. "())\n", 0.2, CTRL_D })
+      assert.truthy(has(out, "R:3"), out)
+    end)
+  else
+    pending("completes tensor methods [qlua.tensor is not in this build yet]")
+  end
+
+  it("keeps history in $HOME/.qlua_history, a multi-line statement as one entry", function()
+    local home = P.tempdir()
+    local _, first = session({ "for i = 1, 2 do\n", "print('R:hist' .. i)\n", "end\n", 0.2,
+                               "x_hist = 1\n", 0.2, CTRL_D }, { env = { HOME = home } })
+    assert.are.equal(0, first.status)
+    local saved = P.read(home .. "/.qlua_history")
+    assert.truthy(saved, "no history file")
+    assert.truthy(saved:find("#%d+\nfor i = 1, 2 do\nprint%('R:hist' %.%. i%)\nend\n#%d+\nx_hist = 1\n$"), saved)
+    -- A new session recalls the loop with two Up arrows and runs it again.
+    local out = session({ UP .. UP .. "\n", 0.3, CTRL_D }, { env = { HOME = home } })
+    assert.truthy(has(out, "R:hist1\nR:hist2\n"), out)
+  end)
+
+  it("caps the history file", function()
+    local home = P.tempdir()
+    local lines = {}
+    for i = 1, 1500 do lines[#lines + 1] = "#1700000000\nold_" .. i .. " = " .. i end
+    P.write(home .. "/.qlua_history", table.concat(lines, "\n") .. "\n")
+    local _, r = session({ "newest_entry = 1\n", 0.2, CTRL_D }, { env = { HOME = home } })
+    assert.are.equal(0, r.status)
+    local saved = P.read(home .. "/.qlua_history")
+    local entries = 0
+    for _ in saved:gmatch("#%d+\n") do entries = entries + 1 end
+    assert.truthy(entries <= 1000, entries .. " entries kept")
+    assert.truthy(entries >= 900, entries .. " entries kept")
+    assert.truthy(saved:find("old_1500 = 1500\n", 1, true))
+    assert.truthy(saved:find("newest_entry = 1\n$"))
+  end)
+
+  it("Ctrl-C interrupts a running statement and the session continues", function()
+    local out, r = session({ "while true do end\n", 1.5, CTRL_C, 0.5,
+                             "print('R:' .. 'after')\n", 0.3, CTRL_D })
+    assert.truthy(has(out, "interrupted!"), out)
+    assert.truthy(has(out, "R:after"), out)
+    assert.are.equal(0, r.status)
+  end)
+
+  it("Ctrl-C at the prompt clears the line; at a continuation prompt drops the statement", function()
+    local out, r = session({ "print('R:disca", 0.3, CTRL_C, 0.3,
+                             "if true then\n", 0.3, "print('R:dropped')", 0.3, CTRL_C, 0.3,
+                             "print('R:' .. 'clean')\n", 0.3, CTRL_D })
+    assert.truthy(has(out, "R:clean"), out)
+    assert.falsy(has(out, "unfinished string"), out)
+    assert.falsy(out:find("R:dropped\n", 1, true), out)
+    assert.are.equal(0, r.status)
+  end)
+
+  it("an error never ends the session", function()
+    local out, r = session({ "error('R:' .. 'raised')\n", 0.2, "local = 1\n", 0.2,
+                             "print('R:' .. 'next')\n", 0.2, CTRL_D })
+    assert.truthy(has(out, "R:raised"), out)
+    assert.truthy(has(out, "R:next"), out)
+    assert.are.equal(0, r.status)
+  end)
+end)
