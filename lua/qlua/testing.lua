@@ -855,18 +855,28 @@ end
 
 ------------------------------------------------------------------------ errors
 
--- Runs fn, which must raise; returns the message (a string). Raises when fn succeeds.
+-- A message without the "file.lua:12: " that luaL_error / error() put in front (the
+-- caller's position), so patterns can anchor at the op name.
+function T.strip_where(msg)
+  msg = tostring(msg)
+  local rest = msg:match("^.-%.lua:%d+: (.*)$") or msg:match("^%[string .-%]:%d+: (.*)$")
+  return rest or msg
+end
+
+-- Runs fn, which must raise; returns the message (a string, without the position
+-- prefix). Raises when fn succeeds.
 function T.error_of(fn, ...)
   local ok, err = pcall(fn, ...)
   if ok then error("expected an error, but the call succeeded", 2) end
-  return tostring(err)
+  return T.strip_where(err)
 end
 
--- fn must raise an error whose message contains every one of the plain strings given.
+-- fn must raise an error whose message contains every one of the plain strings given;
+-- returns the message without its position prefix.
 function T.assert_error(fn, ...)
   local ok, err = pcall(fn)
   if ok then error("expected an error, but the call succeeded", 2) end
-  err = tostring(err)
+  err = T.strip_where(err)
   for i = 1, select("#", ...) do
     local want = select(i, ...)
     if not err:find(want, 1, true) then
@@ -880,7 +890,7 @@ end
 function T.assert_error_match(fn, pattern)
   local ok, err = pcall(fn)
   if ok then error("expected an error, but the call succeeded", 2) end
-  err = tostring(err)
+  err = T.strip_where(err)
   if not err:find(pattern) then
     error(string.format("error message %q does not match %q", err, pattern), 2)
   end
