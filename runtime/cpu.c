@@ -261,6 +261,16 @@ static void cpu_value_set(cpu_value *out, qt_dtype dtype, qt_scalar s) {
 
 /* ====================================================================== conversions */
 
+/* The elementwise row functions below are simple loops that GCC vectorizes only with
+** its dynamic cost model (at -O2, GCC 12 refuses any loop that needs a runtime alias
+** check or a remainder loop, which is all of them here: dst may alias a). Turning it
+** on for this section doubles the in-cache speed of add/mul/compare/copy/fill; other
+** compilers (clang vectorizes at -O2) ignore the section. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
+
 /* Float to integer saturates and maps NaN to 0 (what CUDA's cvt.rzi does), instead of
 ** C's undefined behaviour for out-of-range values. */
 static inline int32_t cpu_to_i32(double x) {
@@ -403,8 +413,8 @@ static inline int32_t cpu_intpow_i32(int32_t base, int32_t e) {
 }
 
 /* Maximum/minimum propagate NaN from either side (x != x is the NaN test). */
-#define CPU_MAX_F(x, y) (((x) > (y) || (x) != (x)) ? (x) : (y))
-#define CPU_MIN_F(x, y) (((x) < (y) || (x) != (x)) ? (x) : (y))
+#define CPU_MAX_F(x, y) ((((x) > (y)) | ((x) != (x))) ? (x) : (y))
+#define CPU_MIN_F(x, y) ((((x) < (y)) | ((x) != (x))) ? (x) : (y))
 #define CPU_MAX_I(x, y) ((x) > (y) ? (x) : (y))
 #define CPU_MIN_I(x, y) ((x) < (y) ? (x) : (y))
 
@@ -562,6 +572,10 @@ CPU_UNARY_FLOAT(f32, float, expf, logf, sqrtf, tanhf, fabsf)
 CPU_UNARY_FLOAT(f64, double, exp, log, sqrt, tanh, fabs)
 CPU_UNARY_INT(i32, int32_t, uint32_t)
 CPU_UNARY_INT(i64, int64_t, uint64_t)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 /* [dtype][op], in qt_unop order; NULL: not for this dtype (the core casts ints first). */
 static const cpu_row_fn cpu_unary_rows[QT_NDTYPES][QT_NUNOPS] = {
@@ -1067,6 +1081,11 @@ static int cpu_index_check(const qt_view *index, int64_t bound, const char *op, 
   return 0;
 }
 
+/* Random reads from a large source are latency-bound; asking for the element needed
+** CPU_PREFETCH iterations ahead keeps more cache misses in flight (about 25% faster
+** for 1Mi random indices into 64 MiB here). Indices are validated, so the address is. */
+#define CPU_PREFETCH 32
+
 /* Data moves as raw 4- or 8-byte words (gather, take, scatter copy values, never
 ** convert them), so these rows are per element size, not per dtype. */
 
@@ -1079,7 +1098,12 @@ static int cpu_index_check(const qt_view *index, int64_t bound, const char *op, 
     const TI *idx = (const TI *)p[2];                                                     \
     int64_t sd = s[0], ss = s[1], si = s[2], sdim = args->dim_stride;                     \
     if (sd == 1 && ss == 0 && si == 1 && sdim == 1) {                                     \
-      for (int64_t i = 0; i < n; i++) dst[i] = src[idx[i] - 1];                           \
+      int64_t i = 0;                                                                      \
+      for (; i + CPU_PREFETCH < n; i++) {                                                 \
+        __builtin_prefetch(&src[idx[i + CPU_PREFETCH] - 1]);                              \
+        dst[i] = src[idx[i] - 1];                                                         \
+      }                                                                                   \
+      for (; i < n; i++) dst[i] = src[idx[i] - 1];                                        \
     } else if (sd == 1 && ss == 0 && si == 1) {                                           \
       for (int64_t i = 0; i < n; i++) dst[i] = src[((int64_t)idx[i] - 1) * sdim];         \
     } else {                                                                              \
@@ -1190,7 +1214,12 @@ static int cpu_index_select(qt_device *dev, const qt_view *dst, const qt_view *s
     if (sv->ndim == 1) {                                                                  \
       int64_t st = sv->stride[0];                                                         \
       if (sd == 1 && si == 1 && st == 1) {                                                \
-        for (int64_t i = 0; i < n; i++) dst[i] = src[idx[i] - 1];                         \
+        int64_t i = 0;                                                                    \
+        for (; i + CPU_PREFETCH < n; i++) {                                               \
+          __builtin_prefetch(&src[idx[i + CPU_PREFETCH] - 1]);                            \
+          dst[i] = src[idx[i] - 1];                                                       \
+        }                                                                                 \
+        for (; i < n; i++) dst[i] = src[idx[i] - 1];                                      \
       } else {                                                                            \
         for (int64_t i = 0; i < n; i++) dst[i * sd] = src[((int64_t)idx[i * si] - 1) * st]; \
       }                                                                                   \
