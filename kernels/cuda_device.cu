@@ -595,7 +595,7 @@ extern "C" int qt_cuda_sync(qt_device *dev, qt_err *err) {
 ** stream, so they are ordered after the kernels queued before the transfer.
 */
 
-static int staging_workers_wanted = 0;  /* 0 = decide from the core count */
+static int staging_workers_wanted = 0;  /* 0 = decide from the core count; < 0 = never stage */
 
 /* Test hook (not in kernels.h): how many threads stage a pageable transfer. */
 extern "C" void qt_cuda_set_staging_workers(int workers) { staging_workers_wanted = workers; }
@@ -712,6 +712,7 @@ static int cuda_transfer_staged(qt_device *dev, bool upload, void *device_ptr, v
                                 size_t nbytes, const char *op, qt_err *err) {
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
   qt_cuda_allocator *a = ctx->allocator;
+  if (staging_workers_wanted < 0) return 1;
   if (pthread_mutex_trylock(&a->staging_lock) != 0) return 1;
   int workers = staging_worker_count(nbytes);
   for (int w = 0; w < workers; w++) {

@@ -507,8 +507,11 @@ template <typename T>
 static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p, qt_scalar p1, qt_scalar p2) {
   cudaStream_t stream = qt_cuda_context(dev)->stream;
   ew_unary_params<T> params;
-  params.lo_f = (T)p1.f;
-  params.hi_f = (T)p2.f;
+  params.lo_f = params.hi_f = T(0);
+  if constexpr (std::is_floating_point<T>::value) {  /* ints use lo_i/hi_i only */
+    params.lo_f = (T)p1.f;
+    params.hi_f = (T)p2.f;
+  }
   params.lo_i = p1.i;
   params.hi_i = p2.i;
   T *d = (T *)p.view[0].data;
