@@ -1,7 +1,7 @@
 /*
 ** tensor.h — storages, tensors, dtypes and shape/stride math.
 **
-** No Lua and no CUDA in here: this header is shared by the Lua binding (runtime/l_*.c),
+** No Lua and no CUDA in here: this header is shared by the Lua binding (the runtime/l_ files),
 ** the tensor core (runtime/ops.c), the CPU device (runtime/cpu.c) and the CUDA device
 ** (kernels/*.cu, compiled as C++), so it is plain C with an extern "C" guard.
 **
