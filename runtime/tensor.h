@@ -3,7 +3,7 @@
 **
 ** No Lua and no CUDA in here: this header is shared by the Lua binding (the runtime/l_ files),
 ** the tensor core (runtime/ops.c), the CPU device (runtime/cpu.c) and the CUDA device
-** (kernels/*.cu, compiled as C++), so it is plain C with an extern "C" guard.
+** (the kernels/ .cu files, compiled as C++), so it is plain C with an extern "C" guard.
 **
 ** Ownership in one paragraph: a qt_storage is a refcounted block of bytes owned by one
 ** device. A qt_tensor is a plain struct (dtype, shape, strides, offset) that holds one
