@@ -344,13 +344,18 @@ int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev) {
   FILE *f = fopen(path, "rb");
   if (f == NULL)
     return qt_errorf(&ctx->err, "load: cannot open '%s': %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    fclose(f);
+    return qt_errorf(&ctx->err, "load: cannot open '%s': %s", path, strerror(EISDIR));
+  }
 
   int rc = -1;
   qt_tensor t, moved;
   qt_tensor_init(&t);
   qt_tensor_init(&moved);
   npy_header h;
-  qt_dtype dtype;
+  qt_dtype dtype = QT_F32;
   if (npy_read_header(ctx, f, path, &h) || npy_dtype_of(ctx, path, h.descr, &dtype)) goto cleanup;
 
   int64_t file_size[QT_MAXDIM];  /* the shape as the bytes are laid out */
@@ -365,7 +370,6 @@ int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev) {
   size_t nbytes = (size_t)numel * qt_elsize(dtype);
 
   /* Refuse a short file before allocating for it. */
-  struct stat st;
   long here = ftell(f);
   if (here >= 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) {
     size_t have = st.st_size > here ? (size_t)(st.st_size - here) : 0;

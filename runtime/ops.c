@@ -987,7 +987,7 @@ int qt_binary(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *a, cons
     return -1;
   qt_device *dev = ops_device(a);
   if (dev->iface->binary == NULL) return ops_unsupported(ctx, name, dev);
-  int ndim;
+  int ndim = 0;
   int64_t size[QT_MAXDIM];
   if (ops_broadcast_shape(ctx, name, a, b, &ndim, size)) return -1;
   qt_dtype dtype = ops_binary_dtype(op, a->dtype, b->dtype);
@@ -1394,6 +1394,19 @@ int qt_take(qt_ctx *ctx, qt_tensor *out, const qt_tensor *src, const qt_tensor *
   return 0;
 }
 
+/* Devices name their index-value errors after the slot ("scatter: index 0 out of range
+** ..."); the user called the in-place method, so the message is made to say "scatter_:".
+** A message that already starts with the method's name is left alone. */
+static int ops_slot_error_as(qt_ctx *ctx, const char *slot, const char *method) {
+  size_t n = strlen(slot);
+  if (strncmp(ctx->err.msg, slot, n) == 0 && ctx->err.msg[n] == ':') {
+    char rest[QT_ERRLEN];
+    snprintf(rest, sizeof rest, "%s", ctx->err.msg + n);
+    qt_errorf(&ctx->err, "%s%s", method, rest);
+  }
+  return -1;
+}
+
 /* The source operand of scatter_/index_add_ as the device wants it: dst's dtype, and
 ** never sharing memory with dst (a copy when it does). */
 static int ops_source_for(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_tensor *dst,
@@ -1401,6 +1414,16 @@ static int ops_source_for(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_
   if (src->dtype == dst->dtype && src->storage == dst->storage)
     return ops_copy_new(ctx, op, out, src, src->dtype);
   return ops_cast(ctx, op, out, src, dst->dtype);
+}
+
+/* The index operand of an in-place op: a copy when it lives in dst's own storage (an
+** int64 tensor scattering into itself), so the writes never change indices still to be
+** read. */
+static int ops_index_for(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_tensor *dst,
+                         const qt_tensor *index) {
+  if (index->storage == dst->storage) return ops_copy_new(ctx, op, out, index, index->dtype);
+  qt_tensor_share(out, index);
+  return 0;
 }
 
 int qt_scatter_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
@@ -1426,18 +1449,22 @@ int qt_scatter_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
     else value = ops_scalar_from_double(value.f);
   }
   int rc = -1;
-  qt_tensor cs;
+  qt_tensor cs, ci;
   qt_tensor_init(&cs);
+  qt_tensor_init(&ci);
   qt_view dv, iv, sv;
+  if (ops_index_for(ctx, op, &ci, dst, index)) goto cleanup;
   qt_view_of(&dv, dst);
-  qt_view_of(&iv, index);
+  qt_view_of(&iv, &ci);
   if (src != NULL) {
     if (ops_source_for(ctx, op, &cs, dst, src)) goto cleanup;
     qt_view_of(&sv, &cs);
   }
   rc = dev->iface->scatter(dev, &dv, dim, &iv, src != NULL ? &sv : NULL, value, &ctx->err);
+  if (rc) ops_slot_error_as(ctx, "scatter", op);
 cleanup:
   qt_tensor_release(&cs);
+  qt_tensor_release(&ci);
   return rc;
 }
 
@@ -1463,15 +1490,21 @@ int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
   if (dev->iface->index_add == NULL) return ops_unsupported(ctx, op, dev);
   if (qt_numel(src) == 0) return 0;
 
-  qt_tensor cs;
+  int rc = -1;
+  qt_tensor cs, ci;
   qt_tensor_init(&cs);
-  if (ops_source_for(ctx, op, &cs, dst, src)) return -1;
+  qt_tensor_init(&ci);
+  if (ops_source_for(ctx, op, &cs, dst, src) || ops_index_for(ctx, op, &ci, dst, index))
+    goto cleanup;
   qt_view dv, iv, sv;
   qt_view_of(&dv, dst);
-  qt_view_of(&iv, index);
+  qt_view_of(&iv, &ci);
   qt_view_of(&sv, &cs);
-  int rc = dev->iface->index_add(dev, &dv, dim, &iv, &sv, &ctx->err);
+  rc = dev->iface->index_add(dev, &dv, dim, &iv, &sv, &ctx->err);
+  if (rc) ops_slot_error_as(ctx, "index_add", op);
+cleanup:
   qt_tensor_release(&cs);
+  qt_tensor_release(&ci);
   return rc;
 }
 
