@@ -273,6 +273,63 @@ describe("binary ops with numbers", function()
     T.assert_close(s - qlua.tensor(a, { dtype = "float64" }), ref.map(a, function(x) return 2.5 - x end), 1e-15)
   end)
 
+  test("int64 arithmetic is exact beyond 2^53", function()
+    local big = 1 << 60
+    local t = qlua.tensor({ big, big + 1, -big })
+    T.assert_equal(t + 1, { big + 1, big + 2, -big + 1 })
+    T.assert_equal(t - qlua.tensor({ 1, 1, 1 }), { big - 1, big, -big - 1 })
+    T.assert_equal(qlua.tensor({ (1 << 40) + 3 }) * qlua.tensor({ (1 << 20) + 1 }), { ((1 << 40) + 3) * ((1 << 20) + 1) })
+    T.assert_equal(t + (1 << 55), { big + (1 << 55), big + 1 + (1 << 55), -big + (1 << 55) })
+    -- 2^60 and 2^60 + 1 are one double apart from each other: compare as integers
+    T.assert_equal(t:eq(big), { 1, 0, 0 })
+    T.assert_equal(t:lt(big + 1), { 1, 0, 1 })
+    T.assert_equal(t:maximum(big + 1), { big + 1, big + 1, big + 1 })
+    T.assert_equal(t:minimum(qlua.tensor({ big + 1, big, 0 })), { big, big, -big })
+    T.assert_equal(qlua.tensor({ 3 }) ^ qlua.tensor({ 39 }), { ipow(3, 39) })
+    T.assert_equal(-t, { -big, -big - 1, big })
+    T.assert_equal(t:abs(), { big, big + 1, big })
+    T.assert_equal(t:clamp(-big + 5, big), { big, big, -big + 5 })
+  end)
+
+  test("comparisons with NaN follow IEEE", function()
+    local n = qlua.tensor({ 0 / 0, 1 }, { dtype = "float64" })
+    local m = qlua.tensor({ 0 / 0, 0 / 0 }, { dtype = "float64" })
+    T.assert_equal(n:eq(m), { 0, 0 })
+    T.assert_equal(n:ne(m), { 1, 1 })
+    T.assert_equal(n:lt(m), { 0, 0 })
+    T.assert_equal(n:ge(m), { 0, 0 })
+    T.assert_equal(n:eq(0 / 0), { 0, 0 })
+    T.assert_equal(n:le(1), { 0, 1 })
+  end)
+
+  test("an operand may be self", function()
+    for _, dtype in ipairs(T.dtypes) do
+      local a = T.random_table({ 3, 4 }, dtype)
+      local t = T.make(a, dtype, "transposed")
+      T.assert_equal(t + t, ref.map(a, function(x) return T.as_dtype(x + x, dtype) end))
+      t:mul_(t)
+      T.assert_equal(t, ref.map(a, function(x) return T.as_dtype(x * x, dtype) end))
+    end
+  end)
+
+  test("large non-contiguous operands agree with their contiguous copies", function()
+    local a = qlua.rand(300, 401)
+    local b = qlua.rand(401, 300)
+    local at, bt = a:t(), b:t()              -- (401, 300) non-contiguous and (300, 401)
+    local sum1 = (at + b):t():contiguous()
+    local sum2 = a + bt:contiguous()
+    assert.equal(0, (sum1 - sum2):abs():max())
+    assert.equal(0, (at:exp():t() - a:exp()):abs():max())
+    local wide = qlua.rand(7, 1, 513):expand(7, 300, 513)
+    local col = qlua.rand(300, 1)
+    local r = wide * col
+    T.assert_shape(r, { 7, 300, 513 })
+    for _, p in ipairs({ { 1, 1 }, { 3, 17 }, { 7, 300 } }) do
+      local want = wide:select(1, p[1]):select(1, p[2]) * col[p[2]][1]
+      assert.equal(0, (r:select(1, p[1]):select(1, p[2]) - want):abs():max())
+    end
+  end)
+
   test("integer division by zero does not trap", function()
     local a = qlua.tensor({ 1, -1, 0 })
     local r = a / qlua.tensor({ 0, 0, 0 })

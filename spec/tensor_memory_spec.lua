@@ -117,6 +117,14 @@ describe("free", function()
     assert.has_no.errors(function() collectgarbage(); collectgarbage() end)
   end)
 
+  test("tostring of a freed tensor does not crash", function()
+    local t = qlua.rand(3)
+    t:free()
+    local ok, s = pcall(tostring, t)
+    assert.is_string(s)
+    if ok then assert.is_truthy(s:find("freed", 1, true), s) end
+  end)
+
   test("works on empty and 0-d tensors", function()
     local e = qlua.zeros(0)
     e:free()
