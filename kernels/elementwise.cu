@@ -212,6 +212,25 @@ __device__ __forceinline__ void ew_offsets(const ew_geometry<NV> &g, int64_t lin
   for (int v = 0; v < NV; v++) off[v] += (int64_t)i * g.stride[v][0];
 }
 
+/* The strided kernels take EW_UNROLL elements per thread per step (i, i + step, ...):
+** all their loads are issued before the first store, so each thread keeps several memory
+** requests in flight, which is what a strided walk (no 16-byte packs) needs to approach
+** the memory bandwidth. */
+#define EW_UNROLL 4
+
+template <typename IndexT, int NV>
+__device__ __forceinline__ void ew_offsets_unrolled(const ew_geometry<NV> &g, int64_t base,
+                                                    int64_t step, int64_t n,
+                                                    int64_t (&off)[EW_UNROLL][NV],
+                                                    bool (&ok)[EW_UNROLL]) {
+#pragma unroll
+  for (int u = 0; u < EW_UNROLL; u++) {
+    int64_t i = base + u * step;
+    ok[u] = i < n;
+    ew_offsets<IndexT, NV>(g, ok[u] ? i : 0, off[u]);
+  }
+}
+
 /* 16 bytes of T: the unit of the contiguous kernels' loads and stores. */
 template <typename T>
 struct alignas(16) ew_pack {
@@ -251,10 +270,18 @@ __global__ void ew_binary_contiguous(int op, T *dst, const T *a, const T *b, int
 template <typename T, typename IndexT>
 __global__ void ew_binary_strided(int op, T *dst, const T *a, const T *b, ew_geometry<3> g,
                                   int64_t n) {
-  for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
-    int64_t off[3];
-    ew_offsets<IndexT, 3>(g, i, off);
-    dst[off[0]] = ew_binop<T>(op, a[off[1]], b[off[2]]);
+  int64_t step = ew_thread_count();
+  for (int64_t base = ew_thread_index(); base < n; base += EW_UNROLL * step) {
+    int64_t off[EW_UNROLL][3];
+    bool ok[EW_UNROLL];
+    ew_offsets_unrolled<IndexT, 3>(g, base, step, n, off, ok);
+    T x[EW_UNROLL], y[EW_UNROLL];
+#pragma unroll
+    for (int u = 0; u < EW_UNROLL; u++)
+      if (ok[u]) x[u] = a[off[u][1]], y[u] = b[off[u][2]];
+#pragma unroll
+    for (int u = 0; u < EW_UNROLL; u++)
+      if (ok[u]) dst[off[u][0]] = ew_binop<T>(op, x[u], y[u]);
   }
 }
 
@@ -285,11 +312,18 @@ __global__ void ew_scalar_contiguous(int op, T *dst, const T *a, T s, bool scala
 template <typename T, typename IndexT>
 __global__ void ew_scalar_strided(int op, T *dst, const T *a, T s, bool scalar_first,
                                   ew_geometry<2> g, int64_t n) {
-  for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
-    int64_t off[2];
-    ew_offsets<IndexT, 2>(g, i, off);
-    T x = a[off[1]];
-    dst[off[0]] = scalar_first ? ew_binop<T>(op, s, x) : ew_binop<T>(op, x, s);
+  int64_t step = ew_thread_count();
+  for (int64_t base = ew_thread_index(); base < n; base += EW_UNROLL * step) {
+    int64_t off[EW_UNROLL][2];
+    bool ok[EW_UNROLL];
+    ew_offsets_unrolled<IndexT, 2>(g, base, step, n, off, ok);
+    T x[EW_UNROLL];
+#pragma unroll
+    for (int u = 0; u < EW_UNROLL; u++)
+      if (ok[u]) x[u] = a[off[u][1]];
+#pragma unroll
+    for (int u = 0; u < EW_UNROLL; u++)
+      if (ok[u]) dst[off[u][0]] = scalar_first ? ew_binop<T>(op, s, x[u]) : ew_binop<T>(op, x[u], s);
   }
 }
 
@@ -316,10 +350,18 @@ __global__ void ew_unary_contiguous(int op, T *dst, const T *a, ew_unary_params<
 template <typename T, typename IndexT>
 __global__ void ew_unary_strided(int op, T *dst, const T *a, ew_unary_params<T> p,
                                  ew_geometry<2> g, int64_t n) {
-  for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
-    int64_t off[2];
-    ew_offsets<IndexT, 2>(g, i, off);
-    dst[off[0]] = ew_unop<T>(op, a[off[1]], p);
+  int64_t step = ew_thread_count();
+  for (int64_t base = ew_thread_index(); base < n; base += EW_UNROLL * step) {
+    int64_t off[EW_UNROLL][2];
+    bool ok[EW_UNROLL];
+    ew_offsets_unrolled<IndexT, 2>(g, base, step, n, off, ok);
+    T x[EW_UNROLL];
+#pragma unroll
+    for (int u = 0; u < EW_UNROLL; u++)
+      if (ok[u]) x[u] = a[off[u][1]];
+#pragma unroll
+    for (int u = 0; u < EW_UNROLL; u++)
+      if (ok[u]) dst[off[u][0]] = ew_unop<T>(op, x[u], p);
   }
 }
 
@@ -359,10 +401,62 @@ __global__ void ew_copy_contiguous(TD *dst, const TS *src, int64_t n) {
 
 template <typename TD, typename TS, typename IndexT>
 __global__ void ew_copy_strided(TD *dst, const TS *src, ew_geometry<2> g, int64_t n) {
-  for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
-    int64_t off[2];
-    ew_offsets<IndexT, 2>(g, i, off);
-    dst[off[0]] = ew_convert<TD, TS>(src[off[1]]);
+  int64_t step = ew_thread_count();
+  for (int64_t base = ew_thread_index(); base < n; base += EW_UNROLL * step) {
+    int64_t off[EW_UNROLL][2];
+    bool ok[EW_UNROLL];
+    ew_offsets_unrolled<IndexT, 2>(g, base, step, n, off, ok);
+    TS x[EW_UNROLL];
+#pragma unroll
+    for (int u = 0; u < EW_UNROLL; u++)
+      if (ok[u]) x[u] = src[off[u][1]];
+#pragma unroll
+    for (int u = 0; u < EW_UNROLL; u++)
+      if (ok[u]) dst[off[u][0]] = ew_convert<TD, TS>(x[u]);
+  }
+}
+
+/* Transposing copies (x:t():contiguous() and friends): src is dense along dim P, dst along
+** another dim Q, so a plain walk reads or writes one element per 32-byte sector. A 32x32
+** tile goes through shared memory instead: loaded with threadIdx.x along P, stored with
+** threadIdx.x along Q, both coalesced (the +1 column avoids bank conflicts). A third,
+** outer dim (batch) is walked by blockIdx.z. */
+#define EW_TILE 32
+#define EW_TILE_ROWS 8
+
+typedef struct ew_transpose_geometry {
+  int64_t size_p, size_q, size_batch;
+  int64_t src_p, src_q, src_batch;  /* element strides */
+  int64_t dst_p, dst_q, dst_batch;
+} ew_transpose_geometry;
+
+template <typename TD, typename TS>
+__global__ void ew_copy_transpose(TD *dst, const TS *src, ew_transpose_geometry g) {
+  __shared__ TD tile[EW_TILE][EW_TILE + 1];
+  int64_t p0 = (int64_t)blockIdx.x * EW_TILE;
+  int64_t q_tiles = (g.size_q + EW_TILE - 1) / EW_TILE;
+  for (int64_t batch = blockIdx.z; batch < g.size_batch; batch += gridDim.z) {
+    const TS *s = src + batch * g.src_batch;
+    TD *d = dst + batch * g.dst_batch;
+    for (int64_t qt = blockIdx.y; qt < q_tiles; qt += gridDim.y) {
+      int64_t q0 = qt * EW_TILE;
+      int64_t p = p0 + threadIdx.x;
+#pragma unroll
+      for (int jj = 0; jj < EW_TILE; jj += EW_TILE_ROWS) {
+        int j = jj + (int)threadIdx.y;
+        int64_t q = q0 + j;
+        if (p < g.size_p && q < g.size_q) tile[j][threadIdx.x] = ew_convert<TD, TS>(s[p * g.src_p + q * g.src_q]);
+      }
+      __syncthreads();
+      int64_t q = q0 + threadIdx.x;
+#pragma unroll
+      for (int jj = 0; jj < EW_TILE; jj += EW_TILE_ROWS) {
+        int j = jj + (int)threadIdx.y;
+        int64_t pp = p0 + j;
+        if (pp < g.size_p && q < g.size_q) d[pp * g.dst_p + q * g.dst_q] = tile[threadIdx.x][j];
+      }
+      __syncthreads();
+    }
   }
 }
 
@@ -430,7 +524,7 @@ static void ew_binary_launch(qt_device *dev, int op, const ew_plan<3> &p) {
     if (p.packed) ew_binary_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
     else ew_binary_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
   } else {
-    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    unsigned blocks = qt_cuda_blocks(dev, (p.n + EW_UNROLL - 1) / EW_UNROLL, EW_THREADS);
     if (p.small_index)
       ew_binary_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.geometry, p.n);
     else
@@ -471,7 +565,7 @@ static void ew_scalar_launch(qt_device *dev, int op, const ew_plan<2> &p, T s, b
     if (p.packed) ew_scalar_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.n);
     else ew_scalar_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.n);
   } else {
-    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    unsigned blocks = qt_cuda_blocks(dev, (p.n + EW_UNROLL - 1) / EW_UNROLL, EW_THREADS);
     if (p.small_index)
       ew_scalar_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.geometry, p.n);
     else
@@ -521,7 +615,7 @@ static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p, qt_scal
     if (p.packed) ew_unary_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
     else ew_unary_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
   } else {
-    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    unsigned blocks = qt_cuda_blocks(dev, (p.n + EW_UNROLL - 1) / EW_UNROLL, EW_THREADS);
     if (p.small_index)
       ew_unary_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.geometry, p.n);
     else
@@ -593,16 +687,47 @@ extern "C" int qt_cuda_fill(qt_device *dev, const qt_view *dst, qt_scalar value,
 
 /* ---- copy */
 
+/* Whether the collapsed copy is a (batched) transpose worth tiling: 2 or 3 dims, src
+** dense along one of the last two, dst dense along the other, both at least a tile wide. */
+static bool ew_transpose_plan(const ew_plan<2> &p, ew_transpose_geometry *t) {
+  int nd = p.view[0].ndim;
+  if (nd != 2 && nd != 3) return false;
+  const qt_view &dv = p.view[0], &sv = p.view[1];
+  int r = nd - 2, c = nd - 1, dim_p, dim_q;
+  if (sv.stride[r] == 1 && dv.stride[c] == 1) dim_p = r, dim_q = c;
+  else if (sv.stride[c] == 1 && dv.stride[r] == 1) dim_p = c, dim_q = r;
+  else return false;
+  if (dv.size[dim_p] < EW_TILE / 2 || dv.size[dim_q] < EW_TILE / 2) return false;
+  if ((dv.size[dim_p] + EW_TILE - 1) / EW_TILE > 0x7fffffff) return false;  /* grid.x limit */
+  t->size_p = dv.size[dim_p];
+  t->size_q = dv.size[dim_q];
+  t->src_p = sv.stride[dim_p];
+  t->src_q = sv.stride[dim_q];
+  t->dst_p = dv.stride[dim_p];
+  t->dst_q = dv.stride[dim_q];
+  t->size_batch = nd == 3 ? dv.size[0] : 1;
+  t->src_batch = nd == 3 ? sv.stride[0] : 0;
+  t->dst_batch = nd == 3 ? dv.stride[0] : 0;
+  return true;
+}
+
 template <typename TD, typename TS>
 static void ew_copy_launch(qt_device *dev, const ew_plan<2> &p) {
   cudaStream_t stream = qt_cuda_context(dev)->stream;
   TD *d = (TD *)p.view[0].data;
   const TS *s = (const TS *)p.view[1].data;
+  ew_transpose_geometry t;
   if (p.contiguous) {
     unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
     ew_copy_contiguous<TD, TS><<<blocks, EW_THREADS, 0, stream>>>(d, s, p.n);
+  } else if (ew_transpose_plan(p, &t)) {
+    int64_t p_tiles = (t.size_p + EW_TILE - 1) / EW_TILE;
+    int64_t q_tiles = (t.size_q + EW_TILE - 1) / EW_TILE;
+    dim3 grid((unsigned)p_tiles, (unsigned)(q_tiles < 65535 ? q_tiles : 65535),
+              (unsigned)(t.size_batch < 65535 ? t.size_batch : 65535));
+    ew_copy_transpose<TD, TS><<<grid, dim3(EW_TILE, EW_TILE_ROWS), 0, stream>>>(d, s, t);
   } else {
-    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    unsigned blocks = qt_cuda_blocks(dev, (p.n + EW_UNROLL - 1) / EW_UNROLL, EW_THREADS);
     if (p.small_index)
       ew_copy_strided<TD, TS, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(d, s, p.geometry, p.n);
     else
