@@ -235,7 +235,7 @@ int lq_tostring(lua_State *L) {
   for (int d = 0; d < t->ndim; d++) count *= lay.shown[d];
   size_t es = qt_elsize(t->dtype);
   char *host = (char *)lua_newuserdatauv(L, (size_t)count * es, 0);
-  if (count > 0 && p_read(ctx, t, &lay, host) != 0) return lq_raise(L, ctx);
+  if (count > 0 && p_read(ctx, t, &lay, host) != 0) return lq_raise_as(L, ctx, "read", "tostring");
 
   luaL_Buffer b;
   p_format f;

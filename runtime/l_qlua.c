@@ -21,6 +21,9 @@
 ** Lua's own 200% pause. LQ_GC_FLOOR (256 MiB) keeps small programs from collecting at
 ** every allocation.
 */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L  /* clock_gettime, when built outside the Makefile */
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -49,12 +52,32 @@ int lq_raise(lua_State *L, qt_ctx *ctx) {
   return luaL_error(L, "%s", ctx->err.msg);
 }
 
-/* ctx->gc: called by the core from inside a binding call, on the thread that made it. */
+int lq_raise_as(lua_State *L, qt_ctx *ctx, const char *core_op, const char *op) {
+  size_t n = strlen(core_op);
+  const char *msg = ctx->err.msg;
+  if (strcmp(core_op, op) != 0 && strncmp(msg, core_op, n) == 0 && msg[n] == ':' &&
+      msg[n + 1] == ' ')
+    return luaL_error(L, "%s: %s", op, msg + n + 2);
+  return luaL_error(L, "%s", msg);
+}
+
+/* ctx->gc: called by the core from inside a binding call, on the thread that made it.
+** After an out-of-memory the core has emptied the failing device's cache *before*
+** asking for this collection, so the blocks the collection frees would only go back
+** to the caches; they are handed to the driver here too, so the core's retry can use
+** them whatever their sizes. */
 static void q_gc_callback(void *ud, int out_of_memory) {
   lq_state *st = (lq_state *)ud;
-  (void)out_of_memory;  /* same policy: a full collection, then re-pace */
   if (st->ctx == NULL || st->running == NULL) return;
   lua_gc(st->running, LUA_GCCOLLECT);
+  if (out_of_memory) {
+    for (int g = 0; g < 64; g++) {
+      if (!(st->gpus_used & ((uint64_t)1 << g))) continue;
+      qt_err err;
+      qt_device *dev = qt_gpu_device(g, &err);
+      if (dev != NULL && dev->iface->empty_cache != NULL) dev->iface->empty_cache(dev);
+    }
+  }
   int64_t live = st->ctx->gpu_live_bytes;
   int64_t limit = live > INT64_MAX / 2 ? INT64_MAX : 2 * live;
   st->ctx->gpu_gc_limit = limit < LQ_GC_FLOOR ? LQ_GC_FLOOR : limit;
@@ -100,8 +123,9 @@ static int q_create(lua_State *L, const char *op, const qt_scalar *fill_value) {
   qt_device *dev = NULL;
   q_opts(L, next, op, &dtype, &dev);
   qt_tensor *t = lq_newtensor(L);
-  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise(L, ctx);
-  if (fill_value != NULL && qt_fill_(ctx, t, *fill_value) != 0) return lq_raise(L, ctx);
+  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise_as(L, ctx, "empty", op);
+  if (fill_value != NULL && qt_fill_(ctx, t, *fill_value) != 0)
+    return lq_raise_as(L, ctx, "fill_", op);
   return 1;
 }
 
@@ -130,8 +154,8 @@ static int q_full(lua_State *L) {
   q_opts(L, 3, "full", &dtype, &dev);
   qt_scalar value = lq_checkstorable(L, 2, "full", dtype);
   qt_tensor *t = lq_newtensor(L);
-  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise(L, ctx);
-  if (qt_fill_(ctx, t, value) != 0) return lq_raise(L, ctx);
+  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise_as(L, ctx, "empty", "full");
+  if (qt_fill_(ctx, t, value) != 0) return lq_raise_as(L, ctx, "fill_", "full");
   return 1;
 }
 
@@ -187,7 +211,8 @@ static int q_range(lua_State *L) {
         }
       }
       t = lq_newtensor(L);
-      if (qt_from_host(ctx, t, dev, dtype, 1, size, host) != 0) return lq_raise(L, ctx);
+      if (qt_from_host(ctx, t, dev, dtype, 1, size, host) != 0)
+        return lq_raise_as(L, ctx, "tensor", "range");
       return 1;
     }
   }
@@ -229,7 +254,8 @@ static int q_range(lua_State *L) {
     }
   }
   qt_tensor *t = lq_newtensor(L);
-  if (qt_from_host(ctx, t, dev, dtype, 1, size, host) != 0) return lq_raise(L, ctx);
+  if (qt_from_host(ctx, t, dev, dtype, 1, size, host) != 0)
+    return lq_raise_as(L, ctx, "tensor", "range");
   return 1;
 }
 
@@ -247,8 +273,9 @@ static int q_random(lua_State *L, const char *op, qt_random_kind kind) {
     return luaL_error(L, "%s: dtype %s is not supported (float32, float64)", op,
                       qt_dtypes[dtype].name);
   qt_tensor *t = lq_newtensor(L);
-  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise(L, ctx);
-  if (qt_random_(ctx, t, kind, qt_scalar_i(0), qt_scalar_i(0)) != 0) return lq_raise(L, ctx);
+  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise_as(L, ctx, "empty", op);
+  if (qt_random_(ctx, t, kind, qt_scalar_i(0), qt_scalar_i(0)) != 0)
+    return lq_raise_as(L, ctx, "random", op);
   return 1;
 }
 
@@ -271,9 +298,9 @@ static int q_randint(lua_State *L) {
   if (dtype == QT_I32 && (lo < INT32_MIN || hi > INT32_MAX))
     return luaL_error(L, "randint: bounds %I..%I do not fit int32", lo, hi);
   qt_tensor *t = lq_newtensor(L);
-  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise(L, ctx);
+  if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise_as(L, ctx, "empty", "randint");
   if (qt_random_(ctx, t, QT_RAND_INT, qt_scalar_i((int64_t)lo), qt_scalar_i((int64_t)hi)) != 0)
-    return lq_raise(L, ctx);
+    return lq_raise_as(L, ctx, "random", "randint");
   return 1;
 }
 

@@ -387,7 +387,8 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
     w.out = (char *)&cell;
     t_store(L, &w, idx, 1);
     qt_tensor *t = lq_newtensor(L);
-    if (qt_from_host(ctx, t, dev, w.dtype, 0, w.size, &cell) != 0) lq_raise(L, ctx);
+    if (qt_from_host(ctx, t, dev, w.dtype, 0, w.size, &cell) != 0)
+      lq_raise_as(L, ctx, "tensor", op);
     return t;
   }
   if (lua_type(L, idx) != LUA_TTABLE) luaL_typeerror(L, idx, "table or number");
@@ -412,9 +413,9 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
   lua_pop(L, 1);
 
   w.dtype = dtype >= 0 ? (qt_dtype)dtype : (w.has_float ? QT_F32 : QT_I64);
-  if (dtype < 0 && w.ndim == 1 && w.size[0] == 0) w.dtype = QT_F32;  /* {} -> float32 */
   int64_t numel = qt_contiguous_strides(w.ndim, w.size, NULL);
   if (numel < 0) luaL_error(L, "%s: table too large", op);
+  if (dtype < 0 && numel == 0) w.dtype = QT_F32;  /* {} and {{}}: no values, float32 */
   char *buffer = (char *)lua_newuserdatauv(L, (size_t)numel * qt_elsize(w.dtype), 0);
   w.out = buffer;
   int64_t flat = 0;
@@ -423,7 +424,8 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
   lua_pop(L, 1);
 
   qt_tensor *t = lq_newtensor(L);
-  if (qt_from_host(ctx, t, dev, w.dtype, w.ndim, w.size, buffer) != 0) lq_raise(L, ctx);
+  if (qt_from_host(ctx, t, dev, w.dtype, w.ndim, w.size, buffer) != 0)
+    lq_raise_as(L, ctx, "tensor", op);
   lua_remove(L, -2);  /* the buffer: the collector takes it */
   return t;
 }
@@ -515,7 +517,7 @@ static int t_item(lua_State *L) {
   if (n != 1) return luaL_error(L, "item: tensor has %I elements, expected 1", (lua_Integer)n);
   int64_t pos[QT_MAXDIM] = {0};
   qt_scalar v;
-  if (qt_get(ctx, t, pos, &v) != 0) return lq_raise(L, ctx);
+  if (qt_get(ctx, t, pos, &v) != 0) return lq_raise_as(L, ctx, "get", "item");
   lq_pushscalar(L, t->dtype, v);
   return 1;
 }
@@ -540,7 +542,7 @@ static int t_totable(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "totable");
   int64_t n = qt_numel(t);
   char *host = (char *)lua_newuserdatauv(L, (size_t)n * qt_elsize(t->dtype), 0);
-  if (qt_read_all(ctx, t, host) != 0) return lq_raise(L, ctx);
+  if (qt_read_all(ctx, t, host) != 0) return lq_raise_as(L, ctx, "read", "totable");
   const char *p = host;
   if (t->ndim == 0) {
     lq_pushscalar(L, t->dtype, lq_load_element(t->dtype, p));
@@ -611,7 +613,7 @@ static qt_tensor *t_pushselect(lua_State *L, qt_ctx *ctx, const qt_tensor *t, in
                (lua_Integer)t->size[dim], dim + 1);
   }
   qt_tensor *out = lq_newtensor(L);
-  if (qt_select(ctx, out, t, dim, (int64_t)(i - 1)) != 0) lq_raise(L, ctx);
+  if (qt_select(ctx, out, t, dim, (int64_t)(i - 1)) != 0) lq_raise_as(L, ctx, "select", op);
   return out;
 }
 
@@ -713,7 +715,7 @@ static int t_clone(lua_State *L) {
 /* ================================================================ moving and converting */
 
 /* Pushes t moved to dev and converted to dtype; t itself when nothing changes. */
-static int t_pushmoved(lua_State *L, int self, qt_device *dev, qt_dtype dtype) {
+static int t_pushmoved(lua_State *L, int self, qt_device *dev, qt_dtype dtype, const char *op) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = qlua_checktensor(L, self);
   bool move = dev != NULL && dev != t->storage->device, cast = dtype != t->dtype;
@@ -723,12 +725,12 @@ static int t_pushmoved(lua_State *L, int self, qt_device *dev, qt_dtype dtype) {
   }
   if (move) {
     qt_tensor *moved = lq_newtensor(L);
-    if (qt_to_device(ctx, moved, t, dev) != 0) return lq_raise(L, ctx);
+    if (qt_to_device(ctx, moved, t, dev) != 0) return lq_raise_as(L, ctx, "to", op);
     t = moved;
   }
   if (cast) {
     qt_tensor *out = lq_newtensor(L);
-    if (qt_to_dtype(ctx, out, t, dtype) != 0) return lq_raise(L, ctx);
+    if (qt_to_dtype(ctx, out, t, dtype) != 0) return lq_raise_as(L, ctx, "to", op);
     if (move) qt_tensor_release(t);  /* the intermediate: give its memory back now */
   }
   return 1;
@@ -742,12 +744,12 @@ static int t_gpu(lua_State *L) {
     if (n < 0 || n > INT32_MAX) return luaL_error(L, "gpu: ordinal %I is negative or too large", n);
     ordinal = (int)n;
   }
-  return t_pushmoved(L, 1, lq_gpu(L, "gpu", ordinal), t->dtype);
+  return t_pushmoved(L, 1, lq_gpu(L, "gpu", ordinal), t->dtype, "gpu");
 }
 
 static int t_cpu(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "cpu");
-  return t_pushmoved(L, 1, qt_cpu_device(), t->dtype);
+  return t_pushmoved(L, 1, qt_cpu_device(), t->dtype, "cpu");
 }
 
 /* to(name) with a dtype or device name, or to{dtype=, device=}. */
@@ -765,7 +767,7 @@ static int t_to(lua_State *L) {
       return luaL_error(L, "to: unknown dtype or device '%s' (float32, float64, int32, int64, "
                         "cpu, gpu, gpu:N)", name);
   }
-  return t_pushmoved(L, 1, dev, dtype);
+  return t_pushmoved(L, 1, dev, dtype, "to");
 }
 
 static int t_copy_(lua_State *L) {
@@ -994,7 +996,7 @@ static int t_fill_(lua_State *L) {
 static int t_zero_(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, "zero_");
-  if (qt_fill_(ctx, t, qt_scalar_i(0)) != 0) return lq_raise(L, ctx);
+  if (qt_fill_(ctx, t, qt_scalar_i(0)) != 0) return lq_raise_as(L, ctx, "fill_", "zero_");
   lua_settop(L, 1);
   return 1;
 }
@@ -1012,7 +1014,7 @@ static int t_reduce(lua_State *L, qt_redop op, const char *name) {
     if (qt_reduce(ctx, r, op, t, -1) != 0) return lq_raise(L, ctx);
     int64_t pos[QT_MAXDIM] = {0};
     qt_scalar v;
-    if (qt_get(ctx, r, pos, &v) != 0) return lq_raise(L, ctx);
+    if (qt_get(ctx, r, pos, &v) != 0) return lq_raise_as(L, ctx, "get", name);
     qt_dtype dtype = r->dtype;
     qt_tensor_release(r);
     lq_pushscalar(L, dtype, v);
@@ -1072,7 +1074,7 @@ static int t_index(lua_State *L) {
       if (t->ndim == 1) {
         int64_t pos[1] = {(int64_t)(i - 1)};
         qt_scalar v;
-        if (qt_get(ctx, t, pos, &v) != 0) return lq_raise(L, ctx);
+        if (qt_get(ctx, t, pos, &v) != 0) return lq_raise_as(L, ctx, "get", "index");
         lq_pushscalar(L, t->dtype, v);
         return 1;
       }
@@ -1098,11 +1100,11 @@ static int t_newindex(lua_State *L) {
     qt_scalar v = lq_checkstorable(L, 3, "index", t->dtype);
     if (t->ndim == 1) {
       int64_t pos[1] = {(int64_t)(i - 1)};
-      if (qt_set(ctx, t, pos, v) != 0) return lq_raise(L, ctx);
+      if (qt_set(ctx, t, pos, v) != 0) return lq_raise_as(L, ctx, "set", "index");
       return 0;
     }
     qt_tensor *row = t_pushselect(L, ctx, t, 0, i, "index");
-    if (qt_fill_(ctx, row, v) != 0) return lq_raise(L, ctx);
+    if (qt_fill_(ctx, row, v) != 0) return lq_raise_as(L, ctx, "fill_", "index");
     return 0;
   }
   qt_tensor *src = qlua_totensor(L, 3);
@@ -1110,7 +1112,7 @@ static int t_newindex(lua_State *L) {
     return luaL_error(L, "index: cannot assign a %s to a tensor element (number or "
                       "qlua.Tensor expected)", luaL_typename(L, 3));
   qt_tensor *row = t_pushselect(L, ctx, t, 0, i, "index");
-  if (qt_copy_(ctx, row, src) != 0) return lq_raise(L, ctx);
+  if (qt_copy_(ctx, row, src) != 0) return lq_raise_as(L, ctx, "copy_", "index");
   return 0;
 }
 

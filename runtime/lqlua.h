@@ -43,6 +43,10 @@ typedef struct lq_state {
 lq_state *lq_state_of(lua_State *L);        /* upvalue 1 */
 qt_ctx *lq_ctx(lua_State *L);               /* upvalue 1's context; records L as running */
 int lq_raise(lua_State *L, qt_ctx *ctx);    /* luaL_error(L, "%s", ctx->err.msg) */
+/* The same, for a core function serving a differently named Lua function: a message
+** that starts with "<core_op>: " is raised as "<op>: ..." (zeros, built on qt_empty,
+** says "zeros: shape ... is too large", not "empty: ..."). */
+int lq_raise_as(lua_State *L, qt_ctx *ctx, const char *core_op, const char *op);
 
 /* ---- l_tensor.c: tensor userdata */
 /* Pushes a new userdata holding an empty tensor, metatable set; the core fills it. */
