@@ -46,6 +46,22 @@ static const char *const npy_descr[QT_NDTYPES] = {
   /* QT_I64 */ "<i8",
 };
 
+/* A message from a core function that npy.c called ("empty: cpu: out of memory ...")
+** renamed to the user's call ("load: cpu: out of memory ..."). Only the core's own op
+** names are replaced, so a device name that happens to lead a message stays. */
+static int npy_rename_error(qt_ctx *ctx, const char *as) {
+  static const char *const core_ops[] = { "empty", "to", "contiguous", "permute", "read" };
+  for (size_t i = 0; i < sizeof core_ops / sizeof core_ops[0]; i++) {
+    size_t n = strlen(core_ops[i]);
+    if (strncmp(ctx->err.msg, core_ops[i], n) == 0 && ctx->err.msg[n] == ':') {
+      char rest[QT_ERRLEN];
+      snprintf(rest, sizeof rest, "%s", ctx->err.msg + n);
+      return qt_errorf(&ctx->err, "%s%s", as, rest);
+    }
+  }
+  return -1;
+}
+
 /* ================================================================== save */
 
 static int npy_write(qt_ctx *ctx, FILE *f, const char *path, const void *data, size_t n) {
@@ -115,7 +131,7 @@ int qt_npy_save(qt_ctx *ctx, const char *path, const qt_tensor *t) {
         return qt_errorf(&ctx->err, "save: out of host memory (%zu bytes)", nbytes);
       if (qt_read_all(ctx, t, buffer)) {
         free(buffer);
-        return -1;
+        return npy_rename_error(ctx, "save");
       }
       data = buffer;
     }
@@ -328,10 +344,10 @@ static int npy_from_fortran(qt_ctx *ctx, qt_tensor *t) {
   qt_tensor permuted, copy;
   qt_tensor_init(&permuted);
   qt_tensor_init(&copy);
-  if (qt_permute(ctx, &permuted, t, t->ndim, perm)) return -1;
+  if (qt_permute(ctx, &permuted, t, t->ndim, perm)) return npy_rename_error(ctx, "load");
   int rc = qt_contiguous(ctx, &copy, &permuted);
   qt_tensor_release(&permuted);
-  if (rc) return -1;
+  if (rc) return npy_rename_error(ctx, "load");
   qt_tensor_release(t);
   *t = copy;
   return 0;
@@ -380,7 +396,10 @@ int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev) {
     }
   }
 
-  if (qt_empty(ctx, &t, qt_cpu_device(), dtype, h.ndim, file_size)) goto cleanup;
+  if (qt_empty(ctx, &t, qt_cpu_device(), dtype, h.ndim, file_size)) {
+    npy_rename_error(ctx, "load");
+    goto cleanup;
+  }
   if (nbytes > 0) {
     size_t got = fread(t.storage->data, 1, nbytes, f);
     if (got != nbytes) {
@@ -394,7 +413,10 @@ int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev) {
   }
   if (h.fortran_order && h.ndim > 1 && npy_from_fortran(ctx, &t)) goto cleanup;
   if (dev != NULL && dev != qt_cpu_device()) {
-    if (qt_to_device(ctx, &moved, &t, dev)) goto cleanup;
+    if (qt_to_device(ctx, &moved, &t, dev)) {
+      npy_rename_error(ctx, "load");
+      goto cleanup;
+    }
     qt_tensor_release(&t);
     t = moved;
     qt_tensor_init(&moved);

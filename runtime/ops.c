@@ -182,22 +182,34 @@ static const char *ops_human_bytes(double n, char *buf, size_t len) {
 
 /* ================================================================== allocation */
 
-/* The out-of-memory message: what was asked, and what the device holds. */
-static int ops_oom_error(qt_ctx *ctx, qt_device *dev, size_t nbytes) {
+/* The out-of-memory message: the op, the device, what was asked, and what the device
+** holds: "empty: gpu:0: out of memory allocating 4.00 GiB (4294967296 bytes asked;
+** 130.00 GiB allocated, 131.00 GiB reserved on the device)". */
+static int ops_oom_error(qt_ctx *ctx, const char *op, qt_device *dev, size_t nbytes) {
   char asked[32], allocated[32], reserved[32];
   ops_human_bytes((double)nbytes, asked, sizeof asked);
   qt_memory_stats stats;
   qt_err ignored;
   if (dev->iface->memory != NULL && dev->iface->memory(dev, &stats, &ignored) == 0) {
     return qt_errorf(&ctx->err,
-                     "%s: out of memory allocating %s (%zu bytes asked; %s allocated, %s "
+                     "%s: %s: out of memory allocating %s (%zu bytes asked; %s allocated, %s "
                      "reserved on the device)",
-                     dev->name, asked, nbytes,
+                     op, dev->name, asked, nbytes,
                      ops_human_bytes((double)stats.allocated, allocated, sizeof allocated),
                      ops_human_bytes((double)stats.reserved, reserved, sizeof reserved));
   }
-  return qt_errorf(&ctx->err, "%s: out of memory allocating %s (%zu bytes asked)", dev->name,
-                   asked, nbytes);
+  return qt_errorf(&ctx->err, "%s: %s: out of memory allocating %s (%zu bytes asked)", op,
+                   dev->name, asked, nbytes);
+}
+
+/* A device's own message ("gpu:0: CUDA error: ...") behind the op's name, so every
+** message starts with the function the user called. */
+static int ops_prefix_error(qt_ctx *ctx, const char *op) {
+  size_t n = strlen(op);
+  if (strncmp(ctx->err.msg, op, n) == 0 && ctx->err.msg[n] == ':') return -1;
+  char slot[QT_ERRLEN];
+  snprintf(slot, sizeof slot, "%s", ctx->err.msg);
+  return qt_errorf(&ctx->err, "%s: %s", op, slot);
 }
 
 /* The one way storages are made. GPU bytes are counted in ctx->gpu_live_bytes, and
@@ -205,9 +217,10 @@ static int ops_oom_error(qt_ctx *ctx, qt_device *dev, size_t nbytes) {
 ** GC does not see device memory by itself. An out-of-memory empties the device's cache,
 ** asks for a full collection (gc(ud, 1)) and retries once. The storage holds a reference
 ** on ctx (storage->owner); tensor.c's release gives it and the byte count back. */
-static int ops_storage_new(qt_ctx *ctx, qt_device *dev, size_t nbytes, qt_storage **out) {
+static int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t nbytes,
+                           qt_storage **out) {
   *out = NULL;
-  if (dev->iface->alloc == NULL) return ops_unsupported(ctx, "alloc", dev);
+  if (dev->iface->alloc == NULL) return ops_unsupported(ctx, op, dev);
   bool gpu = dev->kind == QT_DEV_CUDA;
   if (gpu && ctx->gc != NULL && ctx->gpu_live_bytes + (int64_t)nbytes > ctx->gpu_gc_limit)
     ctx->gc(ctx->gc_ud, 0);
@@ -215,19 +228,19 @@ static int ops_storage_new(qt_ctx *ctx, qt_device *dev, size_t nbytes, qt_storag
   void *data = NULL;
   int oom = 0;
   if (dev->iface->alloc(dev, nbytes, &data, &oom, &ctx->err) != 0) {
-    if (!oom) return -1;
+    if (!oom) return ops_prefix_error(ctx, op);
     if (dev->iface->empty_cache != NULL) dev->iface->empty_cache(dev);
     if (ctx->gc != NULL) ctx->gc(ctx->gc_ud, 1);
     data = NULL;
     oom = 0;
     if (dev->iface->alloc(dev, nbytes, &data, &oom, &ctx->err) != 0)
-      return oom ? ops_oom_error(ctx, dev, nbytes) : -1;
+      return oom ? ops_oom_error(ctx, op, dev, nbytes) : ops_prefix_error(ctx, op);
   }
 
   qt_storage *s = calloc(1, sizeof *s);
   if (s == NULL) {
     if (dev->iface->free != NULL) dev->iface->free(dev, data, nbytes);
-    return qt_errorf(&ctx->err, "%s: out of host memory", dev->name);
+    return qt_errorf(&ctx->err, "%s: out of host memory", op);
   }
   s->refcount = 1;
   s->freed = false;
@@ -259,7 +272,7 @@ static int ops_alloc(qt_ctx *ctx, const char *op, qt_tensor *out, qt_device *dev
     return qt_errorf(&ctx->err, "%s: shape %s is too large", op,
                      qt_shape_str(ndim, size, shape, sizeof shape));
   qt_storage *s;
-  if (ops_storage_new(ctx, dev, (size_t)numel * qt_elsize(dtype), &s)) return -1;
+  if (ops_storage_new(ctx, op, dev, (size_t)numel * qt_elsize(dtype), &s)) return -1;
   qt_tensor_init(out);
   out->storage = s;
   out->dtype = dtype;
@@ -682,6 +695,10 @@ int qt_expand(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim, const i
   if (!ops_expand_strides(t, ndim, shape, stride))
     return qt_errorf(&ctx->err, "%s: cannot expand shape %s to %s", op, ops_shape(t, s1),
                      qt_shape_str(ndim, size, s2, sizeof s2));
+  int64_t unused[QT_MAXDIM];
+  if (qt_contiguous_strides(ndim, shape, unused) < 0)  /* the element count must fit */
+    return qt_errorf(&ctx->err, "%s: shape %s is too large", op,
+                     qt_shape_str(ndim, shape, s2, sizeof s2));
   ops_share_with_shape(out, t, ndim, shape, stride);
   return 0;
 }
