@@ -42,7 +42,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # sm_90 machine code for the H100/H200, plus compute_90 PTX the driver can JIT for newer GPUs
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -O3 -lineinfo
-QNVCCFLAGS := -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra -Iruntime
+QNVCCFLAGS := -std=c++17 -DQLUA_CUDA $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra -Iruntime
 
 RUNTIME_SRC := $(filter-out runtime/qlua.c,$(wildcard runtime/*.c))
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/obj/%.o)
