@@ -29,6 +29,7 @@
 #undef qt_view
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,9 +213,31 @@ static int ops_prefix_error(qt_ctx *ctx, const char *op) {
   return qt_errorf(&ctx->err, "%s: %s", op, slot);
 }
 
+/* Host memory drives the collector too: an 8 MiB CPU tensor is a ~100-byte userdata to
+** Lua, so dropped tensors would pile up. tensor.c uncharges only GPU storages from
+** ctx->gpu_live_bytes, so host bytes are read from the CPU device's own (process-wide)
+** `allocated` count instead, against a process-wide soft limit paced like the binding
+** paces the GPU one: after a collection, max(floor, 2 x what is still allocated). Small
+** allocations (< 4 KiB) skip the check: their userdata already weighs on Lua's GC. */
+#define OPS_CPU_GC_FLOOR ((int64_t)256 << 20)
+#define OPS_CPU_GC_MIN_BYTES 4096
+static _Atomic int64_t ops_cpu_gc_limit = OPS_CPU_GC_FLOOR;
+
+static void ops_cpu_gc_pace(qt_ctx *ctx, qt_device *dev, size_t nbytes) {
+  if (ctx->gc == NULL || dev->iface->memory == NULL || nbytes < OPS_CPU_GC_MIN_BYTES) return;
+  qt_memory_stats stats;
+  qt_err ignored;
+  if (dev->iface->memory(dev, &stats, &ignored) != 0) return;
+  if (stats.allocated + (int64_t)nbytes <= atomic_load(&ops_cpu_gc_limit)) return;
+  ctx->gc(ctx->gc_ud, 0);
+  if (dev->iface->memory(dev, &stats, &ignored) != 0) return;
+  int64_t limit = stats.allocated > INT64_MAX / 2 ? INT64_MAX : 2 * stats.allocated;
+  atomic_store(&ops_cpu_gc_limit, limit < OPS_CPU_GC_FLOOR ? OPS_CPU_GC_FLOOR : limit);
+}
+
 /* The one way storages are made. GPU bytes are counted in ctx->gpu_live_bytes, and
 ** crossing the soft limit asks the binding for a collection first (gc(ud, 0)): the Lua
-** GC does not see device memory by itself. An out-of-memory empties the device's cache,
+** GC does not see device memory by itself (host memory: ops_cpu_gc_pace). An out-of-memory empties the device's cache,
 ** asks for a full collection (gc(ud, 1)) and retries once. The storage holds a reference
 ** on ctx (storage->owner); tensor.c's release gives it and the byte count back. */
 static int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t nbytes,
@@ -224,6 +247,7 @@ static int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t n
   bool gpu = dev->kind == QT_DEV_CUDA;
   if (gpu && ctx->gc != NULL && ctx->gpu_live_bytes + (int64_t)nbytes > ctx->gpu_gc_limit)
     ctx->gc(ctx->gc_ud, 0);
+  if (dev->kind == QT_DEV_CPU) ops_cpu_gc_pace(ctx, dev, nbytes);
 
   void *data = NULL;
   int oom = 0;
