@@ -9,17 +9,22 @@
 ** drops the context reference; storages still alive hold their own (ops.h), so the
 ** order in which lua_close finalises things does not matter.
 **
-** GC driving: the Lua collector sees a tensor as a ~100-byte userdata, whatever device
-** memory it holds. The core counts this state's live device bytes (ctx->gpu_live_bytes)
+** GC driving: the Lua collector sees a tensor as a ~300-byte userdata, whatever device
+** memory it holds. The core counts this state's device bytes (ctx->gpu_live_bytes)
 ** and calls q_gc_callback when an allocation would pass ctx->gpu_gc_limit, or after an
 ** out-of-memory. The callback runs a full collection (finalising unreachable tensors,
-** which gives their device memory back) and then re-paces:
-**     limit = max(LQ_GC_FLOOR, 2 * live bytes after the collection)
-** so the limit doubles while the working set keeps growing (the live bytes stay above
-** half the limit, as cutorch's heap tracking did), shrinks back when it drops, and a
+** which gives their device memory back) and then re-paces (q_repace), with live = the
+** bytes still held after the collection:
+**     limit = live + max(LQ_GC_FLOOR, min(live, room))
+**     room  = (device memory of the GPUs this state uses - live) / 2
+** so the garbage allowed before the next collection is as large as the working set (a
 ** program that keeps N bytes alive collects once per N bytes allocated: amortised, like
-** Lua's own 200% pause. LQ_GC_FLOOR (256 MiB) keeps small programs from collecting at
-** every allocation.
+** Lua's own 200% pause, and the limit doubles while the working set grows, as cutorch's
+** heap tracking did), but never more than half the memory the working set leaves free
+** (so a big working set does not turn every collection into an out-of-memory), and
+** never less than LQ_GC_FLOOR (256 MiB: small programs do not collect at every
+** allocation). qlua.empty_cache() collects and re-paces too, so a limit raised by a big
+** working set that is gone now comes back down there.
 */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L  /* clock_gettime, when built outside the Makefile */
@@ -61,6 +66,43 @@ int lq_raise_as(lua_State *L, qt_ctx *ctx, const char *core_op, const char *op) 
   return luaL_error(L, "%s", msg);
 }
 
+/* The GC limit the bytes live now call for (see the header). The GPUs' memory sizes
+** are summed once per set of GPUs used, so this is cheap enough for every t:free(). */
+static int64_t q_pace(lq_state *st) {
+  int64_t live = st->ctx->gpu_live_bytes;
+  if (st->total_of != st->gpus_used) {
+    int64_t total = 0;
+    for (int g = 0; g < 64; g++) {
+      if (!(st->gpus_used & ((uint64_t)1 << g))) continue;
+      qt_err err;
+      qt_memory_stats stats;
+      qt_device *dev = qt_gpu_device(g, &err);
+      if (dev != NULL && dev->iface->memory != NULL && dev->iface->memory(dev, &stats, &err) == 0)
+        total += stats.total;
+    }
+    st->total_bytes = total;
+    st->total_of = st->gpus_used;
+  }
+  int64_t allowance = live;
+  if (st->total_bytes > 0) {
+    int64_t room = st->total_bytes > live ? (st->total_bytes - live) / 2 : 0;
+    if (allowance > room) allowance = room;
+  }
+  if (allowance < LQ_GC_FLOOR) allowance = LQ_GC_FLOOR;
+  return live > INT64_MAX - allowance ? INT64_MAX : live + allowance;
+}
+
+static void q_repace(lq_state *st) {
+  st->ctx->gpu_gc_limit = q_pace(st);
+}
+
+void lq_gc_relax(lua_State *L) {
+  lq_state *st = lq_state_of(L);
+  if (st == NULL || st->ctx == NULL) return;
+  int64_t limit = q_pace(st);
+  if (limit < st->ctx->gpu_gc_limit) st->ctx->gpu_gc_limit = limit;
+}
+
 /* ctx->gc: called by the core from inside a binding call, on the thread that made it.
 ** After an out-of-memory the core has emptied the failing device's cache *before*
 ** asking for this collection, so the blocks the collection frees would only go back
@@ -78,9 +120,7 @@ static void q_gc_callback(void *ud, int out_of_memory) {
       if (dev != NULL && dev->iface->empty_cache != NULL) dev->iface->empty_cache(dev);
     }
   }
-  int64_t live = st->ctx->gpu_live_bytes;
-  int64_t limit = live > INT64_MAX / 2 ? INT64_MAX : 2 * live;
-  st->ctx->gpu_gc_limit = limit < LQ_GC_FLOOR ? LQ_GC_FLOOR : limit;
+  q_repace(st);
 }
 
 /* The box's __gc: at lua_close (or never before). */
@@ -416,11 +456,12 @@ static int q_memory(lua_State *L) {
 }
 
 /* empty_cache(): a full collection first (so unreachable tensors return their blocks to
-** the caches), then every cache: each GPU this state used, and the CPU device's (the
-** pinned host buffers). */
+** the caches; the GC limit is re-paced from what is left), then every cache: each GPU
+** this state used, and the CPU device's (the pinned host buffers). */
 static int q_empty_cache(lua_State *L) {
   lq_ctx(L);
   lua_gc(L, LUA_GCCOLLECT);
+  q_repace(lq_state_of(L));
   uint64_t used = lq_state_of(L)->gpus_used;
   for (int g = 0; g < 64; g++) {
     if (!(used & ((uint64_t)1 << g))) continue;
@@ -442,15 +483,20 @@ static int q_save(lua_State *L) {
   return 0;
 }
 
+/* load(path [, opts]): a CPU tensor unless opts.device says; opts.dtype converts. */
 static int q_load(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   const char *path = luaL_checkstring(L, 1);
   qt_dtype dtype = QT_NDTYPES;
   qt_device *dev = NULL;
   q_opts(L, 2, "load", &dtype, &dev);
-  if (dtype != QT_NDTYPES) return luaL_error(L, "load: opts.dtype is not supported (use :to)");
   qt_tensor *t = lq_newtensor(L);
   if (qt_npy_load(ctx, t, path, dev) != 0) return lq_raise(L, ctx);
+  if (dtype != QT_NDTYPES && dtype != t->dtype) {  /* opts.dtype: converted on arrival */
+    qt_tensor *cast = lq_newtensor(L);
+    if (qt_to_dtype(ctx, cast, t, dtype) != 0) return lq_raise_as(L, ctx, "to", "load");
+    qt_tensor_release(t);
+  }
   return 1;
 }
 
@@ -486,6 +532,8 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   st->ctx = NULL;
   st->running = L;
   st->gpus_used = 0;
+  st->total_of = 0;
+  st->total_bytes = 0;
   lua_createtable(L, 0, 2);
   lua_pushcfunction(L, q_state_gc);
   lua_setfield(L, -2, "__gc");

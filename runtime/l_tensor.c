@@ -79,15 +79,23 @@ qt_tensor *lq_checklive(lua_State *L, int idx, const char *op) {
 ** raises, whatever it is given, and may run any number of times. */
 static int t_gc(lua_State *L) {
   qt_tensor *t = qlua_totensor(L, 1);
-  if (t != NULL) qt_tensor_release(t);
+  if (t != NULL && t->storage != NULL) {
+    bool gpu = t->storage->device != NULL && t->storage->device->kind == QT_DEV_CUDA;
+    qt_tensor_release(t);
+    if (gpu) lq_gc_relax(L);
+  }
   return 0;
 }
 
 /* t:free(): the storage's bytes go back now, for every view sharing them. */
 static int t_free(lua_State *L) {
   qt_tensor *t = qlua_checktensor(L, 1);
-  if (t->storage != NULL) qt_storage_free_data(t->storage);
-  qt_tensor_release(t);
+  if (t->storage != NULL) {
+    bool gpu = t->storage->device != NULL && t->storage->device->kind == QT_DEV_CUDA;
+    qt_storage_free_data(t->storage);
+    qt_tensor_release(t);
+    if (gpu) lq_gc_relax(L);
+  }
   return 0;
 }
 

@@ -34,15 +34,21 @@ typedef struct lq_state {
   qt_ctx *ctx;          /* one reference held */
   lua_State *running;   /* the thread of the latest binding call: where the GC runs */
   uint64_t gpus_used;   /* bit n: gpu:n was handed out to this state (sync, empty_cache) */
+  uint64_t total_of;    /* the gpus_used mask total_bytes was summed for */
+  int64_t total_bytes;  /* device memory of those GPUs (GC pacing) */
 } lq_state;
 
-/* The GC driving policy (l_qlua.c). */
-#define LQ_GC_FLOOR ((int64_t)256 << 20)  /* never collect for less than 256 MiB live */
+/* The GC driving policy (l_qlua.c): at least this much garbage between collections. */
+#define LQ_GC_FLOOR ((int64_t)256 << 20)
 
 /* ---- l_qlua.c */
 lq_state *lq_state_of(lua_State *L);        /* upvalue 1 */
 qt_ctx *lq_ctx(lua_State *L);               /* upvalue 1's context; records L as running */
 int lq_raise(lua_State *L, qt_ctx *ctx);    /* luaL_error(L, "%s", ctx->err.msg) */
+/* After device memory was given back outside a collection (t:free(), a finalizer run by
+** Lua's own collector): lowers the GC limit if the live bytes now call for a lower one.
+** Never raises; a no-op once the state is closing. */
+void lq_gc_relax(lua_State *L);
 /* The same, for a core function serving a differently named Lua function: a message
 ** that starts with "<core_op>: " is raised as "<op>: ..." (zeros, built on qt_empty,
 ** says "zeros: shape ... is too large", not "empty: ..."). */
