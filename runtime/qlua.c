@@ -444,16 +444,30 @@ static int qh_gettable_unprotected (lua_State *L) {
   return 1;
 }
 
-/* Replace the value on top with value[key], or nil if that raised. No hooks fire
-   during completion, and no error escapes into readline. */
+/* Stops an __index function that runs away while we complete (it would hang the
+   prompt, where Ctrl-C only clears the line). */
+static void qh_completion_budget_hook (lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  luaL_error(L, "completion: __index ran too long");
+}
+
+/*
+** Replace the value on top with value[key], or nil if that raised or ran for more than
+** a million instructions. No error escapes into readline; a debug hook the user set is
+** put back afterwards.
+*/
 static void qh_safe_field (lua_State *L, const char *key, size_t keylen) {
+  lua_Hook user_hook = lua_gethook(L);
+  int user_mask = lua_gethookmask(L), user_count = lua_gethookcount(L);
   lua_pushcfunction(L, qh_gettable_unprotected);
   lua_insert(L, -2);
   lua_pushlstring(L, key, keylen);
+  lua_sethook(L, qh_completion_budget_hook, LUA_MASKCOUNT, 1000000);
   if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
     lua_pop(L, 1);
     lua_pushnil(L);
   }
+  lua_sethook(L, user_hook, user_mask, user_count);
 }
 
 /* A function, or a table/userdata with __call: something `obj:name()` can call. */
@@ -532,7 +546,7 @@ static void qh_collect_candidates (lua_State *L, const char *text) {
     lua_pushglobaltable(L);
     qh_add_value_keys(L, "", 0, text, 0, 0);
   }
-  else {
+  else if (sep > text) {                          /* "a.b.c:partial" */
     const char *segment = text;
     lua_pushglobaltable(L);
     while (segment < sep) {
@@ -599,11 +613,19 @@ static void qh_rl_line_handler (char *line) {
 
 /*
 ** One line from readline's callback interface. We own the waiting loop, so a SIGINT
-** (our handler only sets a flag, readline's own signal handling is off) wakes select()
+** (our handler only sets a flag, readline's own signal handling is off) wakes the wait
 ** and we decide: at the first prompt clear the line and prompt again; at a
-** continuation prompt give up the whole statement (QH_LINE_CANCELLED).
+** continuation prompt give up the whole statement (QH_LINE_CANCELLED). SIGINT and
+** SIGWINCH stay blocked except inside pselect(), so a signal can never slip in between
+** the flag check and the wait.
 */
 static int qh_readline_tty (const char *prompt, int firstline, char **line) {
+  int status = QH_LINE_OK;
+  sigset_t blocked, original;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGINT);
+  sigaddset(&blocked, SIGWINCH);
+  sigprocmask(SIG_BLOCK, &blocked, &original);
   qh_rl_line = NULL;
   qh_rl_done = 0;
   qh_sigint_at_prompt = 0;
@@ -614,10 +636,11 @@ static int qh_readline_tty (const char *prompt, int firstline, char **line) {
     int fd = fileno(rl_instream ? rl_instream : stdin);
     FD_ZERO(&readable);
     FD_SET(fd, &readable);
-    ready = select(fd + 1, &readable, NULL, NULL, NULL);
+    ready = pselect(fd + 1, &readable, NULL, NULL, NULL, &original);
     if (ready < 0 && errno != EINTR) {                   /* input is gone */
       rl_callback_handler_remove();
-      return QH_LINE_EOF;
+      status = QH_LINE_EOF;
+      break;
     }
     if (qh_sigwinch_at_prompt) {
       qh_sigwinch_at_prompt = 0;
@@ -632,7 +655,8 @@ static int qh_readline_tty (const char *prompt, int firstline, char **line) {
       rl_crlf();
       if (!firstline) {
         rl_callback_handler_remove();
-        return QH_LINE_CANCELLED;
+        status = QH_LINE_CANCELLED;
+        break;
       }
       rl_on_new_line();
       rl_redisplay();
@@ -640,6 +664,8 @@ static int qh_readline_tty (const char *prompt, int firstline, char **line) {
     }
     if (ready > 0) rl_callback_read_char();
   }
+  sigprocmask(SIG_SETMASK, &original, NULL);
+  if (status != QH_LINE_OK) return status;
   if (qh_rl_line == NULL) return QH_LINE_EOF;
   *line = qh_rl_line;
   return QH_LINE_OK;

@@ -195,11 +195,20 @@ describe("the REPL on a terminal", function()
       "local m = { frobnicate = function() return 'R:frob' end } " ..
       "obj = setmetatable({}, { __index = function(_, k) return m[k] end, __methods = m })\n", 0.2,
       "print(obj:frobn" .. TAB .. "())\n", 0.2,
-      "bad = setmetatable({}, { __index = function() error('index exploded') end })\n", 0.2,
-      "print('R:' .. tostring(pcall(function() return bad.x" .. TAB .. " end)))\n", 0.2,
       CTRL_D })
     assert.truthy(has(out, "R:frob"), out)
-    assert.truthy(has(out, "R:false"), out)   -- an __index that raises does not break completion
+  end)
+
+  it("survives completing through an __index that raises or never returns", function()
+    local out, r = session({
+      "bad = setmetatable({}, { __index = function() error('index exploded') end })\n", 0.2,
+      "print('R:' .. tostring(pcall(function() return bad.x.y" .. TAB .. " end)))\n", 0.2,
+      "loop = setmetatable({}, { __index = function() while true do end end })\n", 0.2,
+      "loop.a.b" .. TAB, 1, CTRL_C, 0.3,
+      "print('R:' .. 'alive')\n", 0.2, CTRL_D })
+    assert.truthy(has(out, "R:false"), out)
+    assert.truthy(has(out, "R:alive"), out)
+    assert.are.equal(0, r.status)
   end)
 
   if has_tensor then
@@ -242,7 +251,7 @@ describe("the REPL on a terminal", function()
   end)
 
   it("Ctrl-C interrupts a running statement and the session continues", function()
-    local out, r = session({ "while true do end\n", 1.5, CTRL_C, 0.5,
+    local out, r = session({ "while true do end\n", 2, CTRL_C, 0.5,
                              "print('R:' .. 'after')\n", 0.3, CTRL_D })
     assert.truthy(has(out, "interrupted!"), out)
     assert.truthy(has(out, "R:after"), out)

@@ -120,6 +120,8 @@ local function env_prefix(env)
   for _, name in ipairs(SCRUBBED) do
     if set[name] == nil then set[name] = false end
   end
+  -- lua5.4 reads piped lines with readline too: keep the user's ~/.inputrc out of it
+  if set.INPUTRC == nil then set.INPUTRC = "/dev/null" end
   local names = {}
   for name in pairs(set) do names[#names + 1] = name end
   table.sort(names)
