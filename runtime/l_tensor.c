@@ -19,12 +19,6 @@
 
 #include "lqlua.h"
 
-/* ops.h's view function: its name clashes with the qt_view type, so lqlua.h reads the
-** declaration under another name; ops.c exports it as the symbol "qt_view", which this
-** declaration binds to. */
-int t_core_view(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim,
-                const int64_t *size) __asm__("qt_view");
-
 /* ================================================================ the userdata */
 
 /* The one accessor every binding function goes through (DESIGN: keep tensor access
@@ -578,7 +572,7 @@ static int t_view(lua_State *L) {
   int64_t size[QT_MAXDIM];
   t_checkviewshape(L, 2, "view", &ndim, size);
   qt_tensor *out = lq_newtensor(L);
-  if (t_core_view(ctx, out, t, ndim, size) != 0) return lq_raise(L, ctx);
+  if (qt_view_as(ctx, out, t, ndim, size) != 0) return lq_raise(L, ctx);
   return 1;
 }
 

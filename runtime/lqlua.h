@@ -21,12 +21,7 @@
 #include "qlua.h"
 #include "tensor.h"
 
-/* ops.h declares a function qt_view() whose name clashes with tensor.h's qt_view type
-** (a C error when both are in scope). The declaration is read under another name here;
-** l_tensor.c binds to the function by its symbol (see t_core_view there). */
-#define qt_view qt_view_function_from_ops_h
 #include "ops.h"
-#undef qt_view
 
 /* The per-lua_State state of the binding; a full userdata anchored in the registry and
 ** captured as upvalue 1 of every binding function. Its __gc drops the context. */

@@ -20,11 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* ops.h's qt_view() function clashes with tensor.h's qt_view type; only the other
-** functions are used here (see ops.c's header note). */
-#define qt_view qt_view_function_declared_by_ops_h
 #include "ops.h"
-#undef qt_view
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6

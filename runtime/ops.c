@@ -14,19 +14,11 @@
 **
 ** Dims and positions are 0-based here (the binding converts); messages speak 1-based to
 ** the user, so printed dims and positions are the 0-based value + 1.
-**
-** Header note: ops.h declares a *function* qt_view() whose name clashes with tensor.h's
-** qt_view *type* (both in C's ordinary identifier namespace). The declaration is read
-** under another name below and the function is exported under the symbol "qt_view" with
-** an asm label (see ops_view_export), so callers linking against ops.h's name still
-** resolve it once the header is fixed.
 */
 #include "tensor.h"
 #include "device.h"
 
-#define qt_view qt_view_function_declared_by_ops_h
 #include "ops.h"
-#undef qt_view
 
 #include <math.h>
 #include <stdatomic.h>
@@ -627,11 +619,8 @@ static int ops_view(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_tensor
   return 0;
 }
 
-/* Exported as "qt_view" (see the header note at the top of this file). */
-int ops_view_export(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim,
-                    const int64_t *size) __asm__("qt_view");
-int ops_view_export(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim,
-                    const int64_t *size) {
+int qt_view_as(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim,
+               const int64_t *size) {
   return ops_view(ctx, "view", out, t, ndim, size, false);
 }
 

@@ -72,7 +72,7 @@ int qt_random_(qt_ctx *ctx, qt_tensor *t, qt_random_kind kind, qt_scalar lo, qt_
 
 /* size may contain one -1 (inferred). view fails if the strides cannot express it;
 ** reshape copies (contiguous) then. */
-int qt_view(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim, const int64_t *size);
+int qt_view_as(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim, const int64_t *size);
 int qt_reshape(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim, const int64_t *size);
 int qt_narrow(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int64_t start,
               int64_t length);

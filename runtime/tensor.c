@@ -14,11 +14,7 @@
 #include <string.h>
 
 #include "device.h"
-/* ops.h declares a function qt_view() that clashes with tensor.h's qt_view type; only
-** qt_ctx is needed here, so the function's name is moved aside while ops.h is read. */
-#define qt_view qt_view_function_from_ops_h
-#include "ops.h"
-#undef qt_view
+#include "ops.h"  /* qt_ctx, for the owner accounting */
 
 /* ------------------------------------------------------------------ dtypes */
 
