@@ -31,6 +31,7 @@
 #endif
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -413,6 +414,15 @@ static int q_set_device(lua_State *L) {
   return 0;
 }
 
+/* Waits for the CPU and every GPU this state has used; raises their deferred errors. */
+static void q_sync_all(lua_State *L, qt_ctx *ctx, const char *op) {
+  if (qt_sync(ctx, qt_cpu_device()) != 0) lq_raise(L, ctx);
+  uint64_t used = lq_state_of(L)->gpus_used;
+  for (int g = 0; g < 64; g++)
+    if (used & ((uint64_t)1 << g))
+      if (qt_sync(ctx, lq_gpu(L, op, g)) != 0) lq_raise(L, ctx);
+}
+
 /* sync([device]): one device, or the CPU and every GPU this state has used. */
 static int q_sync(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
@@ -420,11 +430,7 @@ static int q_sync(lua_State *L) {
     if (qt_sync(ctx, lq_checkdevice(L, 1, "sync")) != 0) return lq_raise(L, ctx);
     return 0;
   }
-  if (qt_sync(ctx, qt_cpu_device()) != 0) return lq_raise(L, ctx);
-  uint64_t used = lq_state_of(L)->gpus_used;
-  for (int g = 0; g < 64; g++)
-    if (used & ((uint64_t)1 << g))
-      if (qt_sync(ctx, lq_gpu(L, "sync", g)) != 0) return lq_raise(L, ctx);
+  q_sync_all(L, ctx, "sync");
   return 0;
 }
 
@@ -500,10 +506,80 @@ static int q_load(lua_State *L) {
   return 1;
 }
 
-static int q_clock(lua_State *L) {
+
+static double q_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* An optional positive integer field of the opts table at arg. */
+static lua_Integer q_optfield(lua_State *L, int arg, const char *key, lua_Integer def,
+                              lua_Integer min) {
+  if (lua_isnoneornil(L, arg)) return def;
+  lua_getfield(L, arg, key);
+  lua_Integer v = def;
+  if (!lua_isnil(L, -1)) {
+    int isint;
+    v = lua_tointegerx(L, -1, &isint);
+    if (!isint || v < min || v > 100000000)
+      luaL_error(L, "bench: opts.%s must be an integer in %I..100000000", key, min);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static int q_clock(lua_State *L) {
+  lua_pushnumber(L, (lua_Number)q_now());
+  return 1;
+}
+
+static int q_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* bench(fn [, {calls=1, runs=11, warmup=1}]): times fn the way `make bench` does. One
+** batch is `calls` back-to-back calls of fn followed by a synchronisation of every device
+** this state used, timed with the monotonic clock; `warmup` batches are thrown away,
+** then `runs` batches are timed. GPU work is asynchronous, so timing one call without the
+** sync would measure only the launch, and timing one call with it would add a round trip
+** a script running many ops never pays: batches of calls give what a loop costs per call.
+** Returns {median=, min=, max=, mean=, runs=, calls=}, in seconds per call. */
+static int q_bench(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  lua_Integer calls = q_optfield(L, 2, "calls", 1, 1);
+  lua_Integer runs = q_optfield(L, 2, "runs", 11, 1);
+  lua_Integer warmup = q_optfield(L, 2, "warmup", 1, 0);
+  double *times = (double *)lua_newuserdatauv(L, (size_t)runs * sizeof(double), 0);
+  for (lua_Integer r = -warmup; r < runs; r++) {
+    double t0 = q_now();
+    for (lua_Integer c = 0; c < calls; c++) {
+      lua_pushvalue(L, 1);
+      lua_call(L, 0, 0);
+    }
+    q_sync_all(L, ctx, "bench");
+    if (r >= 0) times[r] = (q_now() - t0) / (double)calls;
+  }
+  double sum = 0;
+  for (lua_Integer r = 0; r < runs; r++) sum += times[r];
+  qsort(times, (size_t)runs, sizeof(double), q_cmp_double);
+  double median = runs % 2 ? times[runs / 2] : 0.5 * (times[runs / 2 - 1] + times[runs / 2]);
+  lua_createtable(L, 0, 6);
+  lua_pushnumber(L, median);
+  lua_setfield(L, -2, "median");
+  lua_pushnumber(L, times[0]);
+  lua_setfield(L, -2, "min");
+  lua_pushnumber(L, times[runs - 1]);
+  lua_setfield(L, -2, "max");
+  lua_pushnumber(L, sum / (double)runs);
+  lua_setfield(L, -2, "mean");
+  lua_pushinteger(L, runs);
+  lua_setfield(L, -2, "runs");
+  lua_pushinteger(L, calls);
+  lua_setfield(L, -2, "calls");
   return 1;
 }
 
@@ -521,7 +597,8 @@ static const luaL_Reg q_funcs[] = {
   {"matmul", q_matmul}, {"set_tf32", q_set_tf32},
   {"gpu_count", q_gpu_count}, {"device_name", q_device_name}, {"set_device", q_set_device},
   {"sync", q_sync}, {"memory", q_memory}, {"empty_cache", q_empty_cache},
-  {"save", q_save}, {"load", q_load}, {"clock", q_clock}, {"is_tensor", q_is_tensor},
+  {"save", q_save}, {"load", q_load}, {"clock", q_clock}, {"bench", q_bench},
+  {"is_tensor", q_is_tensor},
   {NULL, NULL}
 };
 
