@@ -1,0 +1,52 @@
+--[[
+spec/samples_spec.lua — the README's tour and the samples are run, not just read: every
+```lua block of README.md and every script in samples/ is executed with the qlua under
+test, and must finish with status 0 and nothing on stderr.
+]]
+
+local P = require("spec.helpers.process")
+
+local function lua_blocks(path)
+  local text = assert(P.read(path), "cannot read " .. path)
+  local blocks = {}
+  for block in text:gmatch("```lua\n(.-)```") do blocks[#blocks + 1] = block end
+  return blocks
+end
+
+local function run_ok(argv, what)
+  local r = P.run(argv, {timeout = 120})
+  assert(r.status == 0, ("%s exited with %s\nstdout:\n%s\nstderr:\n%s"):format(
+    what, tostring(r.status), r.stdout, r.stderr))
+  assert.are.equal("", r.stderr, what .. " wrote to stderr")
+  return r.stdout
+end
+
+describe("README", function()
+  local blocks = lua_blocks("README.md")
+
+  it("has a tour", function()
+    assert.is_true(#blocks >= 1)
+  end)
+
+  for i, block in ipairs(blocks) do
+    it("runs lua block " .. i, function()
+      local file = P.write(P.tmpname(".lua"), block)
+      run_ok({P.qlua(), file}, "README block " .. i)
+    end)
+  end
+end)
+
+describe("samples", function()
+  it("demo.lua runs and finishes", function()
+    local out = run_ok({P.qlua(), "samples/demo.lua"}, "samples/demo.lua")
+    assert.matches("gather", out)
+    assert.matches("demo done", out, 1, true)
+  end)
+
+  it("gather.lua checks the gather (small sizes)", function()
+    local out = run_ok({P.qlua(), "samples/gather.lua", "100000", "5000"}, "samples/gather.lua")
+    assert.matches("gather", out)
+  end)
+end)
+
+teardown(function() P.cleanup() end)
