@@ -695,15 +695,29 @@ static int qh_readline_plain (const char *prompt, char **line) {
   return QH_LINE_OK;
 }
 
-/* The prompt to show: tostring(_PROMPT or _PROMPT2), or the default; left on the stack. */
+static int qh_tostring_unprotected (lua_State *L) {
+  luaL_tolstring(L, 1, NULL);
+  return 1;
+}
+
+/*
+** The prompt to show: tostring(_PROMPT or _PROMPT2), or the default; left on the
+** stack. The conversion runs protected: a __tostring that raises gives the default
+** prompt rather than ending the session (lua.c would exit there).
+*/
 static const char *qh_get_prompt (lua_State *L, int firstline) {
+  const char *fallback = firstline ? QH_PROMPT : QH_PROMPT2;
   if (lua_getglobal(L, firstline ? "_PROMPT" : "_PROMPT2") == LUA_TNIL) {
     lua_pop(L, 1);
-    lua_pushstring(L, firstline ? QH_PROMPT : QH_PROMPT2);
+    lua_pushstring(L, fallback);
   }
   else {
-    luaL_tolstring(L, -1, NULL);   /* may call __tostring (errors propagate) */
-    lua_remove(L, -2);
+    lua_pushcfunction(L, qh_tostring_unprotected);
+    lua_insert(L, -2);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_isstring(L, -1)) {
+      lua_pop(L, 1);
+      lua_pushstring(L, fallback);
+    }
   }
   return lua_tostring(L, -1);
 }

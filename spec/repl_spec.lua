@@ -77,6 +77,12 @@ describe("the REPL through a pipe", function()
       "qlua$ _PROMPT = nil", "> ", "" }, "\n"), transcript(r))
   end)
 
+  it("falls back to the default prompt when _PROMPT's __tostring raises", function()
+    local r = piped("_PROMPT = setmetatable({}, { __tostring = function() error('no') end })\n1 + 2\n")
+    assert.are.equal(0, r.status)
+    assert.truthy(has(r.stdout, "\n> 1 + 2\n3\n"), r.stdout)
+  end)
+
   it("reports errors on stderr and keeps the session going", function()
     local r = piped("error('first')\nlocal = 1\nnil + 1\nprint('still alive')\n")
     assert.are.equal(0, r.status)
