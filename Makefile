@@ -82,7 +82,7 @@ $(BUILD)/obj/%.o: %.cu $(HEADERS)
 # ---- tests: busted started inside qlua (spec/run.lua), so specs see qlua as scripts do
 SPEC ?= spec
 test: all
-	$(QLUA) spec/run.lua $(SPEC)
+	QLUA=$(QLUA) $(QLUA) spec/run.lua $(SPEC)
 
 demo: all
 	$(QLUA) samples/demo.lua
