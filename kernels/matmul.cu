@@ -1,0 +1,271 @@
+/*
+** matmul.cu — the matmul slot of the CUDA device, through cuBLAS.
+**
+** c[b] = a[b] @ b[b] with a (B, M, K), b (B, K, N), c (B, M, N), float32 or float64, any
+** strides, a batch stride of 0 meaning broadcast. cuBLAS is column-major; a row-major product
+** is the column-major product of the transposes, C^T = B^T A^T, so b is passed first.
+**
+** Each operand goes to cuBLAS as it lies whenever cuBLAS can address it: a matrix whose rows
+** are unit-stride is the column-major transpose with leading dimension = its row stride (op N);
+** one whose columns are unit-stride is column-major already (op T). Size-1 dims may carry any
+** stride; they are normalised so cuBLAS's ld >= max(1, rows) holds. Anything else (both
+** strides > 1, overlapping rows) is copied to a contiguous scratch block first. Contiguous
+** inputs therefore cost one cuBLAS call and nothing else: no copies, no allocations.
+**
+** The handle lives in the device context (ctx->cublas), created on the first matmul and bound
+** to the device's stream once; cuda_device.cu owns its destruction with the context.
+** float32 uses cublasGemmEx / cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F, or
+** CUBLAS_COMPUTE_32F_FAST_TF32 when TF32 is allowed (qlua.set_tf32); float64 uses
+** CUBLAS_COMPUTE_64F.
+*/
+#include <limits.h>
+#include <string.h>
+
+#include "kernels.h"
+
+/* ------------------------------------------------------------------ small kernels */
+
+/* dst = src over a (B, R, C) box with arbitrary strides on both sides; src == NULL writes
+** zeros (c when K == 0). Used only off the fast path. */
+template <typename T>
+__global__ void mm_copy_kernel(T *__restrict__ dst, const T *__restrict__ src, int64_t rows,
+                               int64_t cols, int64_t n, int64_t dsb, int64_t dsr, int64_t dsc,
+                               int64_t ssb, int64_t ssr, int64_t ssc) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t j = i % cols;
+    const int64_t t = i / cols;
+    const int64_t r = t % rows;
+    const int64_t b = t / rows;
+    dst[b * dsb + r * dsr + j * dsc] = src ? src[b * ssb + r * ssr + j * ssc] : T(0);
+  }
+}
+
+/* ------------------------------------------------------------------ host helpers */
+
+static const char *mm_status_name(cublasStatus_t st) {
+  const char *name = cublasGetStatusName(st);
+  return name ? name : "CUBLAS_STATUS_UNKNOWN";
+}
+
+static int mm_blas_check(qt_device *dev, cublasStatus_t st, qt_err *err) {
+  if (st == CUBLAS_STATUS_SUCCESS) return 0;
+  qt_errorf(err, "matmul: cuBLAS error %s", mm_status_name(st));
+  /* An execution failure may hide a sticky CUDA error: let the device see it. */
+  qt_err cuda_err;
+  if (qt_cuda_check_launch(dev, "matmul", &cuda_err)) *err = cuda_err;
+  return -1;
+}
+
+/* The device's cuBLAS handle, created and bound to its stream on first use. */
+static int mm_handle(qt_device *dev, qt_cuda_ctx *c, qt_err *err) {
+  if (c->cublas) return 0;
+  cublasHandle_t h = NULL;
+  cublasStatus_t st = cublasCreate(&h);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return qt_errorf(err, "matmul: cuBLAS error %s (creating the handle)", mm_status_name(st));
+  st = cublasSetStream(h, c->stream);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(h);
+    return qt_errorf(err, "matmul: cuBLAS error %s (binding the stream)", mm_status_name(st));
+  }
+  (void)dev;
+  c->cublas = h;
+  return 0;
+}
+
+/* How cuBLAS sees one row-major operand of `rows` x `cols` with strides (sr, sc):
+** trans = false: rows are unit-stride, the memory is the column-major transpose, ld = sr;
+** trans = true: columns are unit-stride, column-major as is, ld = sc.
+** Returns false when neither holds (or ld would not fit cuBLAS's int). */
+static bool mm_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool *trans,
+                      int64_t *ld) {
+  const int64_t rmin = rows > 1 ? rows : 1, cmin = cols > 1 ? cols : 1;
+  if ((cols == 1 || sc == 1) && (rows == 1 || sr >= cmin)) {
+    *trans = false;
+    *ld = rows == 1 ? cmin : sr;
+  } else if ((rows == 1 || sr == 1) && (cols == 1 || sc >= rmin)) {
+    *trans = true;
+    *ld = cols == 1 ? rmin : sc;
+  } else {
+    return false;
+  }
+  return *ld <= INT_MAX;
+}
+
+/* One operand as cuBLAS gets it. */
+typedef struct mm_operand {
+  const void *data;
+  bool trans;
+  int64_t ld;
+  int64_t batch_stride;
+  void *scratch;        /* a contiguous copy, when the view could not be used as is */
+  size_t scratch_bytes;
+} mm_operand;
+
+static unsigned mm_blocks(const qt_cuda_ctx *c, int64_t n) {
+  int64_t b = (n + 255) / 256, cap = (int64_t)(c->sm_count > 0 ? c->sm_count : 1) * 32;
+  return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+template <typename T>
+static int mm_copy(qt_device *dev, T *dst, const T *src, int64_t batches, int64_t rows,
+                   int64_t cols, const int64_t ds[3], const int64_t ss[3], qt_err *err) {
+  qt_cuda_ctx *c = qt_cuda_context(dev);
+  const int64_t n = batches * rows * cols;
+  if (n == 0) return 0;
+  mm_copy_kernel<T><<<mm_blocks(c, n), 256, 0, c->stream>>>(dst, src, rows, cols, n, ds[0], ds[1],
+                                                            ds[2], ss[0], ss[1], ss[2]);
+  return qt_cuda_check_launch(dev, "matmul", err);
+}
+
+/* Fills op for view v (B', rows, cols): as it lies when cuBLAS can take it, else as a
+** contiguous scratch copy (one batch when the batch is broadcast). */
+template <typename T>
+static int mm_prepare(qt_device *dev, const qt_view *v, mm_operand *op, qt_err *err) {
+  memset(op, 0, sizeof *op);
+  const int64_t nb = v->size[0], rows = v->size[1], cols = v->size[2];
+  const int64_t sb = nb == 1 ? 0 : v->stride[0];
+  if (mm_layout(rows, cols, v->stride[1], v->stride[2], &op->trans, &op->ld)) {
+    op->data = v->data;
+    op->batch_stride = sb;
+    return 0;
+  }
+  const int64_t copies = sb == 0 ? 1 : nb;
+  op->scratch_bytes = (size_t)(copies * rows * cols) * sizeof(T);
+  if (qt_cuda_scratch(dev, op->scratch_bytes, &op->scratch, err)) return -1;
+  const int64_t ds[3] = {rows * cols, cols, 1};
+  const int64_t ss[3] = {sb, v->stride[1], v->stride[2]};
+  if (mm_copy<T>(dev, (T *)op->scratch, (const T *)v->data, copies, rows, cols, ds, ss, err))
+    return -1;
+  op->data = op->scratch;
+  op->trans = false;
+  op->ld = cols > 1 ? cols : 1;
+  op->batch_stride = copies == 1 ? 0 : rows * cols;
+  return 0;
+}
+
+static void mm_release(qt_device *dev, mm_operand *op) {
+  if (op->scratch) qt_cuda_scratch_free(dev, op->scratch, op->scratch_bytes);
+  op->scratch = NULL;
+}
+
+/* ------------------------------------------------------------------ the product */
+
+/* Largest batch count per strided-batched call (cuBLAS takes an int; stay well inside it). */
+#define MM_MAX_BATCH 65535
+
+template <typename T>
+static int mm_gemm(qt_device *dev, qt_cuda_ctx *c, const qt_view *cv, const qt_view *av,
+                   const qt_view *bv, bool allow_tf32, qt_err *err) {
+  const int64_t nb = cv->size[0], M = cv->size[1], N = cv->size[2], K = av->size[2];
+  const bool is_f32 = sizeof(T) == 4;
+
+  /* K == 0: the product of empty sums is zero. */
+  if (K == 0) {
+    const int64_t ds[3] = {cv->stride[0], cv->stride[1], cv->stride[2]};
+    const int64_t ss[3] = {0, 0, 0};
+    return mm_copy<T>(dev, (T *)cv->data, NULL, nb, M, N, ds, ss, err);
+  }
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+    return qt_errorf(err, "matmul: dimension too large for cuBLAS (%lld x %lld x %lld)",
+                     (long long)M, (long long)N, (long long)K);
+  if (mm_handle(dev, c, err)) return -1;
+
+  mm_operand A, B;
+  memset(&A, 0, sizeof A);
+  memset(&B, 0, sizeof B);
+  int rc = -1;
+  /* c: row-major with unit-stride rows is what cuBLAS writes; anything else goes through a
+  ** contiguous scratch result copied out afterwards. */
+  bool c_direct = false;
+  int64_t ldc = N > 1 ? N : 1;
+  {
+    bool trans;
+    int64_t ld;
+    if (mm_layout(M, N, cv->stride[1], cv->stride[2], &trans, &ld) && !trans) {
+      c_direct = nb == 1 || cv->stride[0] >= M * ld || M == 0;
+      ldc = ld;
+    }
+  }
+  void *c_data = cv->data, *c_scratch = NULL;
+  size_t c_scratch_bytes = 0;
+  int64_t c_batch_stride = nb == 1 ? 0 : cv->stride[0];
+  if (!c_direct) {
+    c_scratch_bytes = (size_t)(nb * M * N) * sizeof(T);
+    if (qt_cuda_scratch(dev, c_scratch_bytes, &c_scratch, err)) return -1;
+    c_data = c_scratch;
+    ldc = N > 1 ? N : 1;
+    c_batch_stride = M * N;
+  }
+
+  if (mm_prepare<T>(dev, av, &A, err) || mm_prepare<T>(dev, bv, &B, err)) goto done;
+  {
+    /* C^T (N x M) = op(B) (N x K) * op(A) (K x M), column-major. */
+    const cublasOperation_t opb = B.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opa = A.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cudaDataType_t dt = is_f32 ? CUDA_R_32F : CUDA_R_64F;
+    const cublasComputeType_t ct = !is_f32     ? CUBLAS_COMPUTE_64F
+                                   : allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                : CUBLAS_COMPUTE_32F;
+    const T one = 1, zero = 0;
+    cublasStatus_t st;
+    if (nb == 1) {
+      st = cublasGemmEx(c->cublas, opb, opa, (int)N, (int)M, (int)K, &one, B.data, dt, (int)B.ld,
+                        A.data, dt, (int)A.ld, &zero, c_data, dt, (int)ldc, ct,
+                        CUBLAS_GEMM_DEFAULT);
+      if (mm_blas_check(dev, st, err)) goto done;
+    } else {
+      for (int64_t b0 = 0; b0 < nb; b0 += MM_MAX_BATCH) {
+        const int64_t cnt = nb - b0 < MM_MAX_BATCH ? nb - b0 : MM_MAX_BATCH;
+        const char *pb = (const char *)B.data + (size_t)(b0 * B.batch_stride) * sizeof(T);
+        const char *pa = (const char *)A.data + (size_t)(b0 * A.batch_stride) * sizeof(T);
+        char *pc = (char *)c_data + (size_t)(b0 * c_batch_stride) * sizeof(T);
+        st = cublasGemmStridedBatchedEx(c->cublas, opb, opa, (int)N, (int)M, (int)K, &one, pb, dt,
+                                        (int)B.ld, B.batch_stride, pa, dt, (int)A.ld,
+                                        A.batch_stride, &zero, pc, dt, (int)ldc, c_batch_stride,
+                                        (int)cnt, ct, CUBLAS_GEMM_DEFAULT);
+        if (mm_blas_check(dev, st, err)) goto done;
+      }
+    }
+  }
+  if (!c_direct) {
+    const int64_t ds[3] = {cv->stride[0], cv->stride[1], cv->stride[2]};
+    const int64_t ss[3] = {M * N, N, 1};
+    if (mm_copy<T>(dev, (T *)cv->data, (const T *)c_scratch, nb, M, N, ds, ss, err)) goto done;
+  }
+  rc = 0;
+done:
+  mm_release(dev, &A);
+  mm_release(dev, &B);
+  if (c_scratch) qt_cuda_scratch_free(dev, c_scratch, c_scratch_bytes);
+  return rc;
+}
+
+/* c[b] = a[b] @ b[b]; see the top of the file. */
+extern "C" int qt_cuda_matmul(qt_device *dev, const qt_view *c, const qt_view *a,
+                              const qt_view *b, bool allow_tf32, qt_err *err) {
+  if (qt_cuda_enter(dev, "matmul", err)) return -1;
+  if (a->ndim != 3 || b->ndim != 3 || c->ndim != 3)
+    return qt_errorf(err, "matmul: operands must be 3-d (batch, rows, cols), got %d, %d and %d",
+                     a->ndim, b->ndim, c->ndim);
+  if (a->dtype != b->dtype || a->dtype != c->dtype)
+    return qt_errorf(err, "matmul: dtypes %s, %s and %s differ", qt_dtypes[a->dtype].name,
+                     qt_dtypes[b->dtype].name, qt_dtypes[c->dtype].name);
+  const int64_t nb = c->size[0], M = c->size[1], N = c->size[2], K = a->size[2];
+  if (a->size[1] != M || b->size[2] != N || b->size[1] != K ||
+      (a->size[0] != nb && a->size[0] != 1) || (b->size[0] != nb && b->size[0] != 1))
+    return qt_errorf(err, "matmul: shapes %lldx%lldx%lld and %lldx%lldx%lld do not give %lldx%lldx%lld",
+                     (long long)a->size[0], (long long)a->size[1], (long long)a->size[2],
+                     (long long)b->size[0], (long long)b->size[1], (long long)b->size[2],
+                     (long long)nb, (long long)M, (long long)N);
+  if (nb == 0 || M == 0 || N == 0) return 0;
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  switch (a->dtype) {
+    case QT_F32: return mm_gemm<float>(dev, ctx, c, a, b, allow_tf32, err);
+    case QT_F64: return mm_gemm<double>(dev, ctx, c, a, b, false, err);
+    default:
+      return qt_errorf(err, "matmul: %s tensors are not supported (float32 or float64)",
+                       qt_dtypes[a->dtype].name);
+  }
+}
