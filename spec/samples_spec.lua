@@ -47,6 +47,11 @@ describe("samples", function()
     local out = run_ok({P.qlua(), "samples/gather.lua", "100000", "5000"}, "samples/gather.lua")
     assert.matches("gather", out)
   end)
+
+  it("soak.lua keeps memory bounded (a 2-second run)", function()
+    local out = run_ok({P.qlua(), "samples/soak.lua", "2", "0.25"}, "samples/soak.lua")
+    assert.matches("soak ok", out, 1, true)
+  end)
 end)
 
 teardown(function() P.cleanup() end)
