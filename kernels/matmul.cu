@@ -1,5 +1,6 @@
 /*
-** matmul.cu — the matmul slot of the CUDA device, through cuBLAS.
+** matmul.cu — the matmul slot of the CUDA device, through cuBLAS (and, for tiny products,
+** one tiled kernel of our own: see mm_small_kernel).
 **
 ** c[b] = a[b] @ b[b] with a (B, M, K), b (B, K, N), c (B, M, N), float32 or float64, any
 ** strides, a batch stride of 0 meaning broadcast. cuBLAS is column-major; a row-major product
@@ -39,6 +40,63 @@ __global__ void mm_copy_kernel(T *__restrict__ dst, const T *__restrict__ src, i
     const int64_t b = t / rows;
     dst[b * dsb + r * dsr + j * dsc] = src ? src[b * ssb + r * ssr + j * ssc] : T(0);
   }
+}
+
+/* The small-product path. cuBLAS spends about 9-14 us of host time per call choosing and
+** launching a kernel, far more than a 64x64 product takes on the GPU; for products this
+** small one plain launch of a shared-memory tiled kernel is the whole cost (~4 us). Each
+** 16x16 block computes a 16x16 tile of c for one batch (blockIdx.z), staging 16-wide
+** slabs of a and b through shared memory; any strides, batch stride 0 = broadcast, FP32
+** accumulation for float32 (as cuBLAS without TF32) and FP64 for float64. */
+#define MM_TILE 16
+#define MM_SMALL_DIM 128                     /* every one of M, N, K at most this */
+#define MM_SMALL_WORK ((int64_t)1 << 21)     /* and batches * M * N * K at most this */
+
+template <typename T>
+__global__ void mm_small_kernel(T *__restrict__ c, const T *__restrict__ a,
+                                const T *__restrict__ b, int M, int N, int K, int64_t csb,
+                                int64_t csr, int64_t csc, int64_t asb, int64_t asr, int64_t asc,
+                                int64_t bsb, int64_t bsr, int64_t bsc) {
+  __shared__ T a_tile[MM_TILE][MM_TILE + 1];
+  __shared__ T b_tile[MM_TILE][MM_TILE + 1];
+  const int ty = threadIdx.y, tx = threadIdx.x;
+  const int row = blockIdx.y * MM_TILE + ty, col = blockIdx.x * MM_TILE + tx;
+  const int64_t z = blockIdx.z;
+  a += z * asb;
+  b += z * bsb;
+  T acc = 0;
+  for (int k0 = 0; k0 < K; k0 += MM_TILE) {
+    const int ka = k0 + tx, kb = k0 + ty;
+    a_tile[ty][tx] = row < M && ka < K ? a[row * asr + ka * asc] : T(0);
+    b_tile[ty][tx] = kb < K && col < N ? b[kb * bsr + col * bsc] : T(0);
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < MM_TILE; k++) acc += a_tile[ty][k] * b_tile[k][tx];
+    __syncthreads();
+  }
+  if (row < M && col < N) c[z * csb + row * csr + col * csc] = acc;
+}
+
+static bool mm_is_small(int64_t nb, int64_t M, int64_t N, int64_t K) {
+  return M <= MM_SMALL_DIM && N <= MM_SMALL_DIM && K <= MM_SMALL_DIM && nb <= 65535 &&
+         nb * M * N * K <= MM_SMALL_WORK;
+}
+
+template <typename T>
+static int mm_small(qt_device *dev, const qt_view *cv, const qt_view *av, const qt_view *bv,
+                    qt_err *err) {
+  qt_cuda_ctx *c = qt_cuda_context(dev);
+  const int64_t nb = cv->size[0], M = cv->size[1], N = cv->size[2], K = av->size[2];
+  const dim3 block(MM_TILE, MM_TILE, 1);
+  const dim3 grid((unsigned)((N + MM_TILE - 1) / MM_TILE), (unsigned)((M + MM_TILE - 1) / MM_TILE),
+                  (unsigned)nb);
+  const int64_t asb = av->size[0] == 1 ? 0 : av->stride[0];
+  const int64_t bsb = bv->size[0] == 1 ? 0 : bv->stride[0];
+  mm_small_kernel<T><<<grid, block, 0, c->stream>>>(
+      (T *)cv->data, (const T *)av->data, (const T *)bv->data, (int)M, (int)N, (int)K,
+      cv->stride[0], cv->stride[1], cv->stride[2], asb, av->stride[1], av->stride[2], bsb,
+      bv->stride[1], bv->stride[2]);
+  return qt_cuda_check_launch(dev, "matmul", err);
 }
 
 /* ------------------------------------------------------------------ host helpers */
@@ -167,6 +225,7 @@ static int mm_gemm(qt_device *dev, qt_cuda_ctx *c, const qt_view *cv, const qt_v
     const int64_t ss[3] = {0, 0, 0};
     return mm_copy<T>(dev, (T *)cv->data, NULL, nb, M, N, ds, ss, err);
   }
+  if (mm_is_small(nb, M, N, K)) return mm_small<T>(dev, cv, av, bv, err);
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
     return qt_errorf(err, "matmul: dimension too large for cuBLAS (%lld x %lld x %lld)",
                      (long long)M, (long long)N, (long long)K);

@@ -699,6 +699,20 @@ describe("gpu", function()
       end
     end)
 
+    -- Products past the small-matrix kernel's limits (128 per dim) go through cuBLAS:
+    -- the same layouts again there, batched and broadcast too.
+    gtest("every layout through cuBLAS (dims past 128), float32 and float64", function()
+      for _, dtype in ipairs(T.float_dtypes) do
+        for _, la in ipairs(T.layouts) do
+          for _, lb in ipairs(T.layouts) do
+            mm_parity({ 150, 131 }, { 131, 140 }, dtype, la, lb)
+          end
+          mm_parity({ 3, 150, 131 }, { 131, 129 }, dtype, la, "transposed")
+          mm_parity({ 2, 140, 135 }, { 2, 135, 130 }, dtype, "stepped", la)
+        end
+      end
+    end)
+
     gtest("512x512 float32: exact FP32 by default, TF32 within 3e-3 when allowed", function()
       local a, b = qlua.randn(512, 512), qlua.randn(512, 512)
       local c = a:matmul(b)
