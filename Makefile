@@ -118,3 +118,87 @@ uninstall:
 
 clean:
 	rm -rf $(BUILD)
+
+# ==== reliability (issue 6): fuzz, asan, valgrind, embed ===================================
+# This fenced section is the reliability work's; the rules above are untouched. It only
+# adds targets, and builds its sanitizer/valgrind copies in their own build dirs by
+# re-running make with CFLAGS/LDFLAGS/BUILD set on the command line.
+#
+#   make fuzz [N=10000] [SEED=1]     the API fuzzer (lua/qlua/fuzz.lua) on $(QLUA)
+#   make asan [ASAN_FUZZ_N=5000]     ASan+UBSan+LSan build in build/asan (CPU only): the spec
+#                                    suite, then a fuzz run; fails if either fails
+#   make asan-fuzz [N=100000]        only the fuzz run, on the ASan build
+#   make valgrind                    build/cpu/qlua under valgrind: the samples, some specs
+#   make embed                       builds $(BUILD)/embed (samples/embed.c) and runs it
+N           ?= 10000
+SEED        ?= 1
+ASAN_FUZZ_N ?= 5000
+ASAN_BUILD  ?= build/asan
+CPU_BUILD   ?= build/cpu
+SAN_FLAGS   ?= -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# A runaway allocation must fail, not take the machine: the release fuzz runs under ulimit -v
+# (ASan reserves terabytes of address space, so it gets max_allocation_size_mb instead).
+FUZZ_MEM_KB ?= 8388608
+ASAN_ENV    ?= ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=8192:hard_rss_limit_mb=12288:detect_stack_use_after_return=1:check_initialization_order=1:strict_string_checks=1:exitcode=99 \
+               UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=99 \
+               OPENBLAS_NUM_THREADS=1
+VALGRIND       ?= valgrind
+VALGRIND_FLAGS ?= --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible \
+                  --errors-for-leak-kinds=definite,indirect,possible --track-origins=yes --quiet
+VALGRIND_SPECS ?= spec/tensor_create_spec.lua spec/tensor_views_spec.lua spec/tensor_index_spec.lua \
+                  spec/npy_spec.lua spec/embed_spec.lua
+EMBED       := $(BUILD)/embed
+
+.PHONY: fuzz asan asan-build asan-fuzz valgrind cpu-build embed embed-build
+
+# $(call qlua_fuzz,QLUA,N,ENV,PREFIX): runs the fuzzer; when the process dies mid-call, the
+# call it was making (left in the --last file) is printed.
+qlua_fuzz = last=$(dir $(1))fuzz-last.txt; rm -f $$last; \
+  $(4) $(3) $(1) lua/qlua/fuzz.lua $(2) $(SEED) --quiet --last $$last; rc=$$?; \
+  if [ -s $$last ]; then echo "make: the fuzzer died (status $$rc) during this call:"; cat $$last; \
+    echo "make: a reproducer script: $(1) lua/qlua/fuzz.lua $(2) $(SEED) --show ITERATION"; fi; \
+  exit $$rc
+
+fuzz: $(QLUA)
+	@$(call qlua_fuzz,$(QLUA),$(N),,ulimit -v $(FUZZ_MEM_KB);)
+
+# The sanitizer build: the same rules, another BUILD, the flags appended through variables.
+asan-build:
+	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) CUDA=0 CFLAGS="-O1 -g $(SAN_FLAGS)" \
+	  LDFLAGS="$(SAN_FLAGS)" $(ASAN_BUILD)/qlua $(ASAN_BUILD)/embed
+
+asan: asan-build
+	@rc=0; \
+	echo "make asan: the spec suite under ASan/UBSan/LSan"; \
+	$(ASAN_ENV) QLUA=$(CURDIR)/$(ASAN_BUILD)/qlua QLUA_EMBED=$(CURDIR)/$(ASAN_BUILD)/embed \
+	  $(ASAN_BUILD)/qlua spec/run.lua spec || rc=1; \
+	echo "make asan: fuzz N=$(ASAN_FUZZ_N) SEED=$(SEED) under ASan/UBSan/LSan"; \
+	( $(call qlua_fuzz,$(ASAN_BUILD)/qlua,$(ASAN_FUZZ_N),$(ASAN_ENV)) ) || rc=1; \
+	echo "make asan: $$([ $$rc = 0 ] && echo passed || echo FAILED)"; exit $$rc
+
+asan-fuzz: asan-build
+	@$(call qlua_fuzz,$(ASAN_BUILD)/qlua,$(N),$(ASAN_ENV))
+
+# valgrind on a CPU-only build of its own (OpenBLAS's thread pool would read as leaks).
+cpu-build:
+	@$(MAKE) --no-print-directory BUILD=$(CPU_BUILD) CUDA=0 $(CPU_BUILD)/qlua $(CPU_BUILD)/embed
+
+valgrind: cpu-build
+	@rc=0; vg="$(VALGRIND) $(VALGRIND_FLAGS)"; export OPENBLAS_NUM_THREADS=1; \
+	for run in "samples/demo.lua" "samples/gather.lua 100000 1000"; do \
+	  echo "make valgrind: qlua $$run"; $$vg $(CPU_BUILD)/qlua $$run >/dev/null || rc=1; done; \
+	echo "make valgrind: embed"; $$vg $(CPU_BUILD)/embed >/dev/null || rc=1; \
+	echo "make valgrind: specs $(VALGRIND_SPECS)"; \
+	QLUA=$(CURDIR)/$(CPU_BUILD)/qlua QLUA_EMBED=$(CURDIR)/$(CPU_BUILD)/embed \
+	  $$vg $(CPU_BUILD)/qlua spec/run.lua $(VALGRIND_SPECS) || rc=1; \
+	echo "make valgrind: $$([ $$rc = 0 ] && echo clean || echo FAILED)"; exit $$rc
+
+# The embedding example: the runtime objects (not the host's qlua.o) linked into a C program.
+$(EMBED): samples/embed.c $(RUNTIME_OBJ) $(KERNEL_OBJ) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(QCFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ samples/embed.c $(RUNTIME_OBJ) $(KERNEL_OBJ) \
+	  $(LUA_LIBS) $(LIBS)
+embed-build: $(EMBED)
+embed: $(EMBED)
+	$(EMBED)
+# ==== end of the reliability section ======================================================

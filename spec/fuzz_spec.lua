@@ -1,0 +1,107 @@
+--[[
+The API fuzzer (lua/qlua/fuzz.lua, issue 6), inside `make test`: a short seeded run of the
+qlua under test, plus checks that the fuzzer itself works — the same seed makes the same
+calls, and a planted bad error message or a non-string error is reported as a finding.
+
+The long runs are `make fuzz N=100000` (release build) and `make asan` / `make asan-fuzz`
+(sanitizers). QLUA_FUZZ_N and QLUA_FUZZ_SEED change this spec's run (default 3000, 1).
+Findings of longer runs that come from known bugs are pinned in spec/regressions_spec.lua.
+]]
+
+local P = require("spec.helpers.process")
+local fuzz = require("qlua.fuzz")
+
+local QLUA = P.qlua()
+local N = tonumber(os.getenv("QLUA_FUZZ_N") or "") or 3000
+local SEED = tonumber(os.getenv("QLUA_FUZZ_SEED") or "") or 1
+
+-- The fuzzer in a child process, so a crash fails this spec instead of the whole run.
+-- Outside the sanitizers a memory limit keeps a runaway allocation from taking the
+-- machine (ASan reserves terabytes of address space, so it cannot run under ulimit -v).
+local function run_fuzzer(args, timeout)
+  local under_asan = os.getenv("ASAN_OPTIONS") ~= nil
+  local words = { P.quote(QLUA), "lua/qlua/fuzz.lua" }
+  for _, a in ipairs(args) do words[#words + 1] = P.quote(a) end
+  local cmd = (under_asan and "" or "ulimit -v 8388608; ") .. "exec " .. table.concat(words, " ")
+  return P.run({ "sh", "-c", cmd }, { timeout = timeout or 300 })
+end
+
+local function summary(stdout)
+  return stdout:match("fuzz: seed %d+, [^\n]*")
+end
+
+describe("fuzz", function()
+  after_each(function() P.cleanup() end)
+
+  it("a seeded run finds nothing", function()
+    local r = run_fuzzer({ tostring(N), tostring(SEED), "--quiet" })
+    local line = summary(r.stdout)
+    assert(line, "no summary line; status " .. r.status .. "\n" .. r.stdout .. r.stderr)
+    assert(r.status == 0 and line:find(" 0 findings", 1, true),
+           "the fuzzer reported findings (status " .. r.status .. "):\n" .. r.stdout .. r.stderr)
+    local calls = tonumber(line:match("(%d+) calls"))
+    assert(calls and calls >= N, line)
+  end)
+
+  it("is reproducible: the same seed makes the same calls", function()
+    local a = run_fuzzer({ "400", "7", "--quiet", "--stats" }, 120)
+    local b = run_fuzzer({ "400", "7", "--quiet", "--stats" }, 120)
+    local function counts(out) return (out:gsub("%s+[%d.]+ s\n", "\n"):gsub("; [%d.]+ s", "")) end
+    assert.are.equal(counts(a.stdout), counts(b.stdout))
+    local c = run_fuzzer({ "400", "8", "--quiet", "--stats" }, 120)
+    assert.are_not.equal(counts(a.stdout), counts(c.stdout))
+  end)
+
+  it("--show prints the call of an iteration and how its tensors were made", function()
+    local r = run_fuzzer({ "50", "3", "--show", "50" }, 120)
+    assert.are.equal(0, r.status, r.stderr)
+    assert.truthy(r.stdout:find("-- seed 3 iteration 50", 1, true), r.stdout)
+    assert.truthy(r.stdout:find("(the finding)", 1, true), r.stdout)
+  end)
+
+  describe("reports", function()
+    local qlua = rawget(_G, "qlua") or require("qlua")
+    -- A module table whose `ones` misbehaves; everything else is the real qlua.
+    local function planted(ones)
+      return setmetatable({ ones = ones }, { __index = qlua })
+    end
+    local function run_planted(ones)
+      local lines = {}
+      local report = fuzz.run({ n = 600, seed = 5, quiet = true, max_print = 1,
+                                qlua = planted(ones),
+                                out = function(s) lines[#lines + 1] = s end })
+      qlua.set_tf32(false)
+      qlua.seed(0)
+      return report, table.concat(lines, "\n")
+    end
+
+    it("an error message that does not name the function", function()
+      local report, text = run_planted(function() error("something went wrong", 0) end)
+      assert.truthy(#report.findings > 0, "no finding")
+      assert.truthy(text:find("error message does not name 'ones': something went wrong", 1, true), text)
+      assert.truthy(text:find("FINDING seed 5 iteration %d+: ones"), text)
+      assert.truthy(text:find("qlua.ones(", 1, true), text)
+    end)
+
+    it("an error that is not a string", function()
+      local report, text = run_planted(function() error({ code = 1 }) end)
+      assert.truthy(#report.findings > 0, "no finding")
+      assert.truthy(text:find("raised a table", 1, true), text)
+    end)
+
+    it("a result that is not a valid tensor", function()
+      local report, text = run_planted(function() return 42 end)
+      assert.truthy(#report.findings > 0, "no finding")
+      assert.truthy(text:find("result is a number, not a tensor", 1, true), text)
+    end)
+
+    it("nothing when the function behaves", function()
+      local report = run_planted(function(...) return qlua.ones(...) end)
+      local own = 0
+      for _, f in ipairs(report.findings) do
+        if f.key:find("^ones") then own = own + 1 end
+      end
+      assert.are.equal(0, own)
+    end)
+  end)
+end)
