@@ -236,6 +236,8 @@ static bool cpu_view_contiguous(const qt_view *v) {
 }
 
 static int64_t cpu_view_numel(const qt_view *v) {
+  for (int d = 0; d < v->ndim; d++)  /* an empty view's other sizes may overflow */
+    if (v->size[d] == 0) return 0;
   int64_t n = 1;
   for (int d = 0; d < v->ndim; d++) n *= v->size[d];
   return n;

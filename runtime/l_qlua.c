@@ -206,6 +206,25 @@ static int q_full(lua_State *L) {
 ** (the 1e-9 absorbs the rounding of (last - first) / step, so range(0, 0.3, 0.1) has
 ** the 4 elements one expects), and element k is first + k * step, computed in double
 ** (no accumulated error). int64 when all three are Lua integers, else float32. */
+/* range fills a CPU tensor in place (no separate host buffer), so a count too large for
+** memory fails in the allocator, with the op named, like every other allocation. */
+static char *q_range_buffer(lua_State *L, qt_ctx *ctx, qt_dtype dtype, int64_t n) {
+  qt_tensor *t = lq_newtensor(L);
+  int64_t size[1] = {n};
+  if (qt_empty(ctx, t, qt_cpu_device(), dtype, 1, size) != 0) lq_raise_as(L, ctx, "empty", "range");
+  return (char *)t->storage->data + (size_t)t->offset * qt_elsize(dtype);
+}
+
+/* The filled CPU tensor on top of the stack, moved to dev when that is not the CPU. */
+static int q_range_finish(lua_State *L, qt_ctx *ctx, qt_device *dev) {
+  if (dev == qt_cpu_device()) return 1;
+  qt_tensor *host = qlua_checktensor(L, -1);
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_to_device(ctx, t, host, dev) != 0) return lq_raise_as(L, ctx, "to", "range");
+  qt_tensor_release(host);
+  return 1;
+}
+
 static int q_range(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   luaL_checktype(L, 1, LUA_TNUMBER);
@@ -237,10 +256,7 @@ static int q_range(lua_State *L) {
       n = (int64_t)count;
     }
     if (!qt_is_float(dtype)) {  /* exact integer arithmetic */
-      qt_tensor *t;
-      int64_t size[1] = {n};
-      size_t es = qt_elsize(dtype);
-      char *host = (char *)lua_newuserdatauv(L, (size_t)n * es, 0);
+      char *host = q_range_buffer(L, ctx, dtype, n);
       for (int64_t k = 0; k < n; k++) {
         int64_t v = (int64_t)((uint64_t)first + (uint64_t)k * (uint64_t)step);
         if (dtype == QT_I32) {
@@ -251,10 +267,7 @@ static int q_range(lua_State *L) {
           ((int64_t *)host)[k] = v;
         }
       }
-      t = lq_newtensor(L);
-      if (qt_from_host(ctx, t, dev, dtype, 1, size, host) != 0)
-        return lq_raise_as(L, ctx, "tensor", "range");
-      return 1;
+      return q_range_finish(L, ctx, dev);
     }
   }
   double first = lua_tonumber(L, 1), last = lua_tonumber(L, 2);
@@ -274,9 +287,7 @@ static int q_range(lua_State *L) {
       if (!lua_isinteger(L, a) && lua_tonumber(L, a) != floor(lua_tonumber(L, a)))
         return luaL_error(L, "range: %f is not an integer (dtype %s)", lua_tonumber(L, a),
                           qt_dtypes[dtype].name);
-  int64_t size[1] = {n};
-  size_t es = qt_elsize(dtype);
-  char *host = (char *)lua_newuserdatauv(L, (size_t)n * es, 0);
+  char *host = q_range_buffer(L, ctx, dtype, n);
   for (int64_t k = 0; k < n; k++) {
     double v = first + (double)k * step;
     switch (dtype) {
@@ -294,10 +305,7 @@ static int q_range(lua_State *L) {
         break;
     }
   }
-  qt_tensor *t = lq_newtensor(L);
-  if (qt_from_host(ctx, t, dev, dtype, 1, size, host) != 0)
-    return lq_raise_as(L, ctx, "tensor", "range");
-  return 1;
+  return q_range_finish(L, ctx, dev);
 }
 
 /* ================================================================ random numbers */

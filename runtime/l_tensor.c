@@ -539,9 +539,25 @@ static void t_buildtable(lua_State *L, const qt_tensor *t, int dim, const char *
   }
 }
 
+/* Lua tables hold at most 2^31 entries in their array part; refuse up front a tensor whose
+** tables (at any nesting level) would need more, rather than filling memory first. */
+static void t_checktablesize(lua_State *L, const qt_tensor *t) {
+  const int64_t limit = (int64_t)1 << 31;
+  int64_t entries = 1;  /* entries at this level: the product of the sizes so far */
+  for (int d = 0; d < t->ndim && entries > 0; d++) {
+    if (t->size[d] > limit / entries) {
+      char shape[128];
+      luaL_error(L, "totable: a %s tensor is too large for Lua tables (more than 2^31 entries)",
+                 qt_shape_str(t->ndim, t->size, shape, sizeof shape));
+    }
+    entries *= t->size[d];
+  }
+}
+
 static int t_totable(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, "totable");
+  t_checktablesize(L, t);
   int64_t n = qt_numel(t);
   char *host = (char *)lua_newuserdatauv(L, (size_t)n * qt_elsize(t->dtype), 0);
   if (qt_read_all(ctx, t, host) != 0) return lq_raise_as(L, ctx, "read", "totable");
@@ -593,8 +609,10 @@ static int t_narrow(lua_State *L) {
   int dim = t_checkdim(L, 2, t, "narrow");
   lua_Integer start = luaL_checkinteger(L, 3), length = luaL_checkinteger(L, 4);
   lua_Integer n = (lua_Integer)t->size[dim];
-  if (start < 1 || start > n + 1)
-    return luaL_error(L, "narrow: start %I out of range (1..%I) for dim %d", start, n + 1, dim + 1);
+  /* start - 1 > n, not start > n + 1: n may be math.maxinteger (an expanded empty tensor) */
+  if (start < 1 || start - 1 > n)
+    return luaL_error(L, "narrow: start %I out of range (1..%I) for dim %d", start,
+                      n < LUA_MAXINTEGER ? n + 1 : n, dim + 1);
   if (length < 0) return luaL_error(L, "narrow: length %I is negative", length);
   if (length > n - (start - 1))
     return luaL_error(L, "narrow: start %I and length %I exceed size %I of dim %d", start, length,

@@ -515,9 +515,9 @@ cleanup:
 ** even when the tensor as a whole is not contiguous. */
 static bool ops_view_strides(int ondim, const int64_t *osize, const int64_t *ostride, int nndim,
                              const int64_t *nsize, int64_t *nstride) {
-  int64_t numel = 1;
-  for (int d = 0; d < ondim; d++) numel *= osize[d];
-  if (numel == 0) {
+  bool empty = false;  /* checked for a zero, not multiplied: the other sizes may overflow */
+  for (int d = 0; d < ondim; d++) empty = empty || osize[d] == 0;
+  if (empty) {
     qt_contiguous_strides(nndim, nsize, nstride);
     return true;
   }

@@ -118,6 +118,10 @@ int qt_tensor_check(const qt_tensor *t, const char *op, qt_err *err) {
 }
 
 int64_t qt_numel(const qt_tensor *t) {
+  /* A zero anywhere makes the product 0 even when the other sizes multiply past int64
+  ** (an expanded empty tensor may have sizes like 2^62 x 2^62 x 0). */
+  for (int d = 0; d < t->ndim; d++)
+    if (t->size[d] == 0) return 0;
   int64_t n = 1;
   for (int d = 0; d < t->ndim; d++) n *= t->size[d];
   return n;
