@@ -125,14 +125,14 @@ clean:
 # re-running make with CFLAGS/LDFLAGS/BUILD set on the command line.
 #
 #   make fuzz [N=10000] [SEED=1]     the API fuzzer (lua/qlua/fuzz.lua) on $(QLUA)
-#   make asan [ASAN_FUZZ_N=5000]     ASan+UBSan+LSan build in build/asan (CPU only): the spec
+#   make asan [ASAN_FUZZ_N=20000]     ASan+UBSan+LSan build in build/asan (CPU only): the spec
 #                                    suite, then a fuzz run; fails if either fails
 #   make asan-fuzz [N=100000]        only the fuzz run, on the ASan build
 #   make valgrind                    build/cpu/qlua under valgrind: the samples, some specs
 #   make embed                       builds $(BUILD)/embed (samples/embed.c) and runs it
 N           ?= 10000
 SEED        ?= 1
-ASAN_FUZZ_N ?= 5000
+ASAN_FUZZ_N ?= 20000
 ASAN_BUILD  ?= build/asan
 CPU_BUILD   ?= build/cpu
 SAN_FLAGS   ?= -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -144,19 +144,26 @@ ASAN_ENV    ?= ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_alloc
                OPENBLAS_NUM_THREADS=1
 VALGRIND       ?= valgrind
 VALGRIND_FLAGS ?= --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible \
-                  --errors-for-leak-kinds=definite,indirect,possible --track-origins=yes --quiet
+                  --errors-for-leak-kinds=definite,indirect,possible --track-origins=yes
 VALGRIND_SPECS ?= spec/tensor_create_spec.lua spec/tensor_views_spec.lua spec/tensor_index_spec.lua \
                   spec/npy_spec.lua spec/embed_spec.lua
 EMBED       := $(BUILD)/embed
 
 .PHONY: fuzz asan asan-build asan-fuzz valgrind cpu-build embed embed-build
 
+# $(call san_quiet,COMMAND): runs COMMAND with ASan's "failed to allocate" warnings left
+# out of its output (with allocator_may_return_null, every deliberately impossible
+# allocation prints one) and sets rc to its exit status.
+san_quiet = rcfile=$$(mktemp); { $(1); echo $$? >$$rcfile; } 2>&1 \
+  | grep -v 'WARNING: AddressSanitizer failed to allocate'; rc=$$(cat $$rcfile); rm -f $$rcfile
+
 # $(call qlua_fuzz,QLUA,N,ENV,PREFIX): runs the fuzzer; when the process dies mid-call, the
 # call it was making (left in the --last file) is printed.
 qlua_fuzz = last=$(dir $(1))fuzz-last.txt; rm -f $$last; \
-  $(4) $(3) $(1) lua/qlua/fuzz.lua $(2) $(SEED) --quiet --last $$last; rc=$$?; \
-  if [ -s $$last ]; then echo "make: the fuzzer died (status $$rc) during this call:"; cat $$last; \
-    echo "make: a reproducer script: $(1) lua/qlua/fuzz.lua $(2) $(SEED) --show ITERATION"; fi; \
+  $(call san_quiet,$(4) $(3) $(1) lua/qlua/fuzz.lua $(2) $(SEED) --quiet --last $$last); \
+  if [ -s $$last ]; then echo "make: the fuzzer died (status $$rc) during this call:"; sed "s/ *$$//" $$last; \
+    it=$$(sed -n 's/^seed [0-9-]* iteration \([0-9]*\):.*/\1/p' $$last); \
+    echo "make: its reproducer script: $(1) lua/qlua/fuzz.lua $$it $(SEED) --show $$it"; fi; \
   exit $$rc
 
 fuzz: $(QLUA)
@@ -168,13 +175,14 @@ asan-build:
 	  LDFLAGS="$(SAN_FLAGS)" $(ASAN_BUILD)/qlua $(ASAN_BUILD)/embed
 
 asan: asan-build
-	@rc=0; \
+	@failed=0; \
 	echo "make asan: the spec suite under ASan/UBSan/LSan"; \
-	$(ASAN_ENV) QLUA=$(CURDIR)/$(ASAN_BUILD)/qlua QLUA_EMBED=$(CURDIR)/$(ASAN_BUILD)/embed \
-	  $(ASAN_BUILD)/qlua spec/run.lua spec || rc=1; \
+	$(call san_quiet,$(ASAN_ENV) QLUA=$(abspath $(ASAN_BUILD))/qlua \
+	  QLUA_EMBED=$(abspath $(ASAN_BUILD))/embed $(ASAN_BUILD)/qlua spec/run.lua $(SPEC)); \
+	[ $$rc = 0 ] || failed=1; \
 	echo "make asan: fuzz N=$(ASAN_FUZZ_N) SEED=$(SEED) under ASan/UBSan/LSan"; \
-	( $(call qlua_fuzz,$(ASAN_BUILD)/qlua,$(ASAN_FUZZ_N),$(ASAN_ENV)) ) || rc=1; \
-	echo "make asan: $$([ $$rc = 0 ] && echo passed || echo FAILED)"; exit $$rc
+	( $(call qlua_fuzz,$(ASAN_BUILD)/qlua,$(ASAN_FUZZ_N),$(ASAN_ENV)) ) || failed=1; \
+	echo "make asan: $$([ $$failed = 0 ] && echo passed || echo FAILED)"; exit $$failed
 
 asan-fuzz: asan-build
 	@$(call qlua_fuzz,$(ASAN_BUILD)/qlua,$(N),$(ASAN_ENV))
@@ -183,15 +191,20 @@ asan-fuzz: asan-build
 cpu-build:
 	@$(MAKE) --no-print-directory BUILD=$(CPU_BUILD) CUDA=0 $(CPU_BUILD)/qlua $(CPU_BUILD)/embed
 
+# Each run's log is $(CPU_BUILD)/valgrind.log while it runs; its summary lines are printed,
+# and the whole log when valgrind reports anything.
 valgrind: cpu-build
-	@rc=0; vg="$(VALGRIND) $(VALGRIND_FLAGS)"; export OPENBLAS_NUM_THREADS=1; \
-	for run in "samples/demo.lua" "samples/gather.lua 100000 1000"; do \
-	  echo "make valgrind: qlua $$run"; $$vg $(CPU_BUILD)/qlua $$run >/dev/null || rc=1; done; \
-	echo "make valgrind: embed"; $$vg $(CPU_BUILD)/embed >/dev/null || rc=1; \
-	echo "make valgrind: specs $(VALGRIND_SPECS)"; \
-	QLUA=$(CURDIR)/$(CPU_BUILD)/qlua QLUA_EMBED=$(CURDIR)/$(CPU_BUILD)/embed \
-	  $$vg $(CPU_BUILD)/qlua spec/run.lua $(VALGRIND_SPECS) || rc=1; \
-	echo "make valgrind: $$([ $$rc = 0 ] && echo clean || echo FAILED)"; exit $$rc
+	@failed=0; log=$(CPU_BUILD)/valgrind.log; export OPENBLAS_NUM_THREADS=1; \
+	export QLUA=$(abspath $(CPU_BUILD))/qlua QLUA_EMBED=$(abspath $(CPU_BUILD))/embed; \
+	for run in "qlua samples/demo.lua" "qlua samples/gather.lua 100000 1000" "embed" \
+	           "embed --threads" "qlua spec/run.lua $(VALGRIND_SPECS)"; do \
+	  echo "make valgrind: $$run"; set -- $$run; prog=$(CPU_BUILD)/$$1; shift; \
+	  if $(VALGRIND) $(VALGRIND_FLAGS) --log-file=$$log $$prog "$$@" >$$log.out 2>&1; then \
+	    grep -E 'ERROR SUMMARY|in use at exit|definitely lost|indirectly lost|possibly lost' $$log \
+	      | sed 's/^==[0-9]*== */    /'; \
+	  else failed=1; cat $$log.out $$log; fi; \
+	done; rm -f $$log $$log.out; \
+	echo "make valgrind: $$([ $$failed = 0 ] && echo clean || echo FAILED)"; exit $$failed
 
 # The embedding example: the runtime objects (not the host's qlua.o) linked into a C program.
 $(EMBED): samples/embed.c $(RUNTIME_OBJ) $(KERNEL_OBJ) $(HEADERS)

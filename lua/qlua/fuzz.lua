@@ -11,6 +11,8 @@ lua/qlua/fuzz.lua — the API fuzzer (issue 6: no input crashes qlua, whatever a
     --trace       print every call on stderr before making it
     --stats       per-function counts (returned / raised) after the summary
     --quiet       no progress lines, only the findings and the summary
+    --only NAMES  call only these functions (comma-separated: "gather,take,__index"); the
+                  pool is still filled by the creation functions
     --max-print M print at most M reproducers per kind of finding (default 3)
 
   As a library: require("qlua.fuzz").run{ n = 2000, seed = 1, quiet = true } returns
@@ -491,12 +493,17 @@ function M.run(opts)
     return R:pick({ 0, size + 1, -1, size, 1, math.mininteger, 2 ^ 53, 1.5 })
   end
   local function g_shape(maxnumel)
-    local nd = R:weighted({ { 10, 0 }, { 30, 1 }, { 30, 2 }, { 18, 3 }, { 8, 4 }, { 3, 5 },
-                            { 1, 16 } })
     local shape = {}
-    for i = 1, nd do
-      if nd > 4 then shape[i] = R:int(1, 2)
-      else shape[i] = R:weighted({ { 5, 0 }, { 20, 1 }, { 60, R:int(2, 5) }, { 15, R:int(6, 64) } }) end
+    if (maxnumel or CAP) >= CAP and R:chance(0.06) then
+      -- larger, odd sizes: the vectorised and blocked loops, the summarised printing
+      for i = 1, R:int(1, 3) do shape[i] = R:pick({ R:int(65, 4096), R:int(7, 97), 1, 64, 256 }) end
+    else
+      local nd = R:weighted({ { 10, 0 }, { 30, 1 }, { 30, 2 }, { 18, 3 }, { 8, 4 }, { 3, 5 },
+                              { 1, 16 } })
+      for i = 1, nd do
+        if nd > 4 then shape[i] = R:int(1, 2)
+        else shape[i] = R:weighted({ { 5, 0 }, { 20, 1 }, { 60, R:int(2, 5) }, { 15, R:int(6, 64) } }) end
+      end
     end
     while product(shape) > (maxnumel or CAP) do
       local big = 1
@@ -935,8 +942,29 @@ function M.run(opts)
     a.n = a.n + 1
     if r < 0.55 then
       a[a.n] = make_tensor_shaped(s, R:pick(DTYPES), R:pick(DEVICES))
-    elseif r < 0.75 then
+    elseif r < 0.68 then
       a[a.n] = self
+    elseif r < 0.78 and is_tensor(self) and #shape >= 1 then
+      -- an operand that overlaps self in memory: in-place ops must cope with aliasing
+      local ok, v, text
+      local refs = {}
+      if #shape >= 2 and R:chance(0.5) then
+        ok, v = pcall(self.transpose, self, 1, #shape)
+        text = string.format("%s:transpose(1, %d)", fmt(self, refs), #shape)
+      elseif R:chance(0.5) then
+        local len = math.min(1, shape[#shape])
+        ok, v = pcall(self.narrow, self, #shape, 1, len)
+        text = string.format("%s:narrow(%d, 1, %d)", fmt(self, refs), #shape, len)
+      else
+        ok, v = pcall(self.expand, self, shape)
+        text = string.format("%s:expand(%s)", fmt(self, refs), fmt(shape, refs))
+      end
+      if ok and is_tensor(v) then
+        register(v, new_callrec(text, refs), 1, 1, info[self], true)
+        a[a.n] = v
+      else
+        a[a.n] = self
+      end
     else
       a[a.n] = pool_pick()
     end
@@ -1528,10 +1556,11 @@ function M.run(opts)
       out(string.format("-- seed %d iteration %d\n%s", seed, iteration, reproducer(callrec)))
     end
     if last_file then
-      local line = string.format("seed %d iteration %d: %s\n", seed, iteration,
+      -- one line, padded to the longest written so far, so it covers every earlier one
+      local line = string.format("seed %d iteration %d: %s", seed, iteration,
                                  (callrec.text:gsub("\n", "\\n")))
       last_file:seek("set", 0)
-      last_file:write(line, string.rep(" ", math.max(0, last_max - #line)))
+      last_file:write(line .. string.rep(" ", math.max(0, last_max - #line)) .. "\n")  -- one write(2)
       last_max = math.max(last_max, #line)
     end
     if opts.trace then io.stderr:write(string.format("[%d] %s\n", iteration, callrec.text)) end
@@ -1565,7 +1594,8 @@ function M.run(opts)
     end
     report.returned = report.returned + 1
     stat.ok = stat.ok + 1
-    local problem = check_result(e, shape, args, res)
+    local okc, problem = pcall(check_result, e, shape, args, res)
+    if not okc then problem = "checking the result raised: " .. tostring(problem) end
     if problem then ensure_text(); finding(callrec, problem, e.name) end
     if e.mutates and is_tensor(args[1]) then ensure_text(); add_event(args[1], callrec) end
     local self_rec = is_tensor(args[1]) and info[args[1]] or nil
@@ -1584,11 +1614,19 @@ function M.run(opts)
   end
 
   -- ------------------------------------------------------------- actions
+  local only
+  if opts.only then
+    only = {}
+    for name in tostring(opts.only):gmatch("[^,%s]+") do only[name] = true end
+  end
   local function pick_entry(kind)
     local list, total = {}, 0
     for _, e in ipairs(ENTRIES) do
-      if e.kind == kind then list[#list + 1] = e; total = total + e.weight end
+      if e.kind == kind and (not only or only[e.name]) then
+        list[#list + 1] = e; total = total + e.weight
+      end
     end
+    if #list == 0 then return nil end
     return function()
       local x = R:float() * total
       for _, e in ipairs(list) do
@@ -1600,6 +1638,13 @@ function M.run(opts)
   end
   local pick_method, pick_module = pick_entry("method"), pick_entry("module")
   local pick_op, pick_meta = pick_entry("op"), pick_entry("meta")
+  local ACTIONS = {}
+  for _, a in ipairs({ { 62, "method", pick_method }, { 13, "module", pick_module },
+                       { 12, "op", pick_op }, { 3, "meta", pick_meta }, { 6, "new", true },
+                       { 1, "drop", true }, { 1, "huge", not only or only.expand },
+                       { 2, "free", not only or only.free } }) do
+    if a[3] then ACTIONS[#ACTIONS + 1] = { a[1], a[2] } end
+  end
   local BY_NAME = {}
   for _, e in ipairs(ENTRIES) do BY_NAME[e.kind .. " " .. e.name] = e end
 
@@ -1711,11 +1756,8 @@ function M.run(opts)
 
   local clock0 = os.clock()
   for _ = 1, 12 do new_tensor() end
-  for it = 1, n_iter do
-    iteration = it
-    if opts.show and it > opts.show then break end
-    local action = R:weighted({ { 62, "method" }, { 13, "module" }, { 12, "op" }, { 3, "meta" },
-                                { 6, "new" }, { 1, "drop" }, { 1, "huge" }, { 2, "free" } })
+  local function one_iteration()
+    local action = R:weighted(ACTIONS)
     if #pool < 6 then action = "new" end
     if action == "new" then
       new_tensor()
@@ -1761,6 +1803,18 @@ function M.run(opts)
       local guard = e.kind == "module" and GUARDS[e.name]
       if ok_gen ~= false and (not guard or guard(args)) then attempt(e, form, args) end
     end
+  end
+
+  for it = 1, n_iter do
+    iteration = it
+    if opts.show and it > opts.show then break end
+    local ok, err = xpcall(one_iteration, debug.traceback)
+    if not ok then
+      -- not a call being judged: the fuzzer's own code, or a qlua call it makes to look
+      -- at a value (shape, numel) that raised where it must not
+      finding(new_callrec("(the fuzzer's own code)"), "raised outside a judged call: " ..
+              tostring(err), "fuzzer")
+    end
     if opts.slow and it % 100 == 0 then io.stderr:write(string.format("it %d cpu %.2f wall %.2f\n", it, os.clock() - clock0, qlua.clock())) end
     if it % 2000 == 0 then
       collectgarbage()
@@ -1804,6 +1858,7 @@ local function main(argv)
     elseif a == "--max-print" then opts.max_print = math.tointeger(tonumber(argv[i + 1])); i = i + 1
     elseif a == "--trace" then opts.trace = true
     elseif a == "--stats" then opts.stats = true
+    elseif a == "--only" then opts.only = argv[i + 1]; i = i + 1
     elseif a == "--slow" then opts.slow = true
     elseif a == "--quiet" then opts.quiet = true
     elseif a:sub(1, 2) == "--" then
