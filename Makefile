@@ -125,7 +125,7 @@ clean:
 # re-running make with CFLAGS/LDFLAGS/BUILD set on the command line.
 #
 #   make fuzz [N=10000] [SEED=1]     the API fuzzer (lua/qlua/fuzz.lua) on $(QLUA)
-#   make asan [ASAN_FUZZ_N=20000]     ASan+UBSan+LSan build in build/asan (CPU only): the spec
+#   make asan [ASAN_FUZZ_N=20000]    ASan+UBSan+LSan build in build/asan (CPU only): the spec
 #                                    suite, then a fuzz run; fails if either fails
 #   make asan-fuzz [N=100000]        only the fuzz run, on the ASan build
 #   make valgrind                    build/cpu/qlua under valgrind: the samples, some specs
@@ -136,9 +136,11 @@ ASAN_FUZZ_N ?= 20000
 ASAN_BUILD  ?= build/asan
 CPU_BUILD   ?= build/cpu
 SAN_FLAGS   ?= -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-# A runaway allocation must fail, not take the machine: the release fuzz runs under ulimit -v
-# (ASan reserves terabytes of address space, so it gets max_allocation_size_mb instead).
+# A runaway allocation must fail, not take the machine: a CPU-only fuzz runs under ulimit -v
+# (ASan and the CUDA runtime reserve terabytes of address space, so they cannot: ASan gets
+# max_allocation_size_mb instead).
 FUZZ_MEM_KB ?= 8388608
+FUZZ_LIMIT  := $(if $(filter 1,$(CUDA)),,ulimit -v $(FUZZ_MEM_KB);)
 ASAN_ENV    ?= ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=8192:hard_rss_limit_mb=12288:detect_stack_use_after_return=1:check_initialization_order=1:strict_string_checks=1:exitcode=99 \
                UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=99 \
                OPENBLAS_NUM_THREADS=1
@@ -167,7 +169,7 @@ qlua_fuzz = last=$(dir $(1))fuzz-last.txt; rm -f $$last; \
   exit $$rc
 
 fuzz: $(QLUA)
-	@$(call qlua_fuzz,$(QLUA),$(N),,ulimit -v $(FUZZ_MEM_KB);)
+	@$(call qlua_fuzz,$(QLUA),$(N),,$(FUZZ_LIMIT))
 
 # The sanitizer build: the same rules, another BUILD, the flags appended through variables.
 asan-build:
@@ -187,7 +189,8 @@ asan: asan-build
 asan-fuzz: asan-build
 	@$(call qlua_fuzz,$(ASAN_BUILD)/qlua,$(N),$(ASAN_ENV))
 
-# valgrind on a CPU-only build of its own (OpenBLAS's thread pool would read as leaks).
+# valgrind on a CPU-only build of its own (valgrind and the CUDA driver do not mix);
+# OPENBLAS_NUM_THREADS=1 keeps OpenBLAS's thread pool out of the leak report.
 cpu-build:
 	@$(MAKE) --no-print-directory BUILD=$(CPU_BUILD) CUDA=0 $(CPU_BUILD)/qlua $(CPU_BUILD)/embed
 

@@ -56,4 +56,28 @@ describe("embedding", function()
   it("two states running at the same time on two threads", function()
     run_embed({ "--threads" })
   end)
+
+  -- The other way to embed: the Lua C module, loaded by a host that is not ours.
+  it("qlua.so loads in the stock lua5.4 and works there", function()
+    local lua, no_lua = P.lua()
+    if not lua then pending(no_lua); return end
+    if os.getenv("ASAN_OPTIONS") then pending("an ASan-built qlua.so needs libasan preloaded"); return end
+    local so = BUILD .. "/qlua.so"
+    if not exists(so) then pending(so .. " is not built"); return end
+    local code = [[
+local build = ...
+package.cpath = build .. "/?.so;" .. package.cpath
+local qlua = require("qlua")
+assert(require("qlua") == qlua)
+local a = qlua.rand(100, 100)
+local b = a:t():matmul(a)
+assert(b:size(1) == 100 and qlua.memory("cpu").allocated >= 2 * 100 * 100 * 4)
+local v = a:narrow(1, 1, 3); a:free()
+assert(not pcall(v.sum, v))
+print("ok " .. qlua.version)]]
+    local script = P.write(P.tmpname(".lua"), code)
+    local r = P.run({ lua, script, BUILD }, { timeout = 60 })
+    P.cleanup()
+    assert(r.status == 0 and r.stdout:find("^ok "), "status " .. r.status .. "\n" .. r.stdout .. r.stderr)
+  end)
 end)

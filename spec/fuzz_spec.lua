@@ -14,14 +14,17 @@ local QLUA = P.qlua()
 local N = tonumber(os.getenv("QLUA_FUZZ_N") or "") or 10000
 local SEED = tonumber(os.getenv("QLUA_FUZZ_SEED") or "") or 1
 
+-- A memory limit keeps a runaway allocation from taking the machine, where one can be
+-- set: ASan and the CUDA runtime reserve terabytes of address space, so neither can run
+-- under ulimit -v.
+local qlua = rawget(_G, "qlua") or require("qlua")
+local LIMIT = (os.getenv("ASAN_OPTIONS") == nil and qlua.gpu_count() == 0) and "ulimit -v 8388608; " or ""
+
 -- The fuzzer in a child process, so a crash fails this spec instead of the whole run.
--- Outside the sanitizers a memory limit keeps a runaway allocation from taking the
--- machine (ASan reserves terabytes of address space, so it cannot run under ulimit -v).
 local function run_fuzzer(args, timeout)
-  local under_asan = os.getenv("ASAN_OPTIONS") ~= nil
   local words = { P.quote(QLUA), "lua/qlua/fuzz.lua" }
   for _, a in ipairs(args) do words[#words + 1] = P.quote(a) end
-  local cmd = (under_asan and "" or "ulimit -v 8388608; ") .. "exec " .. table.concat(words, " ")
+  local cmd = LIMIT .. "exec " .. table.concat(words, " ")
   return P.run({ "sh", "-c", cmd }, { timeout = timeout or 300 })
 end
 
@@ -72,11 +75,7 @@ local report = fuzz.run({ n = 600, seed = 5, quiet = true, max_print = 1, qlua =
 local own = 0
 for _, f in ipairs(report.findings) do if f.key:find("^ones") then own = own + 1 end end
 print("findings about ones: " .. own)]], ones_src)
-      local under_asan = os.getenv("ASAN_OPTIONS") ~= nil
-      local argv = { QLUA, "-e", code }
-      if not under_asan then
-        argv = { "sh", "-c", "ulimit -v 8388608; exec \"$0\" \"$@\"", QLUA, "-e", code }
-      end
+      local argv = { "sh", "-c", LIMIT .. "exec \"$0\" \"$@\"", QLUA, "-e", code }
       local r = P.run(argv, { timeout = 120 })
       local own = tonumber(r.stdout:match("findings about ones: (%d+)"))
       assert(own, "the planted run did not finish (status " .. r.status .. "):\n" .. r.stdout .. r.stderr)

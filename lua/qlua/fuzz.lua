@@ -11,6 +11,7 @@ lua/qlua/fuzz.lua — the API fuzzer (issue 6: no input crashes qlua, whatever a
     --trace       print every call on stderr before making it
     --stats       per-function counts (returned / raised) after the summary
     --quiet       no progress lines, only the findings and the summary
+    --slow        print on stderr every call that took more than 50 ms of CPU time
     --only NAMES  call only these functions (comma-separated: "gather,take,__index"); the
                   pool is still filled by the creation functions
     --max-print M print at most M reproducers per kind of finding (default 3)
@@ -1572,9 +1573,9 @@ function M.run(opts)
     local ok, res = pcall(fn, table.unpack(args, 1, args.n))
     local stat = report.stats[e.kind .. " " .. e.name]
     stat.time = (stat.time or 0) + os.clock() - t0
-    if os.clock() - t0 > 0.05 and opts.slow then
-      ensure_text_early = call_text(e, form, args, {})
-      io.stderr:write(string.format("slow %.3f s: %s\n", os.clock() - t0, ensure_text_early))
+    if opts.slow and os.clock() - t0 > 0.05 then
+      io.stderr:write(string.format("slow: %.3f s: iteration %d: %s\n", os.clock() - t0, iteration,
+                                    call_text(e, form, args, {})))
     end
     local function ensure_text()
       if not callrec.text then callrec.text = call_text(e, form, args, refs) end
@@ -1815,7 +1816,6 @@ function M.run(opts)
       finding(new_callrec("(the fuzzer's own code)"), "raised outside a judged call: " ..
               tostring(err), "fuzzer")
     end
-    if opts.slow and it % 100 == 0 then io.stderr:write(string.format("it %d cpu %.2f wall %.2f\n", it, os.clock() - clock0, qlua.clock())) end
     if it % 2000 == 0 then
       collectgarbage()
       if not opts.quiet then
