@@ -78,6 +78,20 @@ static void storage_give_back(qt_storage *s) {
 
 /* The last reference frees the bytes (unless t:free() already did), then drops the
 ** storage's reference on its owning state, then the struct. */
+qt_storage *qt_storage_wrap(struct qt_device *dev, void *data, size_t nbytes,
+                            void (*release)(void *release_ud, void *data), void *release_ud) {
+  qt_storage *s = (qt_storage *)calloc(1, sizeof *s);
+  if (s == NULL) return NULL;
+  s->refcount = 1;
+  s->device = dev;
+  s->data = data;
+  s->nbytes = nbytes;
+  s->owner = NULL;  /* not the runtime's memory: charged to no state */
+  s->release = release;
+  s->release_ud = release_ud;
+  return s;
+}
+
 void qt_storage_release(qt_storage *s) {
   if (s == NULL) return;
   if (--s->refcount > 0) return;

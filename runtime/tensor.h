@@ -119,6 +119,12 @@ typedef struct qt_view {
   int64_t stride[QT_MAXDIM];
 } qt_view;
 
+/* A storage over bytes the caller owns (the embedding API): `data` lives on `dev`
+** (qt_cpu_device() for host memory), and release(release_ud, data) is called exactly once,
+** when the last reference goes or at t:free(). The caller holds the one reference
+** (refcount 1). NULL when out of memory (release is not called then). */
+qt_storage *qt_storage_wrap(struct qt_device *dev, void *data, size_t nbytes,
+                            void (*release)(void *release_ud, void *data), void *release_ud);
 /* Takes a reference (refcount++). */
 void qt_storage_retain(qt_storage *s);
 /* Drops a reference; the last one gives the bytes back (device free or external

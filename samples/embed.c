@@ -143,20 +143,12 @@ static void embed_buffer_release(void *ud, void *data) {
 
 /* Wraps buf as a 2x3 float32 CPU tensor and pushes it (moving our one reference in).
 ** Runs under lua_pcall: qlua_pushtensor can raise (out of memory, or no luaopen_qlua in
-** this state), and then it has already released the reference, so nothing leaks. The
-** storage struct comes from calloc: the runtime frees it with free() after the release
-** callback (runtime/tensor.h has no constructor for external storage). */
+** this state), and then it has already released the reference, so nothing leaks. */
 static int embed_push_buffer(lua_State *L) {
   embed_buffer *buf = (embed_buffer *)lua_touserdata(L, 1);
-  qt_storage *s = (qt_storage *)calloc(1, sizeof *s);
+  qt_storage *s = qt_storage_wrap(qt_cpu_device(), buf->values, sizeof buf->values,
+                                  embed_buffer_release, buf);
   if (s == NULL) return luaL_error(L, "embed: out of memory");
-  s->refcount = 1;
-  s->device = qt_cpu_device();
-  s->data = buf->values;
-  s->nbytes = sizeof buf->values;
-  s->owner = NULL;                 /* not charged to a state: it is not the runtime's memory */
-  s->release = embed_buffer_release;
-  s->release_ud = buf;
   qt_tensor t;
   qt_tensor_init(&t);
   t.storage = s;                   /* our reference */
