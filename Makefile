@@ -6,6 +6,7 @@
 #   make bench      benchmarks against raw CUDA / cuBLAS (GPU machine)
 #   make deps       installs the Debian packages the build and the tests need
 #   make install    PREFIX=/usr/local
+#   make fuzz / asan / valgrind / embed   reliability checks (see the section at the end)
 #
 # Lua comes from pkg-config (LUA_CFLAGS / LUA_LIBS override it); CUDA=auto builds the
 # CUDA device when nvcc is found, CUDA=0 builds a CPU-only qlua.
@@ -119,10 +120,9 @@ uninstall:
 clean:
 	rm -rf $(BUILD)
 
-# ==== reliability (issue 6): fuzz, asan, valgrind, embed ===================================
-# This fenced section is the reliability work's; the rules above are untouched. It only
-# adds targets, and builds its sanitizer/valgrind copies in their own build dirs by
-# re-running make with CFLAGS/LDFLAGS/BUILD set on the command line.
+# ==== reliability: fuzz, asan, valgrind, embed ============================================
+# The sanitizer and valgrind copies are built in their own build dirs by re-running make
+# with CFLAGS/LDFLAGS/BUILD set on the command line: the same rules, other flags.
 #
 #   make fuzz [N=10000] [SEED=1]     the API fuzzer (lua/qlua/fuzz.lua) on $(QLUA)
 #   make asan [ASAN_FUZZ_N=20000]    ASan+UBSan+LSan build in build/asan (CPU only): the spec
@@ -217,4 +217,4 @@ $(EMBED): samples/embed.c $(RUNTIME_OBJ) $(KERNEL_OBJ) $(HEADERS)
 embed-build: $(EMBED)
 embed: $(EMBED)
 	$(EMBED)
-# ==== end of the reliability section ======================================================
+# ==== end of reliability ==================================================================
