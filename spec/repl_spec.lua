@@ -264,6 +264,24 @@ describe("the REPL on a terminal", function()
     assert.are.equal(0, r.status)
   end)
 
+  -- With a GPU: Ctrl-C lands while the loop keeps the GPU busy (queued products, a sync
+  -- per sum); the statement stops at its next Lua instruction and the device stays usable.
+  -- (No exit-status assertion: what `script` returns after a Ctrl-C differs between
+  -- util-linux versions; the output says what matters.)
+  if P.run({ QLUA, "-e", "os.exit(qlua.gpu_count() > 0 and 0 or 3)" }).status == 0 then
+    it("Ctrl-C during long GPU work returns to the prompt with the GPU usable", function()
+      local out = session({
+        "a = qlua.rand(4096, 4096, {device = 'gpu'}); print('R:' .. 'ready')\n", 1,
+        "while true do a:matmul(a):sum() end\n", 3, CTRL_C, 1,
+        "b = a:matmul(a); qlua.sync(); print('R:gpu ' .. tostring(b:sum() > 0))\n", 2, CTRL_D })
+      assert.truthy(has(out, "R:ready"), out)
+      assert.truthy(has(out, "interrupted!"), out)
+      assert.truthy(has(out, "R:gpu true"), out)
+    end)
+  else
+    pending("Ctrl-C during long GPU work [no GPU here]")
+  end
+
   it("Ctrl-C at the prompt clears the line; at a continuation prompt drops the statement", function()
     local out, r = session({ "print('R:disca", 0.3, CTRL_C, 0.3,
                              "if true then\n", 0.3, "print('R:dropped')", 0.3, CTRL_C, 0.3,
