@@ -51,6 +51,7 @@ qt_ctx *lq_ctx(lua_State *L) {
     return NULL;
   }
   st->running = L;
+  if (st->deferred > 0 && st->collecting == 0) lq_free_deferred(L, st);
   return st->ctx;
 }
 
@@ -112,7 +113,9 @@ void lq_gc_relax(lua_State *L) {
 static void q_gc_callback(void *ud, int out_of_memory) {
   lq_state *st = (lq_state *)ud;
   if (st->ctx == NULL || st->running == NULL) return;
+  st->collecting++;  /* t:free() in a finalizer waits until the op that called us is done */
   lua_gc(st->running, LUA_GCCOLLECT);
+  st->collecting--;
   if (out_of_memory) {
     for (int g = 0; g < 64; g++) {
       if (!(st->gpus_used & ((uint64_t)1 << g))) continue;
@@ -619,6 +622,8 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   st->gpus_used = 0;
   st->total_of = 0;
   st->total_bytes = 0;
+  st->collecting = 0;
+  st->deferred = 0;
   lua_createtable(L, 0, 2);
   lua_pushcfunction(L, q_state_gc);
   lua_setfield(L, -2, "__gc");

@@ -81,16 +81,54 @@ static int t_gc(lua_State *L) {
   return 0;
 }
 
-/* t:free(): the storage's bytes go back now, for every view sharing them. */
+/* The registry table of tensors whose t:free() waits (see lq_state). */
+static const char t_deferred_key = 0;
+
+static void t_free_now(lua_State *L, qt_tensor *t) {
+  if (t->storage == NULL) return;
+  bool gpu = t->storage->device != NULL && t->storage->device->kind == QT_DEV_CUDA;
+  qt_storage_free_data(t->storage);
+  qt_tensor_release(t);
+  if (gpu) lq_gc_relax(L);
+}
+
+/* t:free(): the storage's bytes go back now, for every view sharing them — unless a
+** collection the core started is running (we are in a finalizer, inside a core op that
+** may be reading this very tensor): then it is queued and freed by the next binding call. */
 static int t_free(lua_State *L) {
   qt_tensor *t = qlua_checktensor(L, 1);
-  if (t->storage != NULL) {
-    bool gpu = t->storage->device != NULL && t->storage->device->kind == QT_DEV_CUDA;
-    qt_storage_free_data(t->storage);
-    qt_tensor_release(t);
-    if (gpu) lq_gc_relax(L);
+  lq_state *st = lq_state_of(L);
+  if (st != NULL && st->collecting > 0 && t->storage != NULL) {
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE) {
+      lua_pop(L, 1);
+      lua_newtable(L);
+      lua_pushvalue(L, -1);
+      lua_rawsetp(L, LUA_REGISTRYINDEX, &t_deferred_key);
+    }
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, -2, ++st->deferred);
+    return 0;
   }
+  t_free_now(L, t);
   return 0;
+}
+
+void lq_free_deferred(lua_State *L, lq_state *st) {
+  int n = st->deferred;
+  st->deferred = 0;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &t_deferred_key);  /* a fresh queue from now on */
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, -1, i);
+    qt_tensor *t = qlua_totensor(L, -1);
+    if (t != NULL) t_free_now(L, t);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
 }
 
 /* ================================================================ argument parsing */

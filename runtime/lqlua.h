@@ -31,6 +31,12 @@ typedef struct lq_state {
   uint64_t gpus_used;   /* bit n: gpu:n was handed out to this state (sync, empty_cache) */
   uint64_t total_of;    /* the gpus_used mask total_bytes was summed for */
   int64_t total_bytes;  /* device memory of those GPUs (GC pacing) */
+  /* A collection the core asked for (q_gc_callback) runs finalizers in the middle of a
+  ** core op, which holds pointers to its operands; a finalizer calling x:free() on one of
+  ** them would free bytes the op is about to read. While `collecting`, t:free() only
+  ** queues the tensor (`deferred` counts the queue); the next binding call frees it. */
+  int collecting;
+  int deferred;
 } lq_state;
 
 /* The GC driving policy (l_qlua.c): at least this much garbage between collections. */
@@ -50,6 +56,8 @@ void lq_gc_relax(lua_State *L);
 int lq_raise_as(lua_State *L, qt_ctx *ctx, const char *core_op, const char *op);
 
 /* ---- l_tensor.c: tensor userdata */
+/* Frees the tensors t:free() queued during a core-triggered collection (see lq_state). */
+void lq_free_deferred(lua_State *L, lq_state *st);
 /* Pushes a new userdata holding an empty tensor, metatable set; the core fills it. */
 qt_tensor *lq_newtensor(lua_State *L);
 /* The tensor at idx, live (not freed) or "<op>: tensor has been freed". */

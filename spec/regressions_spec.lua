@@ -92,6 +92,37 @@ describe("regressions found by the fuzzer", function()
     check("local t = qlua.zeros(1):expand(1 << 50)\n" .. raises("t:totable()", "totable"))
   end)
 
+  it("a finalizer freeing an operand in the middle of an op waits for the op (runtime/l_tensor.c t_free)",
+     function()
+    -- The core starts a full collection while allocating a result (GC pacing); a __gc
+    -- that calls w:free() on an operand of that very op used to free the bytes the op was
+    -- about to read (a crash, or a wrong result). The free now waits for the next call.
+    check("local function weight_of_dropped_layer()\n" ..
+          "  local layer = setmetatable({ w = qlua.ones(25 * 1024 * 1024) },\n" ..
+          "                             { __gc = function(self) self.w:free() end })\n" ..
+          "  return layer.w\n" ..
+          "end\n" ..
+          "local w = weight_of_dropped_layer()\n" ..
+          "local b = qlua.ones(25 * 1024 * 1024)\n" ..
+          "for i = 1, 50 do local junk = {} end\n" ..
+          "local y = w + b\n" ..
+          "assert(y:numel() == 25 * 1024 * 1024, 'shape ' .. y:numel())\n" ..
+          "assert(y:sum() == 2 * 25 * 1024 * 1024, 'sum ' .. y:sum())\n" ..
+          "assert(not pcall(w.sum, w), 'w should have been freed by now')")
+  end)
+
+  it("bad index values are errors even when the result is empty (runtime/ops.c)", function()
+    check(raises("qlua.empty(0, 3):index_select(2, {99})", "index_select") .. "\n" ..
+          raises("qlua.zeros(0, 3):index_add_(2, {1, 7}, qlua.zeros(0, 2))", "index_add_") .. "\n" ..
+          "assert(qlua.empty(0, 3):index_select(2, {3, 1}):size(2) == 2)")
+  end)
+
+  it("tostring of an empty tensor whose other sizes multiply past int64 (runtime/l_print.c, UB)",
+     function()
+    check("local s = tostring(qlua.empty(1, 1, 0):expand(1 << 62, 1 << 62, 0))\n" ..
+          "assert(s:find('[]', 1, true), s)")
+  end)
+
   describe("fixed since they were found", function()
     it("expand refuses shapes whose element count overflows (runtime/ops.c)", function()
       check(raises("qlua.zeros(1):expand(1 << 40, 1 << 40)", "expand") .. "\n" ..
