@@ -117,6 +117,8 @@ static int cpu_sync(qt_device *dev, qt_err *err) {
   return 0;
 }
 
+int64_t qt_cpu_allocated(void) { return atomic_load(&cpu_allocated); }
+
 static int cpu_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err) {
   (void)dev;
   (void)err;

@@ -156,6 +156,9 @@ struct qt_device {
 
 /* The host device; always there. */
 qt_device *qt_cpu_device(void);
+/* Bytes the CPU device holds now (process-wide). A plain counter read, cheap enough for
+** every allocation (the core's GC pacing); `memory` gives the full stats. */
+int64_t qt_cpu_allocated(void);
 /* How many GPUs this process can use: 0 when qlua was built without CUDA, or there is
 ** no driver or no GPU. Never prints, never fails. */
 int qt_gpu_count(void);

@@ -62,6 +62,10 @@ typedef struct p_format {
 static void p_plan(const qt_tensor *t, p_layout *lay) {
   lay->ndim = t->ndim;
   lay->edge = P_EDGE;
+  if (qt_numel(t) == 0) {  /* nothing to read; the other sizes may multiply past int64 */
+    for (int d = 0; d < t->ndim; d++) lay->split[d] = false, lay->shown[d] = t->size[d];
+    return;
+  }
   bool summarise = qt_numel(t) > P_SUMMARY_THRESHOLD;
   for (int pass = 0; pass < 2; pass++) {
     int64_t count = 1;
@@ -231,8 +235,8 @@ int lq_tostring(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   p_layout lay;
   p_plan(t, &lay);
-  int64_t count = 1;
-  for (int d = 0; d < t->ndim; d++) count *= lay.shown[d];
+  int64_t count = qt_numel(t) == 0 ? 0 : 1;
+  for (int d = 0; d < t->ndim && count > 0; d++) count *= lay.shown[d];
   size_t es = qt_elsize(t->dtype);
   char *host = (char *)lua_newuserdatauv(L, (size_t)count * es, 0);
   if (count > 0 && p_read(ctx, t, &lay, host) != 0) return lq_raise_as(L, ctx, "read", "tostring");

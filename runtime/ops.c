@@ -215,15 +215,12 @@ static int ops_prefix_error(qt_ctx *ctx, const char *op) {
 #define OPS_CPU_GC_MIN_BYTES 4096
 static _Atomic int64_t ops_cpu_gc_limit = OPS_CPU_GC_FLOOR;
 
-static void ops_cpu_gc_pace(qt_ctx *ctx, qt_device *dev, size_t nbytes) {
-  if (ctx->gc == NULL || dev->iface->memory == NULL || nbytes < OPS_CPU_GC_MIN_BYTES) return;
-  qt_memory_stats stats;
-  qt_err ignored;
-  if (dev->iface->memory(dev, &stats, &ignored) != 0) return;
-  if (stats.allocated + (int64_t)nbytes <= atomic_load(&ops_cpu_gc_limit)) return;
+static void ops_cpu_gc_pace(qt_ctx *ctx, size_t nbytes) {
+  if (ctx->gc == NULL || nbytes < OPS_CPU_GC_MIN_BYTES) return;
+  if (qt_cpu_allocated() + (int64_t)nbytes <= atomic_load(&ops_cpu_gc_limit)) return;
   ctx->gc(ctx->gc_ud, 0);
-  if (dev->iface->memory(dev, &stats, &ignored) != 0) return;
-  int64_t limit = stats.allocated > INT64_MAX / 2 ? INT64_MAX : 2 * stats.allocated;
+  int64_t allocated = qt_cpu_allocated();
+  int64_t limit = allocated > INT64_MAX / 2 ? INT64_MAX : 2 * allocated;
   atomic_store(&ops_cpu_gc_limit, limit < OPS_CPU_GC_FLOOR ? OPS_CPU_GC_FLOOR : limit);
 }
 
@@ -239,7 +236,7 @@ static int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t n
   bool gpu = dev->kind == QT_DEV_CUDA;
   if (gpu && ctx->gc != NULL && ctx->gpu_live_bytes + (int64_t)nbytes > ctx->gpu_gc_limit)
     ctx->gc(ctx->gc_ud, 0);
-  if (dev->kind == QT_DEV_CPU) ops_cpu_gc_pace(ctx, dev, nbytes);
+  if (dev->kind == QT_DEV_CPU) ops_cpu_gc_pace(ctx, nbytes);
 
   void *data = NULL;
   int oom = 0;
@@ -1342,6 +1339,27 @@ static int ops_check_gather_shape(qt_ctx *ctx, const char *op, const qt_tensor *
   return 0;
 }
 
+/* Index values checked on the host, for the calls whose result (or source) is empty: the
+** device is not called then (there is nothing to compute), but a bad index is an error
+** whatever the shapes, with the message the devices give. */
+static int ops_check_index_values(qt_ctx *ctx, const char *op, const qt_tensor *index,
+                                  int64_t bound) {
+  int64_t n = qt_numel(index);
+  if (n == 0) return 0;
+  void *host = malloc((size_t)n * qt_elsize(index->dtype));
+  if (host == NULL)
+    return qt_errorf(&ctx->err, "%s: out of memory reading %lld index values", op, (long long)n);
+  int rc = qt_read_all(ctx, index, host);
+  for (int64_t k = 0; rc == 0 && k < n; k++) {
+    int64_t v = index->dtype == QT_I32 ? ((const int32_t *)host)[k] : ((const int64_t *)host)[k];
+    if (v < 1 || v > bound)
+      rc = qt_errorf(&ctx->err, "%s: index %lld out of range (1..%lld) at position %lld", op,
+                     (long long)v, (long long)bound, (long long)(k + 1));
+  }
+  free(host);
+  return rc;
+}
+
 static int ops_check_1d_index(qt_ctx *ctx, const char *op, const qt_tensor *index) {
   char s1[OPS_SHAPE_LEN];
   if (index->ndim != 1)
@@ -1397,6 +1415,9 @@ int qt_index_select(qt_ctx *ctx, qt_tensor *out, const qt_tensor *src, int dim,
       qt_tensor_release(&res);
       return -1;
     }
+  } else if (ops_check_index_values(ctx, op, index, src->size[dim])) {
+    qt_tensor_release(&res);
+    return -1;
   }
   *out = res;
   return 0;
@@ -1518,7 +1539,7 @@ int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
   if (ops_check_writable(ctx, op, dst)) return -1;
   qt_device *dev = ops_device(dst);
   if (dev->iface->index_add == NULL) return ops_unsupported(ctx, op, dev);
-  if (qt_numel(src) == 0) return 0;
+  if (qt_numel(src) == 0) return ops_check_index_values(ctx, op, index, dst->size[dim]);
 
   int rc = -1;
   qt_tensor cs, ci;
