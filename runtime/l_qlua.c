@@ -616,6 +616,10 @@ static const luaL_Reg q_funcs[] = {
 /* Builds the state box (anchored in the registry, upvalue of every function), the
 ** tensor metatable, and the module table. */
 LUAMOD_API int luaopen_qlua(lua_State *L) {
+  /* Once per state: the "qlua.Tensor" metatable is per state, so a second context would
+  ** take over the first one's tensors. A second call returns the same module. */
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "qlua.module") == LUA_TTABLE) return 1;
+  lua_pop(L, 1);
   lq_state *st = (lq_state *)lua_newuserdatauv(L, sizeof *st, 0);
   st->ctx = NULL;
   st->running = L;
@@ -647,5 +651,7 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   lua_pushliteral(L, QLUA_VERSION);
   lua_setfield(L, -2, "version");
   lua_remove(L, box);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "qlua.module");
   return 1;
 }

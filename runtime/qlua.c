@@ -959,6 +959,12 @@ static int qh_pmain (lua_State *L) {
   luaL_openlibs(L);
   luaL_requiref(L, "qlua", luaopen_qlua, 1);
   lua_pop(L, 1);
+  /* also in package.preload, so require "qlua" finds it even after package.loaded.qlua
+  ** was cleared (luaopen_qlua returns the same module table again) */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_pushcfunction(L, luaopen_qlua);
+  lua_setfield(L, -2, "qlua");
+  lua_pop(L, 1);
   qh_create_arg_table(L, argv, argc, script);
   lua_gc(L, LUA_GCRESTART);
   lua_gc(L, LUA_GCGEN, 0, 0);

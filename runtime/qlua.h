@@ -39,7 +39,8 @@ extern "C" {
 /* Opens the runtime in L and pushes the module table (what `require "qlua"` returns).
 ** Creates this state's tensor context (random seed, current GPU, device-memory
 ** accounting that drives L's garbage collector) and the "qlua.Tensor" metatable.
-** Call it once per lua_State; a second call makes a second, independent context. */
+** One context per lua_State: a second call in the same state returns the same module
+** table (independent contexts come from independent states). */
 LUAMOD_API int luaopen_qlua(lua_State *L);
 
 /* The tensor at stack index idx, or a Lua error ("bad argument #idx to 'f'

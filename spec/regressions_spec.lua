@@ -123,6 +123,16 @@ describe("regressions found by the fuzzer", function()
           "assert(s:find('[]', 1, true), s)")
   end)
 
+  it("opening the runtime twice in one state gives the same module (runtime/l_qlua.c)", function()
+    -- A second luaopen_qlua used to make a second context and rebind the shared tensor
+    -- metatable to it, so tensors made before ran on the new context.
+    check("local t = qlua.ones(3)\n" ..
+          "package.loaded.qlua = nil\n" ..
+          "local again = require('qlua')\n" ..
+          "assert(again == qlua, 'a second module table')\n" ..
+          "assert(t:sum() == 3 and again.tensor({1, 2}):sum() == 3)")
+  end)
+
   describe("fixed since they were found", function()
     it("expand refuses shapes whose element count overflows (runtime/ops.c)", function()
       check(raises("qlua.zeros(1):expand(1 << 40, 1 << 40)", "expand") .. "\n" ..
