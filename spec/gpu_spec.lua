@@ -808,6 +808,29 @@ describe("gpu", function()
       assert.equal(20, res)
     end)
 
+    gtest("holding tensors until the GPU is full: a Lua error, then allocation works again", function()
+      collectgarbage()
+      qlua.empty_cache()
+      local chunk = 2 * GiB
+      local held, msg = {}, nil
+      for _ = 1, 1000 do   -- 2 TB: more than any GPU, so this ends in an error
+        local ok, t = pcall(qlua.empty, chunk // 4, { device = "gpu" })
+        if not ok then msg = t; break end
+        held[#held + 1] = t
+      end
+      assert.is_truthy(msg, "never ran out after " .. #held .. " chunks")
+      assert.is_truthy(msg:find("out of memory", 1, true), msg)
+      assert.is_truthy(msg:find(tostring(chunk), 1, true), msg)
+      assert.is_true(#held >= 1)
+      held = nil
+      collectgarbage()
+      local t = qlua.empty(chunk // 4, { device = "gpu" })
+      t:narrow(1, 1, 8):fill_(3)
+      assert.equal(24, t:narrow(1, 1, 8):sum())
+      t:free()
+      qlua.empty_cache()
+    end)
+
     gtest("1000 dropped 1 GiB tensors: no out-of-memory, reserved stays bounded", function()
       collectgarbage()
       qlua.empty_cache()
