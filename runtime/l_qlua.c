@@ -60,12 +60,8 @@ int lq_raise(lua_State *L, qt_ctx *ctx) {
 }
 
 int lq_raise_as(lua_State *L, qt_ctx *ctx, const char *core_op, const char *op) {
-  size_t n = strlen(core_op);
-  const char *msg = ctx->err.msg;
-  if (strcmp(core_op, op) != 0 && strncmp(msg, core_op, n) == 0 && msg[n] == ':' &&
-      msg[n + 1] == ' ')
-    return luaL_error(L, "%s: %s", op, msg + n + 2);
-  return luaL_error(L, "%s", msg);
+  qt_err_rename(&ctx->err, core_op, op);
+  return luaL_error(L, "%s", ctx->err.msg);
 }
 
 /* The GC limit the bytes live now call for (see the header). The GPUs' memory sizes

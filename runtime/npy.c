@@ -47,14 +47,8 @@ static const char *const npy_descr[QT_NDTYPES] = {
 ** names are replaced, so a device name that happens to lead a message stays. */
 static int npy_rename_error(qt_ctx *ctx, const char *as) {
   static const char *const core_ops[] = { "empty", "to", "contiguous", "permute", "read" };
-  for (size_t i = 0; i < sizeof core_ops / sizeof core_ops[0]; i++) {
-    size_t n = strlen(core_ops[i]);
-    if (strncmp(ctx->err.msg, core_ops[i], n) == 0 && ctx->err.msg[n] == ':') {
-      char rest[QT_ERRLEN];
-      snprintf(rest, sizeof rest, "%s", ctx->err.msg + n);
-      return qt_errorf(&ctx->err, "%s%s", as, rest);
-    }
-  }
+  for (size_t i = 0; i < sizeof core_ops / sizeof core_ops[0]; i++)
+    qt_err_rename(&ctx->err, core_ops[i], as);
   return -1;
 }
 

@@ -1449,13 +1449,7 @@ int qt_take(qt_ctx *ctx, qt_tensor *out, const qt_tensor *src, const qt_tensor *
 ** ..."); the user called the in-place method, so the message is made to say "scatter_:".
 ** A message that already starts with the method's name is left alone. */
 static int ops_slot_error_as(qt_ctx *ctx, const char *slot, const char *method) {
-  size_t n = strlen(slot);
-  if (strncmp(ctx->err.msg, slot, n) == 0 && ctx->err.msg[n] == ':') {
-    char rest[QT_ERRLEN];
-    snprintf(rest, sizeof rest, "%s", ctx->err.msg + n);
-    qt_errorf(&ctx->err, "%s%s", method, rest);
-  }
-  return -1;
+  return qt_err_rename(&ctx->err, slot, method);
 }
 
 /* The source operand of scatter_/index_add_ as the device wants it: dst's dtype, and

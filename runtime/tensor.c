@@ -55,6 +55,17 @@ int qt_errorf(qt_err *err, const char *fmt, ...) {
   return -1;
 }
 
+int qt_err_rename(qt_err *err, const char *from, const char *to) {
+  size_t n = strlen(from);
+  if (err != NULL && strcmp(from, to) != 0 && strncmp(err->msg, from, n) == 0 &&
+      err->msg[n] == ':') {
+    char rest[QT_ERRLEN];
+    snprintf(rest, sizeof rest, "%s", err->msg + n);
+    qt_errorf(err, "%s%s", to, rest);
+  }
+  return -1;
+}
+
 /* ------------------------------------------------------------------ storage */
 
 void qt_storage_retain(qt_storage *s) {

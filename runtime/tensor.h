@@ -80,6 +80,10 @@ int qt_errorf(qt_err *err, const char *fmt, ...)
 #endif
     ;
 
+/* A message that starts with "<from>:" is made to start with "<to>:" instead (a core
+** function serving a differently named op: zeros is built on empty). Always returns -1. */
+int qt_err_rename(qt_err *err, const char *from, const char *to);
+
 /* ------------------------------------------------------------------ storage and tensor */
 
 struct qt_device;
