@@ -266,17 +266,16 @@ describe("the REPL on a terminal", function()
 
   -- With a GPU: Ctrl-C lands while the loop keeps the GPU busy (queued products, a sync
   -- per sum); the statement stops at its next Lua instruction and the device stays usable.
-  -- (No exit-status assertion: what `script` returns after a Ctrl-C differs between
-  -- util-linux versions; the output says what matters.)
   if P.run({ QLUA, "-e", "os.exit(qlua.gpu_count() > 0 and 0 or 3)" }).status == 0 then
     it("Ctrl-C during long GPU work returns to the prompt with the GPU usable", function()
-      local out = session({
+      local out, r = session({
         "a = qlua.rand(4096, 4096, {device = 'gpu'}); print('R:' .. 'ready')\n", 1,
         "while true do a:matmul(a):sum() end\n", 3, CTRL_C, 1,
         "b = a:matmul(a); qlua.sync(); print('R:gpu ' .. tostring(b:sum() > 0))\n", 2, CTRL_D })
       assert.truthy(has(out, "R:ready"), out)
       assert.truthy(has(out, "interrupted!"), out)
       assert.truthy(has(out, "R:gpu true"), out)
+      assert.are.equal(0, r.status)
     end)
   else
     pending("Ctrl-C during long GPU work [no GPU here]")

@@ -176,8 +176,11 @@ end
 Runs argv on a pseudo-terminal with util-linux `script`, typing the keystrokes of
 `keys` (strings, with numbers between them meaning "wait that many seconds"). The
 terminal is TERM=dumb with no inputrc, so readline behaves the same everywhere; HOME
-comes from opts.env or is a fresh directory. Returns { output (everything the terminal
-showed, \r removed), status }.
+comes from opts.env or is a fresh directory. `script -c` runs its command through
+$SHELL (/bin/sh when unset); the command is exec'd so argv is the terminal's only
+process: a shell left waiting in the same process group would take the Ctrl-C itself
+(dash dies of it, and `script` then reports 130). Returns { output (everything the
+terminal showed, \r removed), status }.
 ]]
 function P.pty(argv, keys, opts)
   opts = opts or {}
@@ -195,7 +198,7 @@ function P.pty(argv, keys, opts)
   local output_path = P.tmpname()
   local cmd = string.format("( %s ) | %s timeout -k 2 %d script -qfec %s /dev/null >%s 2>&1",
     table.concat(feeder, "; "), env_prefix(env), opts.timeout or 10,
-    P.quote(command_line(argv)), P.quote(output_path))
+    P.quote("exec " .. command_line(argv)), P.quote(output_path))
   local status = exit_status(os.execute(cmd))
   local output = (P.read(output_path) or ""):gsub("\r", "")
   os.remove(output_path)
