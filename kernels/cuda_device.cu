@@ -417,7 +417,9 @@ static int alloc_take(qt_device *dev, qt_cuda_allocator *a, size_t nbytes, void 
       /* Give the cache back to the driver and try once more. */
       (void)cudaGetLastError();
       alloc_release_cached(dev, a);
-      if (segment != size) segment = size;  /* a shared segment is a luxury now */
+      /* A large request gets a segment of its own size now (sharing one is a luxury);
+      ** small segments keep their size, the only one alloc_release_cached returns. */
+      if (!small) segment = size;
       status = cudaMalloc(&mem, segment);
     }
     if (status == cudaErrorMemoryAllocation) {
@@ -615,13 +617,23 @@ static int staging_worker_count(size_t nbytes) {
 }
 
 /* Makes slot i's buffers and events (staging_lock held, device current). */
+/* A slot is all or nothing: on a failure what was made is given back, so a slot that
+** is not ready holds nothing (staging_release only looks at ready slots). */
 static cudaError_t staging_prepare(cuda_staging_slot *slot) {
   if (slot->ready) return cudaSuccess;
-  for (int k = 0; k < 2; k++) {
-    cudaError_t status = cudaHostAlloc(&slot->buffer[k], CUDA_STAGING_CHUNK, cudaHostAllocPortable);
-    if (status != cudaSuccess) return status;
-    status = cudaEventCreateWithFlags(&slot->done[k], cudaEventDisableTiming);
-    if (status != cudaSuccess) return status;
+  cudaError_t status = cudaSuccess;
+  for (int k = 0; k < 2 && status == cudaSuccess; k++) {
+    status = cudaHostAlloc(&slot->buffer[k], CUDA_STAGING_CHUNK, cudaHostAllocPortable);
+    if (status == cudaSuccess)
+      status = cudaEventCreateWithFlags(&slot->done[k], cudaEventDisableTiming);
+  }
+  if (status != cudaSuccess) {
+    for (int k = 0; k < 2; k++) {
+      if (slot->buffer[k] != NULL) (void)cudaFreeHost(slot->buffer[k]);
+      if (slot->done[k] != NULL) (void)cudaEventDestroy(slot->done[k]);
+    }
+    memset(slot, 0, sizeof *slot);
+    return status;
   }
   slot->ready = true;
   return cudaSuccess;

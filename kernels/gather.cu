@@ -32,9 +32,12 @@ typedef unsigned long long gat_u64;
 
 /* ------------------------------------------------------------------ device helpers */
 
+/* 1 <= v <= bound, as one unsigned compare: v - 1 is taken in unsigned arithmetic, so
+** v = 0 and negative v (INT64_MIN included, where a signed v - 1 would overflow) wrap to
+** huge values and fail. */
 template <typename I>
 __device__ __forceinline__ bool gat_in_range(I v, int64_t bound) {
-  return (gat_u64)((long long)v - 1) < (gat_u64)bound;
+  return (gat_u64)(long long)v - 1ull < (gat_u64)bound;
 }
 
 /* Four consecutive indices from a 16-byte aligned address. */

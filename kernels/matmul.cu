@@ -20,6 +20,7 @@
 ** CUBLAS_COMPUTE_64F.
 */
 #include <limits.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -115,9 +116,8 @@ static int mm_blas_check(qt_device *dev, cublasStatus_t st, qt_err *err) {
   return -1;
 }
 
-/* The device's cuBLAS handle, created and bound to its stream on first use. */
-static int mm_handle(qt_device *dev, qt_cuda_ctx *c, qt_err *err) {
-  if (c->cublas) return 0;
+/* Makes the handle (mm_handle_lock held). */
+static int mm_handle_create(qt_device *dev, qt_cuda_ctx *c, qt_err *err) {
   cublasHandle_t h = NULL;
   cublasStatus_t st = cublasCreate(&h);
   if (st != CUBLAS_STATUS_SUCCESS)
@@ -130,6 +130,19 @@ static int mm_handle(qt_device *dev, qt_cuda_ctx *c, qt_err *err) {
   (void)dev;
   c->cublas = h;
   return 0;
+}
+
+/* The device's cuBLAS handle, created and bound to its stream on first use. The context
+** is shared by every lua_State of the process (embedders may run them on threads), so
+** creation is serialised: two first matmuls must not both create one and leak the other. */
+static pthread_mutex_t mm_handle_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int mm_handle(qt_device *dev, qt_cuda_ctx *c, qt_err *err) {
+  pthread_mutex_lock(&mm_handle_lock);
+  int status = 0;
+  if (c->cublas == NULL) status = mm_handle_create(dev, c, err);
+  pthread_mutex_unlock(&mm_handle_lock);
+  return status;
 }
 
 /* How cuBLAS sees one row-major operand of `rows` x `cols` with strides (sr, sc):
