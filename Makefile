@@ -30,7 +30,9 @@ LDFLAGS  ?=
 LIBS     := $(BLAS_LIBS) -lm -lpthread -ldl
 
 # ---- CUDA: auto-detected, CUDA=0 to leave it out
-NVCC     ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(origin NVCC),undefined)
+  NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
 CUDA     ?= auto
 ifeq ($(CUDA),auto)
   ifneq ($(strip $(NVCC)),)
@@ -39,7 +41,13 @@ ifeq ($(CUDA),auto)
     override CUDA := 0
   endif
 endif
-CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+# The toolkit root: where nvcc lives, unless that nvcc is a wrapper elsewhere (e.g. a
+# /usr/local/bin/nvcc script); then /usr/local/cuda, the toolkit's default home.
+ifeq ($(origin CUDA_HOME),undefined)
+  CUDA_HOME := $(shell d='$(patsubst %/bin/nvcc,%,$(NVCC))'; \
+    if [ -e "$$d/lib64/libcudart.so" ] || [ ! -e /usr/local/cuda/lib64/libcudart.so ]; \
+    then echo "$$d"; else echo /usr/local/cuda; fi)
+endif
 # sm_90 machine code for the H100/H200, plus compute_90 PTX the driver can JIT for newer GPUs
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -O3 -lineinfo
