@@ -60,7 +60,9 @@ KERNEL_SRC  := $(wildcard kernels/*.cu)
 ifeq ($(CUDA),1)
   KERNEL_OBJ := $(KERNEL_SRC:%.cu=$(BUILD)/obj/%.o)
   QCFLAGS    += -DQLUA_CUDA
-  LIBS       += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+  # cuBLAS is not linked: matmul.cu loads it on the first product that needs it.
+  QNVCCFLAGS += -DQLUA_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"'
+  LIBS       += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
 else
   KERNEL_OBJ :=
 endif
