@@ -616,9 +616,9 @@ static int staging_worker_count(size_t nbytes) {
   return want < 1 ? 1 : want;
 }
 
-/* Makes slot i's buffers and events (staging_lock held, device current). */
-/* A slot is all or nothing: on a failure what was made is given back, so a slot that
-** is not ready holds nothing (staging_release only looks at ready slots). */
+/* Makes a slot's buffers and events (staging_lock held, device current). All or nothing:
+** on a failure what was made is given back, so a slot that is not ready holds nothing
+** (staging_release only looks at ready slots). */
 static cudaError_t staging_prepare(cuda_staging_slot *slot) {
   if (slot->ready) return cudaSuccess;
   cudaError_t status = cudaSuccess;

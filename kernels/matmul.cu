@@ -21,7 +21,7 @@
 ** initialisers cost every qlua process ~150 ms and ~200 MiB of resident memory at start
 ** (measured: `qlua -e ''` 0.15 s / 223 MB linked, 0.00 s / 5 MB without), which a drop-in
 ** Lua interpreter cannot charge to scripts that never multiply on a GPU. Each entry point is
-** typed with decltype of the header's declaration, so a call cannot disagree with cuBLAS.
+** typed from the header's declaration, so a call cannot disagree with cuBLAS.
 ** float32 uses cublasGemmEx / cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F, or
 ** CUBLAS_COMPUTE_32F_FAST_TF32 when TF32 is allowed (qlua.set_tf32); float64 uses
 ** CUBLAS_COMPUTE_64F.
