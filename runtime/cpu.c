@@ -690,7 +690,8 @@ typedef void (*cpu_vred_fn)(const char *p, int64_t n, int64_t s, int64_t pos, cp
     for (int64_t j = 0; j < n; j++) { /* Kahan: the running sum dominates */             \
       double y = (double)x[j * s] - accs[j].c;                                           \
       double t = accs[j].f + y;                                                          \
-      accs[j].c = (t - accs[j].f) - y;                                                   \
+      /* an infinite sum has nothing to compensate (inf - inf would turn it NaN) */      \
+      accs[j].c = isfinite(t) ? (t - accs[j].f) - y : 0.0;                               \
       accs[j].f = t;                                                                     \
     }                                                                                    \
   }
@@ -880,17 +881,24 @@ static qt_dtype cpu_reduce_dtype(qt_redop op, qt_dtype src) {
   }
 }
 
+/* A float sum's value: f plus its compensation, or f alone once f is infinite or NaN
+** (the compensation of an overflowed sum is inf - inf = NaN, which must not turn
+** 1 + inf into NaN: the GPU, summing plainly, gets inf). */
+static inline double cpu_acc_sum(const cpu_acc *acc) {
+  return isfinite(acc->f) ? acc->f + acc->c : acc->f;
+}
+
 /* Writes a finished reduction of `count` elements to out (the result dtype). */
 static void cpu_reduce_finish(const cpu_acc *acc, qt_redop op, qt_dtype src, int64_t count,
                               char *out) {
   switch (op) {
     case QT_SUM:
-      if (src == QT_F32) *(float *)out = (float)(acc->f + acc->c);
-      else if (src == QT_F64) *(double *)out = acc->f + acc->c;
+      if (src == QT_F32) *(float *)out = (float)cpu_acc_sum(acc);
+      else if (src == QT_F64) *(double *)out = cpu_acc_sum(acc);
       else *(int64_t *)out = (int64_t)acc->u;
       break;
     case QT_MEAN: {
-      double m = count > 0 ? (acc->f + acc->c) / (double)count : NAN;
+      double m = count > 0 ? cpu_acc_sum(acc) / (double)count : NAN;
       if (src == QT_F32) *(float *)out = (float)m;
       else *(double *)out = m;
       break;

@@ -120,6 +120,35 @@ describe("reductions over all elements", function()
     assert.is_true(T.isnan(qlua.tensor({ 1, 2, 0 / 0 }, { dtype = "float64" }):min()))
   end)
 
+  -- The compensated sums once computed inf - inf for their correction and gave NaN.
+  test("sums and means with infinities are infinite, not NaN", function()
+    local inf = math.huge
+    for _, dtype in ipairs({ "float32", "float64" }) do
+      assert.equal(inf, qlua.tensor({ 1, inf }, { dtype = dtype }):sum())
+      assert.equal(-inf, qlua.tensor({ -inf, 2.5, 1 }, { dtype = dtype }):sum())
+      assert.equal(inf, qlua.tensor({ 1, inf, 3 }, { dtype = dtype }):mean())
+      assert.is_true(T.isnan(qlua.tensor({ inf, 1, -inf }, { dtype = dtype }):sum()))
+      -- a long run (the pairwise blocks) with one inf in the middle
+      local long = qlua.rand(5000, { dtype = dtype })
+      long[2500] = inf
+      assert.equal(inf, long:sum())
+      -- along each dim: the vertical (dim 1) and horizontal (dim 2) loops
+      local m = qlua.tensor({ { 1, inf, 2 }, { 3, 4, -inf }, { 5, 6, 7 } }, { dtype = dtype })
+      T.assert_equal(m:sum(1), qlua.tensor({ 9, inf, -inf }, { dtype = dtype }))
+      T.assert_equal(m:sum(2), qlua.tensor({ inf, -inf, 18 }, { dtype = dtype }))
+      T.assert_equal(m:mean(1), qlua.tensor({ 3, inf, -inf }, { dtype = dtype }))
+      local tall = qlua.rand(300, 4, { dtype = dtype })
+      tall[17][2] = inf
+      tall[200][3] = -inf
+      local s = tall:sum(1)
+      assert.equal(inf, s[2])
+      assert.equal(-inf, s[3])
+      assert.is_false(T.isnan(s[1]) or T.isnan(s[4]))
+    end
+    -- float64 sums that overflow are infinite too
+    assert.equal(inf, qlua.tensor({ 1e308, 1e308 }, { dtype = "float64" }):sum())
+  end)
+
   test("empty input: sum 0, mean NaN, the others an error", function()
     for _, dtype in ipairs(T.dtypes) do
       local e = qlua.zeros(0, { dtype = dtype })
