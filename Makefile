@@ -140,6 +140,9 @@ clean:
 #   make asan-fuzz [N=100000]        only the fuzz run, on the ASan build
 #   make valgrind                    build/cpu/qlua under valgrind: the samples, some specs
 #   make embed                       builds $(BUILD)/embed (samples/embed.c) and runs it
+#   make gpu-check                   on the GPU machine: the GPU specs and a fuzz run under
+#                                    compute-sanitizer memcheck, a plain GPU fuzz run, the soak
+#                                    (GPU_FUZZ_N, SAN_FUZZ_N, SOAK_SECONDS, SOAK_GIB)
 N           ?= 10000
 SEED        ?= 1
 ASAN_FUZZ_N ?= 20000
@@ -161,7 +164,7 @@ VALGRIND_SPECS ?= spec/tensor_create_spec.lua spec/tensor_views_spec.lua spec/te
                   spec/npy_spec.lua spec/embed_spec.lua
 EMBED       := $(BUILD)/embed
 
-.PHONY: fuzz asan asan-build asan-fuzz valgrind cpu-build embed embed-build
+.PHONY: fuzz asan asan-build asan-fuzz valgrind cpu-build embed embed-build gpu-check
 
 # $(call san_quiet,COMMAND): runs COMMAND with ASan's "failed to allocate" warnings left
 # out of its output (with allocator_may_return_null, every deliberately impossible
@@ -228,3 +231,30 @@ embed-build: $(EMBED)
 embed: $(EMBED)
 	$(EMBED)
 # ==== end of reliability ==================================================================
+
+# The GPU half of the reliability checks, for the GPU machine (about 9 minutes with the
+# defaults). memcheck's API-error report is off: the out-of-memory specs provoke cudaMalloc
+# failures on purpose, and each would count as an "error". Each step prints its summary
+# line; the last line says whether all passed.
+GPU_SPECS    ?= spec/gpu_spec.lua spec/gpu_edges_spec.lua
+GPU_FUZZ_N   ?= 20000
+SAN_FUZZ_N   ?= 2000
+SOAK_SECONDS ?= 300
+SOAK_GIB     ?= 4
+SANITIZER    ?= compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1
+gpu-check: $(QLUA)
+	@if ! $(QLUA) -e 'os.exit(qlua.gpu_count() > 0 and 0 or 1)'; then \
+	  echo "make gpu-check: no GPU here (qlua.gpu_count() is 0)"; exit 2; fi; \
+	failed=0; log=$(BUILD)/gpu-check.log; \
+	echo "make gpu-check: $(GPU_SPECS) under compute-sanitizer memcheck"; \
+	$(SANITIZER) $(QLUA) spec/run.lua $(GPU_SPECS) >$$log 2>&1 || { failed=1; cat $$log; }; \
+	grep -E 'successes|ERROR SUMMARY' $$log; \
+	echo "make gpu-check: fuzz N=$(SAN_FUZZ_N) SEED=$(SEED) under compute-sanitizer memcheck"; \
+	$(SANITIZER) $(QLUA) lua/qlua/fuzz.lua $(SAN_FUZZ_N) $(SEED) --quiet >$$log 2>&1 \
+	  || { failed=1; cat $$log; }; \
+	grep -E 'findings|ERROR SUMMARY' $$log; rm -f $$log; \
+	echo "make gpu-check: fuzz N=$(GPU_FUZZ_N) SEED=$(SEED) on the GPU build"; \
+	( $(call qlua_fuzz,$(QLUA),$(GPU_FUZZ_N),,) ) || failed=1; \
+	echo "make gpu-check: soak $(SOAK_SECONDS) s, tensors up to $(SOAK_GIB) GiB"; \
+	$(QLUA) samples/soak.lua $(SOAK_SECONDS) $(SOAK_GIB) || failed=1; \
+	echo "make gpu-check: $$([ $$failed = 0 ] && echo passed || echo FAILED)"; exit $$failed
