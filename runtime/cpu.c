@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "device.h"
@@ -36,6 +37,11 @@ const qt_device_iface *qt_cpu_iface(void);
 #define CPU_HEADER 64                 /* bytes in front of every block; keeps alignment */
 #define CPU_PINNED_MIN (64 * 1024)    /* smaller blocks never go to the pinned allocator */
 #define CPU_BLOCK_MAGIC 0x71756c61626c6b31ull
+/* Blocks from 4 MiB up are 2 MiB-aligned and asked to be backed by transparent huge pages:
+** a fresh 64 MiB result otherwise costs 16384 page faults, which measured here as 65 ms of
+** a 76 ms a + b on 4096^2 float32 (12 ms with huge pages; NumPy does the same). */
+#define CPU_HUGE_MIN ((size_t)4 << 20)
+#define CPU_HUGE_ALIGN ((size_t)2 << 20)
 
 enum { CPU_FROM_MALLOC = 1, CPU_FROM_PINNED = 2 };
 
@@ -79,6 +85,12 @@ static int cpu_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err
     base = NULL;
   }
 #endif
+  if (base == NULL && total >= CPU_HUGE_MIN) {
+    base = aligned_alloc(CPU_HUGE_ALIGN, total);
+#ifdef MADV_HUGEPAGE
+    if (base != NULL) (void)madvise(base, total, MADV_HUGEPAGE);  /* advice: failure is fine */
+#endif
+  }
   if (base == NULL) base = aligned_alloc(CPU_ALIGN, total);
   if (base == NULL) {
     if (oom) *oom = 1;
