@@ -1,12 +1,25 @@
 -- bench.lua — `make bench`: qlua against raw CUDA / cuBLAS (bench/baseline.cu) and, on
 -- the CPU, against NumPy, measured in the same run.
 --
---   qlua bench/bench.lua [--baseline build/bench-baseline] [--csv build/bench.csv] [case ...]
+--   qlua bench/bench.lua [--baseline build/bench-baseline] [--csv build/bench.csv]
+--                        [--python python3] [--list] [--help] [case ...]
+--
+-- With no case names every case this machine can run is run (the GPU cases need a GPU);
+-- --list prints the cases with their sizes and targets and exits.
 --
 -- Every case is timed the same way on both sides: `calls` back-to-back calls, one
 -- synchronisation, wall-clock time / calls; the median of `runs` such batches after a
 -- warm-up (qlua.bench does this for qlua; baseline.cu and numpy_baseline.py mirror it).
 -- ratio = qlua time / baseline time: below 1 qlua is faster.
+
+local USAGE = [[
+usage: qlua bench/bench.lua [options] [case ...]
+  --baseline PATH  the raw CUDA / cuBLAS baseline program (default build/bench-baseline)
+  --csv PATH       where to write the table as CSV (default build/bench.csv)
+  --python PATH    the Python that runs bench/numpy_baseline.py (default python3)
+  --list           print the cases (name, size, target) and exit
+  --help           print this and exit
+With no case names, every case this machine can run is run.]]
 
 local args = {baseline = "build/bench-baseline", csv = "build/bench.csv", only = {}}
 do
@@ -14,7 +27,14 @@ do
   while i <= #arg do
     local a = arg[i]
     if a == "--baseline" or a == "--csv" or a == "--python" then
+      if arg[i + 1] == nil then io.stderr:write("bench: " .. a .. " needs a value\n", USAGE, "\n"); os.exit(2) end
       args[a:sub(3)] = arg[i + 1]; i = i + 2
+    elseif a == "--help" or a == "-h" then
+      print(USAGE); os.exit(0)
+    elseif a == "--list" then
+      args.list = true; i = i + 1
+    elseif a:sub(1, 1) == "-" then
+      io.stderr:write("bench: unknown option " .. a .. "\n", USAGE, "\n"); os.exit(2)
     else
       args.only[a] = true; i = i + 1
     end
@@ -66,7 +86,9 @@ local function gpu_setup()
   g2idx = qlua.randint(1, 8192, {8192, 1024}, {dtype = "int64", device = "gpu"})
 end
 
-if has_gpu then
+-- The GPU cases (every kind but "numpy"): listed everywhere, run only where there is a GPU.
+-- Nothing here touches the GPU until gpu_setup() or a case's setup/fn runs.
+do
   case {name = "gather_1m", size = "1Mi int32 idx from 128Mi f32", kind = "ratio", target = 1.10,
         bytes = MiB * 12, calls = 200, runs = 15,
         fn = function() return gsrc:gather(gidx1) end}
@@ -124,11 +146,79 @@ case {name = "cpu_gather_1m", size = "1Mi idx from 16Mi f32 (cpu)", kind = "nump
       end,
       fn = function() return csrc:gather(cidx) end}
 
+-- Common CPU ops on 4096x4096 float32 (64 MiB), against the NumPy line in the size column
+-- (numpy_baseline.py runs exactly that; [brackets]: the qlua call where it differs).
+-- qlua dims are 1-based: sum(1) is NumPy's sum(0).
+-- Each call frees its result before returning, as NumPy's reference counting frees its
+-- result when the call's value is dropped, so both sides pay allocation, first touch of
+-- fresh pages and release every call, and neither lets garbage pile up between batches.
+-- bytes = bytes read + written (for the GB/s column). qlua's max(dim) also returns the
+-- int64 indices, more work than NumPy's a.max(0); it is still the call a user makes for
+-- the values, so that is what is compared.
+local ca, cb, cv, crow
+local function cpu_inputs()
+  if ca then return end
+  qlua.seed(5)
+  ca, cb, cv = qlua.rand(4096, 4096), qlua.rand(4096, 4096), qlua.rand(4096)
+  crow = qlua.randint(1, 4096, 4096, {dtype = "int64"})
+end
+local M64 = 64 * MiB
+local function cpu_case(name, size, bytes, calls, fn)
+  case {name = name, size = size, kind = "numpy", target = 1 / 0.8, bytes = bytes,
+        calls = calls, runs = 7, setup = cpu_inputs, fn = fn}
+end
+cpu_case("cpu_sum_all", "4096^2 f32 a.sum()", M64, 10, function() return ca:sum() end)
+cpu_case("cpu_sum_dim1", "4096^2 f32 a.sum(0) [sum(1)]", M64, 10, function() ca:sum(1):free() end)
+cpu_case("cpu_sum_dim2", "4096^2 f32 a.sum(1) [sum(2)]", M64, 10, function() ca:sum(2):free() end)
+cpu_case("cpu_max_dim1", "4096^2 f32 a.max(0) [max(1)]", M64, 10,
+  function() local v, i = ca:max(1); v:free(); i:free() end)
+cpu_case("cpu_max_dim2", "4096^2 f32 a.max(1) [max(2)]", M64, 10,
+  function() local v, i = ca:max(2); v:free(); i:free() end)
+cpu_case("cpu_argmax_dim2", "4096^2 f32 a.argmax(1) [argmax(2)]", M64, 10,
+  function() ca:argmax(2):free() end)
+cpu_case("cpu_add", "4096^2 f32 a + b", 3 * M64, 3, function() (ca + cb):free() end)
+cpu_case("cpu_mul_bcast", "4096^2 f32 a * v (v: 4096)", 2 * M64, 3, function() (ca * cv):free() end)
+cpu_case("cpu_exp", "4096^2 f32 np.exp(a)", 2 * M64, 2, function() ca:exp():free() end)
+-- a 4096x4096 view is never contiguous after t(), so contiguous() always copies here
+cpu_case("cpu_transpose_copy", "4096^2 f32 ascontiguousarray(a.T)", 2 * M64, 1,
+  function() ca:t():contiguous():free() end)
+cpu_case("cpu_index_select", "4096^2 f32 a.take(4096 i64, 0)", 2 * M64, 3,
+  function() ca:index_select(1, crow):free() end)
+cpu_case("cpu_to_f64", "4096^2 f32 a.astype(float64)", 3 * M64, 3, function() ca:to("float64"):free() end)
+cpu_case("cpu_clone", "4096^2 f32 a.copy()", 2 * M64, 3, function() ca:clone():free() end)
+
 -- ---------------------------------------------------------------- run
 
-local gpu_names, cpu_names = {}, {}
+local function target_text(c)
+  if c.kind == "ratio" or c.kind == "numpy" then return ("ratio <= %.2f"):format(c.target)
+  elseif c.kind == "max_seconds" then return ("<= %.3g us"):format(c.target * 1e6)
+  else return (">= %g GB/s"):format(c.target) end
+end
+
+if args.list then
+  local line = "%-20s %-5s %-34s %s"
+  print(line:format("case", "on", "size", "target"))
+  for _, c in ipairs(cases) do
+    local on = c.kind == "numpy" and "cpu" or "gpu"
+    print(line:format(c.name, on, c.size, target_text(c) .. (c.kind == "numpy" and " vs NumPy" or "")))
+  end
+  os.exit(0)
+end
+
+local gpu_names, known = {}, {}
 for _, c in ipairs(cases) do
-  if c.kind == "numpy" then cpu_names[#cpu_names + 1] = c.name else gpu_names[#gpu_names + 1] = c.name end
+  known[c.name] = true
+  if c.kind == "numpy" then
+    -- name:calls:runs, so numpy_baseline.py times each case exactly as qlua.bench does
+    c.numpy_arg = ("%s:%d:%d"):format(c.name, c.calls, c.runs)
+  else
+    gpu_names[#gpu_names + 1] = c.name
+  end
+end
+for name in pairs(args.only) do
+  if not known[name] then
+    io.stderr:write("bench: no case named " .. name .. " (--list shows them)\n"); os.exit(2)
+  end
 end
 
 local baseline = {}
@@ -146,7 +236,11 @@ end
 do
   local script = arg[0]:gsub("[^/]*$", "") .. "numpy_baseline.py"
   local py = args.python or "python3"
-  local names = selected_names(cpu_names)
+  local names = {}
+  for _, c in ipairs(cases) do
+    if c.numpy_arg and wanted(c.name) then names[#names + 1] = c.numpy_arg end
+  end
+  names = table.concat(names, " ")
   if names ~= "" then
     local numpy = read_baseline(py .. " " .. shell_quote(script) .. " " .. names)
     for k, v in pairs(numpy) do baseline[k] = v end
@@ -158,7 +252,7 @@ if has_gpu then gpu_setup() end
 
 local rows = {}
 for _, c in ipairs(cases) do
-  if wanted(c.name) then
+  if wanted(c.name) and (has_gpu or c.kind == "numpy") then
     if c.setup then c.setup() end
     if c.tf32 then qlua.set_tf32(true) end
     local stats = qlua.bench(c.fn, {calls = c.calls, runs = c.runs, warmup = 1})
@@ -169,15 +263,13 @@ for _, c in ipairs(cases) do
     if c.flops then row.rate = ("%.1f TFLOP/s"):format(c.flops / t / 1e12)
     elseif c.bytes then row.rate = ("%.1f GB/s"):format(c.bytes / t / 1e9) end
     local ok
+    row.target = target_text(c)
     if c.kind == "ratio" or c.kind == "numpy" then
       ok = row.ratio and row.ratio <= c.target
-      row.target = ("ratio <= %.2f"):format(c.target)
     elseif c.kind == "max_seconds" then
       ok = t <= c.target
-      row.target = ("<= %.3g us"):format(c.target * 1e6)
     elseif c.kind == "min_rate" then
       ok = c.bytes / t / 1e9 >= c.target
-      row.target = (">= %g GB/s"):format(c.target)
     end
     row.status = ok and "met" or (ok == nil and "n/a" or "MISSED")
     if (c.kind == "ratio" or c.kind == "numpy") and not base then row.status = "no baseline" end
@@ -189,7 +281,7 @@ end
 -- ---------------------------------------------------------------- report
 
 local function us(s) return s and ("%.2f"):format(s * 1e6) or "-" end
-local header = ("%-18s %-34s %12s %12s %7s %16s %8s %16s %s")
+local header = ("%-20s %-34s %12s %12s %7s %16s %8s %16s %s")
 print(header:format("case", "size", "qlua us", "base us", "ratio", "rate", "spread", "target", "status"))
 for _, r in ipairs(rows) do
   print(header:format(r.case.name, r.case.size, us(r.time), us(r.base),
