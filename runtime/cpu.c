@@ -681,37 +681,64 @@ CPU_PAIRWISE(cpu_pairwise_f64, double)
 
 /* A "horizontal" reducer folds one strided run (n elements, stride s) into *acc;
 ** base_pos is the 0-based position of the run's first element in the reduction.
-** A "vertical" reducer folds one row of n independent reductions at once: accs[j] gets
-** element j (stride s), which sits at 0-based position pos of every reduction. It is
-** used when the reduced dimension is the outer one (sum over rows of a matrix), so the
-** memory is read in order instead of one column at a time. */
+** A "vertical" reducer folds one contiguous row of n independent reductions at once:
+** column j's accumulator gets element j, which sits at 0-based position pos of every
+** reduction. It is used when the reduced dimension is the outer one (sum over rows of a
+** matrix), so the memory is read in order instead of one column at a time. Its
+** accumulators are a struct of arrays (cpu_vacc), so that the per-column loops below
+** vectorize, and cpu_reduce_dim hands it columns in blocks that stay in L1. */
+typedef struct cpu_vacc {
+  double *f, *c, *b;     /* float sums */
+  uint64_t *u;           /* integer sums */
+  void *best;            /* max/min/argmax/argmin: the best value so far, in the source dtype */
+  int32_t *at;           /* argmax/argmin: its 1-based row (vertical needs len <= INT32_MAX) */
+} cpu_vacc;
+
 typedef void (*cpu_hred_fn)(const char *p, int64_t n, int64_t s, int64_t base_pos, cpu_acc *acc);
-typedef void (*cpu_vred_fn)(const char *p, int64_t n, int64_t s, int64_t pos, cpu_acc *accs);
+typedef void (*cpu_vred_fn)(const char *p, int64_t n, int64_t pos, const cpu_vacc *va);
+
+/* The section's loops are the kind GCC vectorizes only with its dynamic cost model (see
+** the elementwise section); and only without -ftrapping-math will it turn the selects
+** on float comparisons into branch-free code (nothing here reads the FP exception flags,
+** and the values computed are the same). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math")
+#endif
 
 /* ---- sums */
+/* Vertical float sums add each row into b plainly (a loop that vectorizes); every
+** CPU_VSUM_BLOCK rows, and after the last, cpu_reduce_dim folds b into the compensated
+** (f, c) with cpu_vsum_flush. Plain double sums of at most 128 values are as exact as the
+** leaves of the horizontal pairwise sum. */
+#define CPU_VSUM_BLOCK 128
 #define CPU_SUM_FLOAT(SFX, T)                                                            \
   static void cpu_hsum_##SFX(const char *p, int64_t n, int64_t s, int64_t base_pos,      \
                              cpu_acc *acc) {                                             \
     (void)base_pos;                                                                      \
     cpu_neumaier(acc, cpu_pairwise_##SFX((const T *)p, n, s));                           \
   }                                                                                      \
-  static void cpu_vsum_##SFX(const char *p, int64_t n, int64_t s, int64_t pos,           \
-                             cpu_acc *accs) {                                            \
+  static void cpu_vsum_##SFX(const char *p, int64_t n, int64_t pos, const cpu_vacc *va) { \
     (void)pos;                                                                           \
     const T *x = (const T *)p;                                                           \
-    for (int64_t j = 0; j < n; j++) { /* Kahan: the running sum dominates */             \
-      double y = (double)x[j * s] - accs[j].c;                                           \
-      double t = accs[j].f + y;                                                          \
-      /* an infinite sum has nothing to compensate (inf - inf would turn it NaN) */      \
-      accs[j].c = isfinite(t) ? (t - accs[j].f) - y : 0.0;                               \
-      accs[j].f = t;                                                                     \
-    }                                                                                    \
+    double *restrict b = va->b;                                                          \
+    for (int64_t j = 0; j < n; j++) b[j] += (double)x[j];                                \
   }
 CPU_SUM_FLOAT(f32, float)
 CPU_SUM_FLOAT(f64, double)
 
-/* Kahan's c is subtracted, Neumaier's added: the vertical sums store -c at the end
-** (cpu_reduce_finish reads f + c for both). */
+/* Folds the block sums b into (f, c) by Kahan's rule and clears b. An infinite sum has
+** nothing to compensate (inf - inf would turn it NaN). Kahan's c is subtracted,
+** Neumaier's added: cpu_reduce_dim hands -c to cpu_reduce_finish, which reads f + c. */
+static void cpu_vsum_flush(const cpu_vacc *va, int64_t n) {
+  for (int64_t j = 0; j < n; j++) {
+    double y = va->b[j] - va->c[j];
+    double t = va->f[j] + y;
+    va->c[j] = isfinite(t) ? (t - va->f[j]) - y : 0.0;
+    va->f[j] = t;
+    va->b[j] = 0;
+  }
+}
 
 #define CPU_SUM_INT(SFX, T)                                                              \
   static void cpu_hsum_##SFX(const char *p, int64_t n, int64_t s, int64_t base_pos,      \
@@ -723,26 +750,91 @@ CPU_SUM_FLOAT(f64, double)
     else for (int64_t i = 0; i < n; i++) u += (uint64_t)(int64_t)x[i * s];               \
     acc->u = u;                                                                          \
   }                                                                                      \
-  static void cpu_vsum_##SFX(const char *p, int64_t n, int64_t s, int64_t pos,           \
-                             cpu_acc *accs) {                                            \
+  static void cpu_vsum_##SFX(const char *p, int64_t n, int64_t pos, const cpu_vacc *va) { \
     (void)pos;                                                                           \
     const T *x = (const T *)p;                                                           \
-    for (int64_t j = 0; j < n; j++) accs[j].u += (uint64_t)(int64_t)x[j * s];            \
+    uint64_t *restrict u = va->u;                                                        \
+    for (int64_t j = 0; j < n; j++) u[j] += (uint64_t)(int64_t)x[j];                     \
   }
 CPU_SUM_INT(i32, int32_t)
 CPU_SUM_INT(i64, int64_t)
 
-/* ---- max / min: BETTER(x, best) says x replaces best. Floats keep the first NaN. */
+/* ---- max / min: NaN wins (the first NaN met is kept) */
 #define CPU_GT(x, b) ((x) > (b))
 #define CPU_LT(x, b) ((x) < (b))
 
-#define CPU_MAXMIN_FLOAT(NAME, T, BETTER)                                                \
-  static void cpu_h##NAME(const char *p, int64_t n, int64_t s, int64_t base_pos,         \
-                          cpu_acc *acc) {                                                \
+/* The best of a contiguous run (n >= 1) by BETTER, with eight independent lanes so the
+** comparisons do not wait on each other, and whether the run holds a NaN (then the best
+** is meaningless and the caller looks for the first NaN). */
+#define CPU_RUN_BEST(NAME, T, BETTER, HAS_NAN)                                           \
+  static T NAME(const T *x, int64_t n, int *has_nan) {                                   \
+    T m[8];                                                                              \
+    int bad = 0;                                                                         \
+    for (int k = 0; k < 8; k++) m[k] = x[0];                                             \
+    int64_t i = 0;                                                                       \
+    for (; i + 8 <= n; i += 8) {                                                         \
+      for (int k = 0; k < 8; k++) {                                                      \
+        T v = x[i + k];                                                                  \
+        m[k] = BETTER(v, m[k]) ? v : m[k];                                               \
+        if (HAS_NAN) bad |= v != v;                                                      \
+      }                                                                                  \
+    }                                                                                    \
+    for (; i < n; i++) {                                                                 \
+      T v = x[i];                                                                        \
+      m[0] = BETTER(v, m[0]) ? v : m[0];                                                 \
+      if (HAS_NAN) bad |= v != v;                                                        \
+    }                                                                                    \
+    for (int k = 1; k < 8; k++) m[0] = BETTER(m[k], m[0]) ? m[k] : m[0];                 \
+    *has_nan = bad;                                                                      \
+    return m[0];                                                                         \
+  }
+CPU_RUN_BEST(cpu_runmax_f32, float, CPU_GT, 1)
+CPU_RUN_BEST(cpu_runmax_f64, double, CPU_GT, 1)
+CPU_RUN_BEST(cpu_runmin_f32, float, CPU_LT, 1)
+CPU_RUN_BEST(cpu_runmin_f64, double, CPU_LT, 1)
+CPU_RUN_BEST(cpu_runmax_i32, int32_t, CPU_GT, 0)
+CPU_RUN_BEST(cpu_runmax_i64, int64_t, CPU_GT, 0)
+CPU_RUN_BEST(cpu_runmin_i32, int32_t, CPU_LT, 0)
+CPU_RUN_BEST(cpu_runmin_i64, int64_t, CPU_LT, 0)
+
+/* 0-based position of the first NaN of a contiguous run that has one. */
+#define CPU_FIRST_NAN(NAME, T)                                                           \
+  static int64_t NAME(const T *x, int64_t n) {                                           \
+    int64_t i = 0;                                                                       \
+    while (i < n - 1 && x[i] == x[i]) i++;                                               \
+    return i;                                                                            \
+  }
+CPU_FIRST_NAN(cpu_first_nan_f32, float)
+CPU_FIRST_NAN(cpu_first_nan_f64, double)
+
+/* 0-based position of the first element equal to v in a contiguous run that holds it. */
+#define CPU_FIRST_EQ(NAME, T)                                                            \
+  static int64_t NAME(const T *x, int64_t n, T v) {                                      \
+    int64_t i = 0;                                                                       \
+    while (i < n - 1 && x[i] != v) i++;                                                  \
+    return i;                                                                            \
+  }
+CPU_FIRST_EQ(cpu_first_eq_f32, float)
+CPU_FIRST_EQ(cpu_first_eq_f64, double)
+CPU_FIRST_EQ(cpu_first_eq_i32, int32_t)
+CPU_FIRST_EQ(cpu_first_eq_i64, int64_t)
+
+#define CPU_MAXMIN_FLOAT(NAME, SFX, T, BETTER)                                           \
+  static void cpu_h##NAME##_##SFX(const char *p, int64_t n, int64_t s, int64_t base_pos, \
+                                  cpu_acc *acc) {                                        \
     (void)base_pos;                                                                      \
     const T *x = (const T *)p;                                                           \
     double best = acc->f;                                                                \
-    if (best != best) return;                                                            \
+    if (best != best || n <= 0) return;                                                  \
+    if (s == 1) {                                                                        \
+      int has_nan;                                                                       \
+      T m = cpu_run##NAME##_##SFX(x, n, &has_nan);                                       \
+      /* a zero best takes the sign of the first zero, as the sequential loop would */   \
+      if (!has_nan && m == 0) m = x[cpu_first_eq_##SFX(x, n, m)];                        \
+      if (has_nan) acc->f = x[cpu_first_nan_##SFX(x, n)];                                \
+      else if (BETTER(m, best)) acc->f = m;                                              \
+      return;                                                                            \
+    }                                                                                    \
     for (int64_t i = 0; i < n; i++) {                                                    \
       T v = x[i * s];                                                                    \
       if (v != v) { best = v; break; }                                                   \
@@ -750,56 +842,79 @@ CPU_SUM_INT(i64, int64_t)
     }                                                                                    \
     acc->f = best;                                                                       \
   }                                                                                      \
-  static void cpu_v##NAME(const char *p, int64_t n, int64_t s, int64_t pos,              \
-                          cpu_acc *accs) {                                               \
-    (void)pos;                                                                           \
+  static void cpu_v##NAME##_##SFX(const char *p, int64_t n, int64_t pos,                 \
+                                  const cpu_vacc *va) {                                  \
     const T *x = (const T *)p;                                                           \
+    T *restrict best = (T *)va->best;                                                    \
+    if (pos == 0) { memcpy(best, x, (size_t)n * sizeof(T)); return; }                    \
     for (int64_t j = 0; j < n; j++) {                                                    \
-      T v = x[j * s];                                                                    \
-      if (BETTER(v, accs[j].f) || v != v) accs[j].f = v;                                 \
+      T v = x[j], b = best[j];                                                           \
+      best[j] = (BETTER(v, b) | (v != v)) ? v : b;                                       \
     }                                                                                    \
   }
-/* (Vertical: once accs[j].f is NaN no comparison is true and only another NaN, which
-** is the same value, replaces it.) */
+/* (Vertical: once best[j] is NaN no comparison is true and only another NaN, which is
+** the same value, replaces it.) */
 
-#define CPU_MAXMIN_INT(NAME, T, BETTER)                                                  \
-  static void cpu_h##NAME(const char *p, int64_t n, int64_t s, int64_t base_pos,         \
-                          cpu_acc *acc) {                                                \
+#define CPU_MAXMIN_INT(NAME, SFX, T, BETTER)                                             \
+  static void cpu_h##NAME##_##SFX(const char *p, int64_t n, int64_t s, int64_t base_pos, \
+                                  cpu_acc *acc) {                                        \
     (void)base_pos;                                                                      \
     const T *x = (const T *)p;                                                           \
     int64_t best = acc->i;                                                               \
+    if (n <= 0) return;                                                                  \
+    if (s == 1) {                                                                        \
+      int unused;                                                                        \
+      int64_t m = cpu_run##NAME##_##SFX(x, n, &unused);                                  \
+      if (BETTER(m, best)) acc->i = m;                                                   \
+      return;                                                                            \
+    }                                                                                    \
     for (int64_t i = 0; i < n; i++) {                                                    \
       int64_t v = x[i * s];                                                              \
       if (BETTER(v, best)) best = v;                                                     \
     }                                                                                    \
     acc->i = best;                                                                       \
   }                                                                                      \
-  static void cpu_v##NAME(const char *p, int64_t n, int64_t s, int64_t pos,              \
-                          cpu_acc *accs) {                                               \
-    (void)pos;                                                                           \
+  static void cpu_v##NAME##_##SFX(const char *p, int64_t n, int64_t pos,                 \
+                                  const cpu_vacc *va) {                                  \
     const T *x = (const T *)p;                                                           \
+    T *restrict best = (T *)va->best;                                                    \
+    if (pos == 0) { memcpy(best, x, (size_t)n * sizeof(T)); return; }                    \
     for (int64_t j = 0; j < n; j++) {                                                    \
-      int64_t v = x[j * s];                                                              \
-      if (BETTER(v, accs[j].i)) accs[j].i = v;                                           \
+      T v = x[j], b = best[j];                                                           \
+      best[j] = BETTER(v, b) ? v : b;                                                    \
     }                                                                                    \
   }
 
-CPU_MAXMIN_FLOAT(max_f32, float, CPU_GT)
-CPU_MAXMIN_FLOAT(max_f64, double, CPU_GT)
-CPU_MAXMIN_FLOAT(min_f32, float, CPU_LT)
-CPU_MAXMIN_FLOAT(min_f64, double, CPU_LT)
-CPU_MAXMIN_INT(max_i32, int32_t, CPU_GT)
-CPU_MAXMIN_INT(max_i64, int64_t, CPU_GT)
-CPU_MAXMIN_INT(min_i32, int32_t, CPU_LT)
-CPU_MAXMIN_INT(min_i64, int64_t, CPU_LT)
+CPU_MAXMIN_FLOAT(max, f32, float, CPU_GT)
+CPU_MAXMIN_FLOAT(max, f64, double, CPU_GT)
+CPU_MAXMIN_FLOAT(min, f32, float, CPU_LT)
+CPU_MAXMIN_FLOAT(min, f64, double, CPU_LT)
+CPU_MAXMIN_INT(max, i32, int32_t, CPU_GT)
+CPU_MAXMIN_INT(max, i64, int64_t, CPU_GT)
+CPU_MAXMIN_INT(min, i32, int32_t, CPU_LT)
+CPU_MAXMIN_INT(min, i64, int64_t, CPU_LT)
 
 /* ---- argmax / argmin: strict comparison, so the first of equal values wins; the first
 ** NaN wins over everything and nothing replaces it. Values are kept in f (floats) or i
-** (integers); pos is 1-based. */
-#define CPU_ARG_FLOAT(NAME, T, BETTER)                                                   \
-  static void cpu_h##NAME(const char *p, int64_t n, int64_t s, int64_t base_pos,         \
-                          cpu_acc *acc) {                                                \
+** (integers); pos is 1-based. A contiguous run is done in two vectorizable passes: its
+** best value (and whether it has a NaN), then the first position holding it. */
+#define CPU_ARG_FLOAT(NAME, SFX, T, BETTER)                                              \
+  static void cpu_harg##NAME##_##SFX(const char *p, int64_t n, int64_t s,                \
+                                     int64_t base_pos, cpu_acc *acc) {                   \
     const T *x = (const T *)p;                                                           \
+    if (n <= 0) return;                                                                  \
+    if (acc->pos != 0 && acc->f != acc->f) return;                                       \
+    if (s == 1) {                                                                        \
+      int has_nan;                                                                       \
+      T m = cpu_run##NAME##_##SFX(x, n, &has_nan);                                       \
+      int64_t at;                                                                        \
+      if (has_nan) at = cpu_first_nan_##SFX(x, n);                                       \
+      else if (acc->pos == 0 || BETTER(m, acc->f)) at = cpu_first_eq_##SFX(x, n, m);      \
+      else return;                                                                       \
+      acc->f = x[at];                                                                    \
+      acc->pos = base_pos + at + 1;                                                      \
+      return;                                                                            \
+    }                                                                                    \
     int64_t i = 0;                                                                       \
     if (acc->pos == 0) { acc->f = x[0]; acc->pos = base_pos + 1; i = 1; }                \
     double best = acc->f;                                                                \
@@ -814,25 +929,38 @@ CPU_MAXMIN_INT(min_i64, int64_t, CPU_LT)
     acc->f = best;                                                                       \
     acc->pos = at;                                                                       \
   }                                                                                      \
-  static void cpu_v##NAME(const char *p, int64_t n, int64_t s, int64_t pos,              \
-                          cpu_acc *accs) {                                               \
+  static void cpu_varg##NAME##_##SFX(const char *p, int64_t n, int64_t pos,              \
+                                     const cpu_vacc *va) {                               \
     const T *x = (const T *)p;                                                           \
+    T *restrict best = (T *)va->best;                                                    \
+    int32_t *restrict at = va->at;                                                       \
     if (pos == 0) {                                                                      \
-      for (int64_t j = 0; j < n; j++) { accs[j].f = x[j * s]; accs[j].pos = 1; }         \
+      for (int64_t j = 0; j < n; j++) { best[j] = x[j]; at[j] = 1; }                     \
       return;                                                                            \
     }                                                                                    \
+    const int32_t row = (int32_t)(pos + 1);                                              \
     for (int64_t j = 0; j < n; j++) {                                                    \
-      T v = x[j * s];                                                                    \
-      double best = accs[j].f;                                                           \
-      if (best != best) continue;                                                        \
-      if (BETTER(v, best) || v != v) { accs[j].f = v; accs[j].pos = pos + 1; }           \
+      T v = x[j], b = best[j];                                                           \
+      int take = (b == b) & (BETTER(v, b) | (v != v));                                   \
+      best[j] = take ? v : b;                                                            \
+      at[j] = take ? row : at[j];                                                        \
     }                                                                                    \
   }
 
-#define CPU_ARG_INT(NAME, T, BETTER)                                                     \
-  static void cpu_h##NAME(const char *p, int64_t n, int64_t s, int64_t base_pos,         \
-                          cpu_acc *acc) {                                                \
+#define CPU_ARG_INT(NAME, SFX, T, BETTER)                                                \
+  static void cpu_harg##NAME##_##SFX(const char *p, int64_t n, int64_t s,                \
+                                     int64_t base_pos, cpu_acc *acc) {                   \
     const T *x = (const T *)p;                                                           \
+    if (n <= 0) return;                                                                  \
+    if (s == 1) {                                                                        \
+      int unused;                                                                        \
+      T m = cpu_run##NAME##_##SFX(x, n, &unused);                                        \
+      if (acc->pos != 0 && !BETTER((int64_t)m, acc->i)) return;                          \
+      int64_t at = cpu_first_eq_##SFX(x, n, m);                                          \
+      acc->i = m;                                                                        \
+      acc->pos = base_pos + at + 1;                                                      \
+      return;                                                                            \
+    }                                                                                    \
     int64_t i = 0;                                                                       \
     if (acc->pos == 0) { acc->i = x[0]; acc->pos = base_pos + 1; i = 1; }                \
     int64_t best = acc->i, at = acc->pos;                                                \
@@ -843,27 +971,36 @@ CPU_MAXMIN_INT(min_i64, int64_t, CPU_LT)
     acc->i = best;                                                                       \
     acc->pos = at;                                                                       \
   }                                                                                      \
-  static void cpu_v##NAME(const char *p, int64_t n, int64_t s, int64_t pos,              \
-                          cpu_acc *accs) {                                               \
+  static void cpu_varg##NAME##_##SFX(const char *p, int64_t n, int64_t pos,              \
+                                     const cpu_vacc *va) {                               \
     const T *x = (const T *)p;                                                           \
+    T *restrict best = (T *)va->best;                                                    \
+    int32_t *restrict at = va->at;                                                       \
     if (pos == 0) {                                                                      \
-      for (int64_t j = 0; j < n; j++) { accs[j].i = x[j * s]; accs[j].pos = 1; }         \
+      for (int64_t j = 0; j < n; j++) { best[j] = x[j]; at[j] = 1; }                     \
       return;                                                                            \
     }                                                                                    \
+    const int32_t row = (int32_t)(pos + 1);                                              \
     for (int64_t j = 0; j < n; j++) {                                                    \
-      int64_t v = x[j * s];                                                              \
-      if (BETTER(v, accs[j].i)) { accs[j].i = v; accs[j].pos = pos + 1; }                \
+      T v = x[j], b = best[j];                                                           \
+      int take = BETTER(v, b);                                                           \
+      best[j] = take ? v : b;                                                            \
+      at[j] = take ? row : at[j];                                                        \
     }                                                                                    \
   }
 
-CPU_ARG_FLOAT(argmax_f32, float, CPU_GT)
-CPU_ARG_FLOAT(argmax_f64, double, CPU_GT)
-CPU_ARG_FLOAT(argmin_f32, float, CPU_LT)
-CPU_ARG_FLOAT(argmin_f64, double, CPU_LT)
-CPU_ARG_INT(argmax_i32, int32_t, CPU_GT)
-CPU_ARG_INT(argmax_i64, int64_t, CPU_GT)
-CPU_ARG_INT(argmin_i32, int32_t, CPU_LT)
-CPU_ARG_INT(argmin_i64, int64_t, CPU_LT)
+CPU_ARG_FLOAT(max, f32, float, CPU_GT)
+CPU_ARG_FLOAT(max, f64, double, CPU_GT)
+CPU_ARG_FLOAT(min, f32, float, CPU_LT)
+CPU_ARG_FLOAT(min, f64, double, CPU_LT)
+CPU_ARG_INT(max, i32, int32_t, CPU_GT)
+CPU_ARG_INT(max, i64, int64_t, CPU_GT)
+CPU_ARG_INT(min, i32, int32_t, CPU_LT)
+CPU_ARG_INT(min, i64, int64_t, CPU_LT)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 /* [dtype][op]; MEAN shares SUM's reducers. */
 #define CPU_RED_TABLE_ROW(P, SFX)                                                        \
@@ -988,11 +1125,20 @@ static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, i
   int64_t rows = outer_src.numel / n;
   int64_t s_in = outer_src.stride[nd - 1], d_in = outer_dst.stride[nd - 1];
 
-  cpu_acc *accs = NULL;
-  bool vertical = len > 1 && n > 1 && s_in == 1 && rstride != 1;
+  void *vmem = NULL;
+  cpu_vacc va;
+  bool vertical = len > 1 && n > 1 && s_in == 1 && rstride != 1 && len <= INT32_MAX;
   if (vertical) {
-    accs = malloc((size_t)n * sizeof *accs);
-    if (accs == NULL) vertical = false;  /* the horizontal walk needs no memory */
+    vmem = (size_t)n <= SIZE_MAX / 44 ? malloc((size_t)n * 44) : NULL;
+    if (vmem == NULL) vertical = false;  /* the horizontal walk needs no memory */
+    else {
+      va.f = (double *)vmem;
+      va.c = va.f + n;
+      va.b = va.c + n;
+      va.u = (uint64_t *)(va.b + n);
+      va.best = va.u + n;
+      va.at = (int32_t *)((char *)va.best + (size_t)n * 8);
+    }
   }
   cpu_hred_fn hfold = cpu_hred[src->dtype][op];
   cpu_vred_fn vfold = cpu_vred[src->dtype][op];
@@ -1001,13 +1147,27 @@ static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, i
   char *pd = (char *)outer_dst.data;
   for (int64_t r = 0; r < rows; r++) {
     if (vertical) {
-      for (int64_t j = 0; j < n; j++) cpu_acc_init(&accs[j], op);
-      for (int64_t i = 0; i < len; i++) vfold(ps + i * rstride * es, n, 1, i, accs);
+      bool float_sum = (op == QT_SUM || op == QT_MEAN) && qt_is_float(src->dtype);
+      for (int64_t j = 0; j < n; j++) va.f[j] = 0, va.c[j] = 0, va.b[j] = 0, va.u[j] = 0;
+      for (int64_t i = 0; i < len; i++) {
+        vfold(ps + i * rstride * es, n, i, &va);
+        if (float_sum && ((i + 1) % CPU_VSUM_BLOCK == 0 || i + 1 == len)) cpu_vsum_flush(&va, n);
+      }
       for (int64_t j = 0; j < n; j++) {
+        cpu_acc acc;
+        memset(&acc, 0, sizeof acc);
         if (op == QT_SUM || op == QT_MEAN) {
-          if (qt_is_float(src->dtype)) accs[j].c = -accs[j].c;  /* Kahan -> f + c */
+          acc.f = va.f[j], acc.c = -va.c[j], acc.u = va.u[j];  /* Kahan's -c -> f + c */
+        } else {
+          switch (src->dtype) {
+            case QT_F32: acc.f = ((const float *)va.best)[j]; break;
+            case QT_F64: acc.f = ((const double *)va.best)[j]; break;
+            case QT_I32: acc.i = ((const int32_t *)va.best)[j]; break;
+            default: acc.i = ((const int64_t *)va.best)[j]; break;
+          }
+          acc.pos = va.at[j];
         }
-        cpu_reduce_finish(&accs[j], op, src->dtype, len, pd + j * d_in * des);
+        cpu_reduce_finish(&acc, op, src->dtype, len, pd + j * d_in * des);
       }
     } else {
       for (int64_t j = 0; j < n; j++) {
@@ -1026,7 +1186,7 @@ static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, i
       pd -= outer_dst.stride[d] * des * outer_src.size[d];
     }
   }
-  free(accs);
+  free(vmem);
   (void)err;
   return 0;
 }
