@@ -137,14 +137,15 @@ local csrc, cidx, cma, cmb
 case {name = "cpu_matmul_1024", size = "1024^3 f32 (cpu)", kind = "numpy", target = 1 / 0.8,
       flops = 2 * 1024 ^ 3, calls = 5, runs = 9,
       setup = function() qlua.seed(3); cma = cma or qlua.rand(1024, 1024); cmb = cmb or qlua.rand(1024, 1024) end,
-      fn = function() return cma:matmul(cmb) end}
+      -- the result is freed in the call, as NumPy's refcounting frees it (see below)
+      fn = function() cma:matmul(cmb):free() end}
 case {name = "cpu_gather_1m", size = "1Mi idx from 16Mi f32 (cpu)", kind = "numpy", target = 1 / 0.8,
       bytes = MiB * 16, calls = 20, runs = 9,
       setup = function()
         qlua.seed(4)
         csrc = csrc or qlua.rand(16 * MiB); cidx = cidx or qlua.randint(1, 16 * MiB, MiB, {dtype = "int64"})
       end,
-      fn = function() return csrc:gather(cidx) end}
+      fn = function() csrc:gather(cidx):free() end}
 
 -- Common CPU ops on 4096x4096 float32 (64 MiB), against the NumPy line in the size column
 -- (numpy_baseline.py runs exactly that; [brackets]: the qlua call where it differs).
