@@ -816,8 +816,58 @@ CPU_FIRST_NAN(cpu_first_nan_f64, double)
   }
 CPU_FIRST_EQ(cpu_first_eq_f32, float)
 CPU_FIRST_EQ(cpu_first_eq_f64, double)
-CPU_FIRST_EQ(cpu_first_eq_i32, int32_t)
-CPU_FIRST_EQ(cpu_first_eq_i64, int64_t)
+
+/* The first position of the best value of a contiguous run (1 <= n <= INT32_MAX) in one
+** pass: the run is read as rows of 16 lanes, each lane keeping its best and the row it
+** came from (strict comparison: a lane keeps its first); lanes are merged by value, then
+** by position, and the tail is folded in order. `take` is spelled (v == v) & BETTER so
+** GCC if-converts and vectorizes the lane loop. *has_nan says whether the run holds a
+** NaN (then the caller looks for the first NaN instead). */
+#define CPU_RUN_ARG(NAME, T, BETTER, HAS_NAN)                                            \
+  static int64_t NAME(const T *x, int64_t n, int *has_nan) {                             \
+    enum { W = 16 };                                                                     \
+    int32_t len = (int32_t)n, i = 0, best_at = 0;                                        \
+    T best = x[0];                                                                       \
+    int nan_seen = 0;                                                                    \
+    if (len >= W) {                                                                      \
+      T m[W];                                                                            \
+      int32_t at[W], bad[W];                                                             \
+      for (int k = 0; k < W; k++) m[k] = x[k], at[k] = 0, bad[k] = x[k] != x[k];         \
+      for (i = W; i <= len - W; i += W) {                                                \
+        for (int k = 0; k < W; k++) {                                                    \
+          T v = x[i + k], b = m[k];                                                      \
+          int32_t a = at[k];                                                             \
+          int32_t take = (v == v) & BETTER(v, b);                                        \
+          m[k] = take ? v : b;                                                           \
+          at[k] = take ? i : a;                                                          \
+          if (HAS_NAN) bad[k] |= v != v;                                                 \
+        }                                                                                \
+      }                                                                                  \
+      best = m[0];                                                                       \
+      best_at = at[0];                                                                   \
+      for (int k = 0; k < W; k++) {                                                      \
+        nan_seen |= bad[k];                                                              \
+        int32_t pos_k = at[k] + k;                                                       \
+        if (BETTER(m[k], best) || (m[k] == best && pos_k < best_at))                     \
+          best = m[k], best_at = pos_k;                                                  \
+      }                                                                                  \
+    }                                                                                    \
+    for (; i < len; i++) {                                                               \
+      T v = x[i];                                                                        \
+      if (BETTER(v, best)) best = v, best_at = i;                                        \
+      if (HAS_NAN) nan_seen |= v != v;                                                   \
+    }                                                                                    \
+    *has_nan = nan_seen;                                                                 \
+    return best_at;                                                                      \
+  }
+CPU_RUN_ARG(cpu_runargmax_f32, float, CPU_GT, 1)
+CPU_RUN_ARG(cpu_runargmax_f64, double, CPU_GT, 1)
+CPU_RUN_ARG(cpu_runargmin_f32, float, CPU_LT, 1)
+CPU_RUN_ARG(cpu_runargmin_f64, double, CPU_LT, 1)
+CPU_RUN_ARG(cpu_runargmax_i32, int32_t, CPU_GT, 0)
+CPU_RUN_ARG(cpu_runargmax_i64, int64_t, CPU_GT, 0)
+CPU_RUN_ARG(cpu_runargmin_i32, int32_t, CPU_LT, 0)
+CPU_RUN_ARG(cpu_runargmin_i64, int64_t, CPU_LT, 0)
 
 #define CPU_MAXMIN_FLOAT(NAME, SFX, T, BETTER)                                           \
   static void cpu_h##NAME##_##SFX(const char *p, int64_t n, int64_t s, int64_t base_pos, \
@@ -896,21 +946,18 @@ CPU_MAXMIN_INT(min, i64, int64_t, CPU_LT)
 
 /* ---- argmax / argmin: strict comparison, so the first of equal values wins; the first
 ** NaN wins over everything and nothing replaces it. Values are kept in f (floats) or i
-** (integers); pos is 1-based. A contiguous run is done in two vectorizable passes: its
-** best value (and whether it has a NaN), then the first position holding it. */
+** (integers); pos is 1-based. A contiguous run is done in one pass (cpu_runarg*). */
 #define CPU_ARG_FLOAT(NAME, SFX, T, BETTER)                                              \
   static void cpu_harg##NAME##_##SFX(const char *p, int64_t n, int64_t s,                \
                                      int64_t base_pos, cpu_acc *acc) {                   \
     const T *x = (const T *)p;                                                           \
     if (n <= 0) return;                                                                  \
     if (acc->pos != 0 && acc->f != acc->f) return;                                       \
-    if (s == 1) {                                                                        \
+    if (s == 1 && n <= INT32_MAX) {                                                      \
       int has_nan;                                                                       \
-      T m = cpu_run##NAME##_##SFX(x, n, &has_nan);                                       \
-      int64_t at;                                                                        \
+      int64_t at = cpu_runarg##NAME##_##SFX(x, n, &has_nan);                             \
       if (has_nan) at = cpu_first_nan_##SFX(x, n);                                       \
-      else if (acc->pos == 0 || BETTER(m, acc->f)) at = cpu_first_eq_##SFX(x, n, m);      \
-      else return;                                                                       \
+      else if (acc->pos != 0 && !BETTER(x[at], acc->f)) return;                          \
       acc->f = x[at];                                                                    \
       acc->pos = base_pos + at + 1;                                                      \
       return;                                                                            \
@@ -952,12 +999,11 @@ CPU_MAXMIN_INT(min, i64, int64_t, CPU_LT)
                                      int64_t base_pos, cpu_acc *acc) {                   \
     const T *x = (const T *)p;                                                           \
     if (n <= 0) return;                                                                  \
-    if (s == 1) {                                                                        \
+    if (s == 1 && n <= INT32_MAX) {                                                      \
       int unused;                                                                        \
-      T m = cpu_run##NAME##_##SFX(x, n, &unused);                                        \
-      if (acc->pos != 0 && !BETTER((int64_t)m, acc->i)) return;                          \
-      int64_t at = cpu_first_eq_##SFX(x, n, m);                                          \
-      acc->i = m;                                                                        \
+      int64_t at = cpu_runarg##NAME##_##SFX(x, n, &unused);                              \
+      if (acc->pos != 0 && !BETTER((int64_t)x[at], acc->i)) return;                      \
+      acc->i = x[at];                                                                    \
       acc->pos = base_pos + at + 1;                                                      \
       return;                                                                            \
     }                                                                                    \
