@@ -86,7 +86,8 @@ static int cpu_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err
   }
 #endif
   if (base == NULL && total >= CPU_HUGE_MIN) {
-    base = aligned_alloc(CPU_HUGE_ALIGN, total);
+    /* posix_memalign: C11's aligned_alloc wants the size a multiple of the alignment */
+    if (posix_memalign(&base, CPU_HUGE_ALIGN, total) != 0) base = NULL;
 #ifdef MADV_HUGEPAGE
     if (base != NULL) (void)madvise(base, total, MADV_HUGEPAGE);  /* advice: failure is fine */
 #endif
