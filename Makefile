@@ -28,6 +28,15 @@ QCFLAGS  := -std=c11 -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L -Wall -Wextra -
             -Iruntime $(LUA_CFLAGS) $(BLAS_CFLAGS)
 LDFLAGS  ?=
 LIBS     := $(BLAS_LIBS) -lm -lpthread -ldl
+# glibc's vector math library (x86-64), when it links: GCC then vectorizes the exp, log
+# and tanh rows of runtime/cpu.c (LIBMVEC=0 leaves it out).
+ifeq ($(origin LIBMVEC),undefined)
+  LIBMVEC := $(shell printf 'int main(void){return 0;}\n' | $(CC) -x c - -lmvec -o /dev/null 2>/dev/null && echo 1)
+endif
+ifeq ($(LIBMVEC),1)
+  QCFLAGS += -DQLUA_LIBMVEC
+  LIBS    += -lmvec
+endif
 
 # ---- CUDA: auto-detected, CUDA=0 to leave it out
 ifeq ($(origin NVCC),undefined)

@@ -533,6 +533,13 @@ static int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, co
 
 /* ====================================================================== unary ops */
 
+/* Without math-errno GCC vectorizes sqrt rows (sqrtps: correctly rounded, the same bits
+** as the scalar sqrt); nothing here reads errno. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-math-errno")
+#endif
+
 static const char *const cpu_unop_names[QT_NUNOPS] = {
   "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "clamp",
 };
@@ -568,14 +575,88 @@ static inline double cpu_clampval_f64(double x, double lo, double hi) {
   return x;
 }
 
+/* exp, log, tanh and sigmoid through glibc's libmvec (x86-64; the Makefile defines
+** QLUA_LIBMVEC when -lmvec links): its SSE2-ABI functions take 4 floats or 2 doubles at a
+** time, about 3x faster than the scalar calls (documented error within 4 ulp). Every
+** element goes through the vector function, strided lanes gathered and the tail padded,
+** so a result does not depend on the layout of its input (a transposed tensor gives the
+** bits its contiguous copy gives); each lane is computed on its own. */
+#if defined(QLUA_LIBMVEC) && defined(__x86_64__)
+#include <emmintrin.h>
+__m128 _ZGVbN4v_expf(__m128);
+__m128 _ZGVbN4v_logf(__m128);
+__m128 _ZGVbN4v_tanhf(__m128);
+__m128d _ZGVbN2v_exp(__m128d);
+__m128d _ZGVbN2v_log(__m128d);
+__m128d _ZGVbN2v_tanh(__m128d);
+
+#define CPU_VPRE_ID(x) (x)
+#define CPU_VPRE_NEG(x) (-(x))
+#define CPU_VPOST_ID(T, e) (e)
+#define CPU_VPOST_SIGMOID(T, e) ((T)1 / ((T)1 + (e)))
+
+/* W lanes from x with stride s, as one vector (no round trip through memory: a vector
+** load of values just stored one by one stalls on store forwarding). */
+#define CPU_VLOADS_4(x, s) _mm_setr_ps((x)[0], (x)[(s)], (x)[2 * (s)], (x)[3 * (s)])
+#define CPU_VLOADS_2(x, s) _mm_setr_pd((x)[0], (x)[(s)])
+
+#define CPU_VMATH_ROW(NAME, T, W, VT, VFN, LOADU, STOREU, PRE, POST)                    \
+  static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
+    (void)args;                                                                          \
+    T *d = (T *)p[0];                                                                    \
+    const T *pa = (const T *)p[1];                                                       \
+    int64_t sd = s[0], sa = s[1];                                                        \
+    T in[W], out[W];                                                                     \
+    int64_t i = 0;                                                                       \
+    if (sa == 1 && sd == 1) {                                                            \
+      for (; i + W <= n; i += W) {                                                       \
+        STOREU(out, VFN(PRE(LOADU(pa + i))));                                            \
+        for (int k = 0; k < W; k++) d[i + k] = POST(T, out[k]);                          \
+      }                                                                                  \
+    } else {                                                                             \
+      for (; i + W <= n; i += W) {                                                       \
+        STOREU(out, VFN(PRE(CPU_VLOADS_##W(pa + i * sa, sa))));                          \
+        for (int k = 0; k < W; k++) d[(i + k) * sd] = POST(T, out[k]);                   \
+      }                                                                                  \
+    }                                                                                    \
+    for (; i < n; i += W) {                                                              \
+      int64_t m = n - i < W ? n - i : W;                                                 \
+      for (int k = 0; k < W; k++) in[k] = k < m ? PRE(pa[(i + k) * sa]) : (T)0;         \
+      VT r = VFN(LOADU(in));                                                             \
+      STOREU(out, r);                                                                    \
+      for (int k = 0; k < m; k++) d[(i + k) * sd] = POST(T, out[k]);                     \
+    }                                                                                    \
+  }
+CPU_VMATH_ROW(cpu_exp_f32, float, 4, __m128, _ZGVbN4v_expf, _mm_loadu_ps, _mm_storeu_ps,
+              CPU_VPRE_ID, CPU_VPOST_ID)
+CPU_VMATH_ROW(cpu_log_f32, float, 4, __m128, _ZGVbN4v_logf, _mm_loadu_ps, _mm_storeu_ps,
+              CPU_VPRE_ID, CPU_VPOST_ID)
+CPU_VMATH_ROW(cpu_tanh_f32, float, 4, __m128, _ZGVbN4v_tanhf, _mm_loadu_ps, _mm_storeu_ps,
+              CPU_VPRE_ID, CPU_VPOST_ID)
+CPU_VMATH_ROW(cpu_sigmoid_f32, float, 4, __m128, _ZGVbN4v_expf, _mm_loadu_ps, _mm_storeu_ps,
+              CPU_VPRE_NEG, CPU_VPOST_SIGMOID)
+CPU_VMATH_ROW(cpu_exp_f64, double, 2, __m128d, _ZGVbN2v_exp, _mm_loadu_pd, _mm_storeu_pd,
+              CPU_VPRE_ID, CPU_VPOST_ID)
+CPU_VMATH_ROW(cpu_log_f64, double, 2, __m128d, _ZGVbN2v_log, _mm_loadu_pd, _mm_storeu_pd,
+              CPU_VPRE_ID, CPU_VPOST_ID)
+CPU_VMATH_ROW(cpu_tanh_f64, double, 2, __m128d, _ZGVbN2v_tanh, _mm_loadu_pd, _mm_storeu_pd,
+              CPU_VPRE_ID, CPU_VPOST_ID)
+CPU_VMATH_ROW(cpu_sigmoid_f64, double, 2, __m128d, _ZGVbN2v_exp, _mm_loadu_pd, _mm_storeu_pd,
+              CPU_VPRE_NEG, CPU_VPOST_SIGMOID)
+#define CPU_UNARY_TRANSCENDENTAL(SFX, T, EXPF, LOGF, TANHF)
+#else
+#define CPU_UNARY_TRANSCENDENTAL(SFX, T, EXPF, LOGF, TANHF)                               \
+  CPU_UNARY_ROW(cpu_exp_##SFX, T, EXPF(x))                                                \
+  CPU_UNARY_ROW(cpu_log_##SFX, T, LOGF(x))                                                \
+  CPU_UNARY_ROW(cpu_tanh_##SFX, T, TANHF(x))                                              \
+  CPU_UNARY_ROW(cpu_sigmoid_##SFX, T, (T)1 / ((T)1 + EXPF(-x)))
+#endif
+
 #define CPU_UNARY_FLOAT(SFX, T, EXPF, LOGF, SQRTF, TANHF, FABSF)                          \
   CPU_UNARY_ROW(cpu_neg_##SFX, T, -x)                                                     \
   CPU_UNARY_ROW(cpu_abs_##SFX, T, FABSF(x))                                               \
-  CPU_UNARY_ROW(cpu_exp_##SFX, T, EXPF(x))                                                \
-  CPU_UNARY_ROW(cpu_log_##SFX, T, LOGF(x))                                                \
+  CPU_UNARY_TRANSCENDENTAL(SFX, T, EXPF, LOGF, TANHF)                                     \
   CPU_UNARY_ROW(cpu_sqrt_##SFX, T, SQRTF(x))                                              \
-  CPU_UNARY_ROW(cpu_tanh_##SFX, T, TANHF(x))                                              \
-  CPU_UNARY_ROW(cpu_sigmoid_##SFX, T, (T)1 / ((T)1 + EXPF(-x)))                           \
   CPU_UNARY_ROW(cpu_relu_##SFX, T, x < 0 ? (T)0 : x)                                      \
   CPU_UNARY_ROW(cpu_clamp_##SFX, T, cpu_clampval_##SFX(x, (T)args->lo_f, (T)args->hi_f))
 
@@ -589,6 +670,10 @@ CPU_UNARY_FLOAT(f32, float, expf, logf, sqrtf, tanhf, fabsf)
 CPU_UNARY_FLOAT(f64, double, exp, log, sqrt, tanh, fabs)
 CPU_UNARY_INT(i32, int32_t, uint32_t)
 CPU_UNARY_INT(i64, int64_t, uint64_t)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
