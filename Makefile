@@ -28,10 +28,17 @@ QCFLAGS  := -std=c11 -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L -Wall -Wextra -
             -Iruntime $(LUA_CFLAGS) $(BLAS_CFLAGS)
 LDFLAGS  ?=
 LIBS     := $(BLAS_LIBS) -lm -lpthread -ldl
-# glibc's vector math library (x86-64), when it links: GCC then vectorizes the exp, log
-# and tanh rows of runtime/cpu.c (LIBMVEC=0 leaves it out).
+# glibc's vector math library (x86-64), when it has every function runtime/cpu.c calls
+# (the tanh ones arrived in glibc 2.35): the exp, log, tanh and sigmoid rows then run
+# 4 floats or 2 doubles per call. LIBMVEC=0 leaves it out.
+LIBMVEC_PROBE := \#include <emmintrin.h>\n__m128 _ZGVbN4v_expf(__m128); __m128 _ZGVbN4v_logf(__m128);\n\
+__m128 _ZGVbN4v_tanhf(__m128); __m128d _ZGVbN2v_exp(__m128d); __m128d _ZGVbN2v_log(__m128d);\n\
+__m128d _ZGVbN2v_tanh(__m128d);\nint main(void) { volatile __m128 f = _mm_set1_ps(1); volatile __m128d d = _mm_set1_pd(1);\n\
+f = _ZGVbN4v_expf(f); f = _ZGVbN4v_logf(f); f = _ZGVbN4v_tanhf(f);\n\
+d = _ZGVbN2v_exp(d); d = _ZGVbN2v_log(d); d = _ZGVbN2v_tanh(d); return 0; }\n
 ifeq ($(origin LIBMVEC),undefined)
-  LIBMVEC := $(shell printf 'int main(void){return 0;}\n' | $(CC) -x c - -lmvec -o /dev/null 2>/dev/null && echo 1)
+  LIBMVEC := $(shell [ "$$(uname -m)" = x86_64 ] && printf '$(LIBMVEC_PROBE)' \
+    | $(CC) -x c - -lmvec -lm -o /dev/null 2>/dev/null && echo 1)
 endif
 ifeq ($(LIBMVEC),1)
   QCFLAGS += -DQLUA_LIBMVEC

@@ -2,8 +2,9 @@
 -- free and drop tensors of random sizes (up to `max_gib` GiB each, default 4), then check
 -- that reserved device memory stayed bounded (its peak over the last third of the run is
 -- no higher than over the first two thirds plus two largest tensors: it does not creep up;
--- checked when each part has 20 samples or more) and allocated memory came back to where
--- it started.
+-- checked on a GPU, when each part has 20 samples or more) and allocated memory came back
+-- to where it started. (On the CPU "reserved" is what is allocated, garbage not yet
+-- collected included, so its peaks follow the collector's timing: no creep check there.)
 --   qlua samples/soak.lua [seconds] [max_gib]
 -- Without a GPU it runs on the CPU with small sizes (a smoke test of the same loop).
 
@@ -60,7 +61,9 @@ print(("allocated at start %d, at end %d; peak reserved %.2f GiB; reserved at en
 print(("peak reserved over the first two thirds %.2f GiB (%d samples), over the last third %.2f GiB (%d samples)"):format(
   peak_early / 2 ^ 30, samples_early, peak_late / 2 ^ 30, samples_late))
 assert(final.allocated == start.allocated, "allocated memory did not come back to its starting value")
-if samples_early >= 20 and samples_late >= 20 then
+if not gpu then
+  print("(no creep check on the CPU: reserved there is allocated memory, garbage included)")
+elseif samples_early >= 20 and samples_late >= 20 then
   assert(peak_late <= peak_early + 2 * max_elems * 4,
     "reserved memory crept up: the last third's peak exceeds the first two thirds' by more than two largest tensors")
 else
