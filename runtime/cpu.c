@@ -956,6 +956,39 @@ CPU_RUN_ARG(cpu_runargmax_i64, int64_t, CPU_GT, 0)
 CPU_RUN_ARG(cpu_runargmin_i32, int32_t, CPU_LT, 0)
 CPU_RUN_ARG(cpu_runargmin_i64, int64_t, CPU_LT, 0)
 
+/* The vertical max/min and argmax/argmin, one for every dtype: the NaN terms (v != v,
+** b == b) are constant for integers and compile away. A best that is NaN stays: no
+** comparison with it is true, and only another NaN, the same value, replaces it. */
+#define CPU_VMAXMIN(NAME, SFX, T, BETTER)                                                \
+  static void cpu_v##NAME##_##SFX(const char *p, int64_t n, int64_t pos,                 \
+                                  const cpu_vacc *va) {                                  \
+    const T *x = (const T *)p;                                                           \
+    T *restrict best = (T *)va->best;                                                    \
+    if (pos == 0) { memcpy(best, x, (size_t)n * sizeof(T)); return; }                    \
+    for (int64_t j = 0; j < n; j++) {                                                    \
+      T v = x[j], b = best[j];                                                           \
+      best[j] = (BETTER(v, b) | (v != v)) ? v : b;                                       \
+    }                                                                                    \
+  }
+#define CPU_VARG(NAME, SFX, T, BETTER)                                                   \
+  static void cpu_varg##NAME##_##SFX(const char *p, int64_t n, int64_t pos,              \
+                                     const cpu_vacc *va) {                               \
+    const T *x = (const T *)p;                                                           \
+    T *restrict best = (T *)va->best;                                                    \
+    int32_t *restrict at = va->at;                                                       \
+    if (pos == 0) {                                                                      \
+      for (int64_t j = 0; j < n; j++) { best[j] = x[j]; at[j] = 1; }                     \
+      return;                                                                            \
+    }                                                                                    \
+    const int32_t row = (int32_t)(pos + 1);                                              \
+    for (int64_t j = 0; j < n; j++) {                                                    \
+      T v = x[j], b = best[j];                                                           \
+      int take = (b == b) & (BETTER(v, b) | (v != v));                                   \
+      best[j] = take ? v : b;                                                            \
+      at[j] = take ? row : at[j];                                                        \
+    }                                                                                    \
+  }
+
 #define CPU_MAXMIN_FLOAT(NAME, SFX, T, BETTER)                                           \
   static void cpu_h##NAME##_##SFX(const char *p, int64_t n, int64_t s, int64_t base_pos, \
                                   cpu_acc *acc) {                                        \
@@ -979,18 +1012,7 @@ CPU_RUN_ARG(cpu_runargmin_i64, int64_t, CPU_LT, 0)
     }                                                                                    \
     acc->f = best;                                                                       \
   }                                                                                      \
-  static void cpu_v##NAME##_##SFX(const char *p, int64_t n, int64_t pos,                 \
-                                  const cpu_vacc *va) {                                  \
-    const T *x = (const T *)p;                                                           \
-    T *restrict best = (T *)va->best;                                                    \
-    if (pos == 0) { memcpy(best, x, (size_t)n * sizeof(T)); return; }                    \
-    for (int64_t j = 0; j < n; j++) {                                                    \
-      T v = x[j], b = best[j];                                                           \
-      best[j] = (BETTER(v, b) | (v != v)) ? v : b;                                       \
-    }                                                                                    \
-  }
-/* (Vertical: once best[j] is NaN no comparison is true and only another NaN, which is
-** the same value, replaces it.) */
+  CPU_VMAXMIN(NAME, SFX, T, BETTER)
 
 #define CPU_MAXMIN_INT(NAME, SFX, T, BETTER)                                             \
   static void cpu_h##NAME##_##SFX(const char *p, int64_t n, int64_t s, int64_t base_pos, \
@@ -1011,16 +1033,7 @@ CPU_RUN_ARG(cpu_runargmin_i64, int64_t, CPU_LT, 0)
     }                                                                                    \
     acc->i = best;                                                                       \
   }                                                                                      \
-  static void cpu_v##NAME##_##SFX(const char *p, int64_t n, int64_t pos,                 \
-                                  const cpu_vacc *va) {                                  \
-    const T *x = (const T *)p;                                                           \
-    T *restrict best = (T *)va->best;                                                    \
-    if (pos == 0) { memcpy(best, x, (size_t)n * sizeof(T)); return; }                    \
-    for (int64_t j = 0; j < n; j++) {                                                    \
-      T v = x[j], b = best[j];                                                           \
-      best[j] = BETTER(v, b) ? v : b;                                                    \
-    }                                                                                    \
-  }
+  CPU_VMAXMIN(NAME, SFX, T, BETTER)
 
 CPU_MAXMIN_FLOAT(max, f32, float, CPU_GT)
 CPU_MAXMIN_FLOAT(max, f64, double, CPU_GT)
@@ -1063,23 +1076,7 @@ CPU_MAXMIN_INT(min, i64, int64_t, CPU_LT)
     acc->f = best;                                                                       \
     acc->pos = at;                                                                       \
   }                                                                                      \
-  static void cpu_varg##NAME##_##SFX(const char *p, int64_t n, int64_t pos,              \
-                                     const cpu_vacc *va) {                               \
-    const T *x = (const T *)p;                                                           \
-    T *restrict best = (T *)va->best;                                                    \
-    int32_t *restrict at = va->at;                                                       \
-    if (pos == 0) {                                                                      \
-      for (int64_t j = 0; j < n; j++) { best[j] = x[j]; at[j] = 1; }                     \
-      return;                                                                            \
-    }                                                                                    \
-    const int32_t row = (int32_t)(pos + 1);                                              \
-    for (int64_t j = 0; j < n; j++) {                                                    \
-      T v = x[j], b = best[j];                                                           \
-      int take = (b == b) & (BETTER(v, b) | (v != v));                                   \
-      best[j] = take ? v : b;                                                            \
-      at[j] = take ? row : at[j];                                                        \
-    }                                                                                    \
-  }
+  CPU_VARG(NAME, SFX, T, BETTER)
 
 #define CPU_ARG_INT(NAME, SFX, T, BETTER)                                                \
   static void cpu_harg##NAME##_##SFX(const char *p, int64_t n, int64_t s,                \
@@ -1104,23 +1101,7 @@ CPU_MAXMIN_INT(min, i64, int64_t, CPU_LT)
     acc->i = best;                                                                       \
     acc->pos = at;                                                                       \
   }                                                                                      \
-  static void cpu_varg##NAME##_##SFX(const char *p, int64_t n, int64_t pos,              \
-                                     const cpu_vacc *va) {                               \
-    const T *x = (const T *)p;                                                           \
-    T *restrict best = (T *)va->best;                                                    \
-    int32_t *restrict at = va->at;                                                       \
-    if (pos == 0) {                                                                      \
-      for (int64_t j = 0; j < n; j++) { best[j] = x[j]; at[j] = 1; }                     \
-      return;                                                                            \
-    }                                                                                    \
-    const int32_t row = (int32_t)(pos + 1);                                              \
-    for (int64_t j = 0; j < n; j++) {                                                    \
-      T v = x[j], b = best[j];                                                           \
-      int take = BETTER(v, b);                                                           \
-      best[j] = take ? v : b;                                                            \
-      at[j] = take ? row : at[j];                                                        \
-    }                                                                                    \
-  }
+  CPU_VARG(NAME, SFX, T, BETTER)
 
 CPU_ARG_FLOAT(max, f32, float, CPU_GT)
 CPU_ARG_FLOAT(max, f64, double, CPU_GT)
