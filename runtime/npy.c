@@ -10,15 +10,25 @@
 ** size compared with the data size, before anything is allocated; the tensor is made only
 ** when every byte has been read. The header parser is a small hand-written scanner for
 ** the dict literal (strings in either quote, True/False, tuples of integers), tolerant of
-** spacing and key order, and it rejects anything else with a message instead of guessing.
+** spacing and key order, and it rejects anything else with a message instead of guessing
+** (a raw control character, a NUL above all, included).
+**
+** Saving never destroys what it did not make: a regular file is replaced by a temporary
+** file written beside it, fsync'd and renamed over it; FIFOs and devices are written in
+** place; nothing but our own temporary file is ever removed.
 */
 #include "npy.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ops.h"
 
@@ -52,12 +62,255 @@ static int npy_rename_error(qt_ctx *ctx, const char *as) {
   return -1;
 }
 
+/* ================================================================== paths in messages */
+
+/* QT_ERRLEN is 320 bytes and the longest message around a path (load's big-endian one,
+** with a 31-byte descr) needs about 150 more, so a longer path is shown as its head and
+** its tail with "..." between them, cut at UTF-8 character boundaries: the reason at the
+** end of a message (strerror's text) is never what gets cut off. */
+#define NPY_PATH_SHOWN 120
+
+typedef struct npy_shown {
+  char text[NPY_PATH_SHOWN + 1];
+} npy_shown;
+
+static const char *npy_shorten(const char *path, npy_shown *buf) {
+  size_t n = strlen(path);
+  if (n <= NPY_PATH_SHOWN) return path;
+  size_t head = (NPY_PATH_SHOWN - 3) / 2, tail = n - (NPY_PATH_SHOWN - 3 - head);
+  while (head > 0 && ((unsigned char)path[head] & 0xc0) == 0x80) head--;  /* continuation */
+  while (tail < n && ((unsigned char)path[tail] & 0xc0) == 0x80) tail++;
+  memcpy(buf->text, path, head);
+  memcpy(buf->text + head, "...", 3);
+  memcpy(buf->text + head + 3, path + tail, n - tail + 1);
+  return buf->text;
+}
+
 /* ================================================================== save */
 
-static int npy_write(qt_ctx *ctx, FILE *f, const char *path, const void *data, size_t n) {
-  if (n > 0 && fwrite(data, 1, n, f) != n)
-    return qt_errorf(&ctx->err, "save: cannot write '%s': %s", path, strerror(errno));
+/* write(2) until all n bytes are out; 0 or an errno. */
+static int npy_write_all(int fd, const void *data, size_t n) {
+  const char *p = data;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
   return 0;
+}
+
+/* Writes the header and the data to fd; 0 or an errno. A FIFO or a pipe whose reader has
+** gone gives EPIPE here, and the SIGPIPE that comes with it would kill the whole program
+** (Lua does not ignore it): the signal is blocked on this thread around the writes, and
+** one raised by them is taken off the thread's pending set with sigtimedwait before the
+** old mask comes back. The process's disposition is never touched, and a SIGPIPE that was
+** already pending (blocked by the caller) is left for the caller. */
+static int npy_write_file(int fd, const void *header, size_t header_len, const void *data,
+                          size_t nbytes) {
+  sigset_t sigpipe, pending, old_mask;
+  sigemptyset(&sigpipe);
+  sigaddset(&sigpipe, SIGPIPE);
+  sigemptyset(&pending);
+  bool was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  pthread_sigmask(SIG_BLOCK, &sigpipe, &old_mask);
+  int e = npy_write_all(fd, header, header_len);
+  if (e == 0) e = npy_write_all(fd, data, nbytes);
+  if (e == EPIPE && !was_pending) {
+    const struct timespec now = { 0, 0 };
+    while (sigtimedwait(&sigpipe, NULL, &now) < 0 && errno == EINTR) {}
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+  return e;
+}
+
+/* The path save writes: path with the symlinks in its last component followed, as open
+** would follow them, so that saving through a link replaces the target's content and
+** keeps the link. A relative link is relative to the directory holding it. Returns a
+** malloc'd string, or NULL with errno set (ELOOP, ENOMEM). The walk stops at anything
+** that is not a link, a missing name included (a dangling link: its target is created);
+** the open or the rename then reports what is wrong with the path. */
+static char *npy_follow_links(const char *path) {
+  char *cur = strdup(path);
+  for (int hops = 0; cur != NULL; hops++) {
+    struct stat st;
+    if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode)) return cur;
+    if (hops == 40) {  /* the kernel's own limit, SYMLOOP_MAX */
+      free(cur);
+      errno = ELOOP;
+      return NULL;
+    }
+    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 256;
+    char *target = NULL;
+    ssize_t len;
+    for (;;) {
+      free(target);
+      if ((target = malloc(cap)) == NULL) break;
+      len = readlink(cur, target, cap);
+      if (len < 0 || (size_t)len < cap) break;
+      cap *= 2;  /* the link grew since lstat, or st_size was not its length */
+    }
+    if (target == NULL) {
+      free(cur);
+      errno = ENOMEM;
+      return NULL;
+    }
+    if (len < 0) {  /* no longer a link: look again */
+      free(target);
+      continue;
+    }
+    target[len] = '\0';
+    const char *slash = strrchr(cur, '/');
+    size_t dir_len = target[0] == '/' || slash == NULL ? 0 : (size_t)(slash - cur) + 1;
+    char *next = malloc(dir_len + (size_t)len + 1);
+    if (next != NULL) {
+      memcpy(next, cur, dir_len);
+      memcpy(next + dir_len, target, (size_t)len + 1);
+    } else {
+      errno = ENOMEM;
+    }
+    free(target);
+    free(cur);
+    cur = next;
+  }
+  return NULL;
+}
+
+/* A FIFO, a character or block device (/dev/null, /dev/full, a tape): written in place,
+** opened without O_CREAT or O_TRUNC, and never removed, whatever happens. Returns 1 when
+** the target turned out to be a regular file after all (replaced since it was looked
+** at; st then describes it), for the caller to save it the regular way. */
+static int npy_save_in_place(qt_ctx *ctx, const char *target, const char *shown,
+                             struct stat *st, const void *header, size_t header_len,
+                             const void *data, size_t nbytes) {
+  int fd = open(target, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0)
+    return qt_errorf(&ctx->err, "save: cannot open '%s' for writing: %s", shown,
+                     strerror(errno));
+  if (fstat(fd, st) == 0 && S_ISREG(st->st_mode)) {
+    close(fd);
+    return 1;
+  }
+  int e = npy_write_file(fd, header, header_len, data, nbytes);
+  if (close(fd) != 0 && e == 0 && errno != EINTR) e = errno;
+  if (e != 0) return qt_errorf(&ctx->err, "save: cannot write '%s': %s", shown, strerror(e));
+  return 0;
+}
+
+/* After the rename the new content is in place: a failed sync of the directory cannot be
+** undone by failing the save, so it is not reported. */
+static void npy_sync_dir(const char *target) {
+  const char *slash = strrchr(target, '/');
+  char *dir = slash == NULL ? strdup(".")
+                            : strndup(target, slash == target ? 1 : (size_t)(slash - target));
+  if (dir == NULL) return;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  free(dir);
+}
+
+/* A regular file, or a new one: written to a temporary file in the target's directory
+** (".NAME.PID-N.tmp"), fsync'd, and renamed over the target, so a reader sees the old
+** file or the new one, never half of one, and a failed save leaves the old one as it
+** was. The only thing ever removed is that temporary file. A replaced file keeps its
+** permission bits (and, where we may, its owner and group); a new one gets 0666 & ~umask
+** from open, as fopen would give it. A file we may not write is refused as fopen would
+** refuse it, though the directory would let us replace it. (A hard link to the old file
+** keeps the old content: the path gets a new inode.) `old` is NULL for a new file.
+** The fsync is the price of that promise; measured here (ext4 on a VM disk), a 10-element
+** save takes 0.58 ms instead of 0.08, a 100 MB one 0.21 s instead of 0.07. */
+static int npy_save_replace(qt_ctx *ctx, const char *target, const char *shown,
+                            const struct stat *old, const void *header, size_t header_len,
+                            const void *data, size_t nbytes) {
+  if (old != NULL && faccessat(AT_FDCWD, target, W_OK, AT_EACCESS) != 0 && errno != ENOENT)
+    return qt_errorf(&ctx->err, "save: cannot open '%s' for writing: %s", shown,
+                     strerror(errno));
+  const char *slash = strrchr(target, '/');
+  const char *base = slash != NULL ? slash + 1 : target;
+  if (*base == '\0')  /* a link to "dir/" */
+    return qt_errorf(&ctx->err, "save: cannot open '%s' for writing: %s", shown,
+                     strerror(EISDIR));
+  size_t dir_len = (size_t)(base - target);
+  char *temp = malloc(dir_len + 160);
+  if (temp == NULL) return qt_errorf(&ctx->err, "save: out of host memory");
+
+  static unsigned counter;  /* with the pid, unique within this host's processes */
+  int fd = -1;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    unsigned n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+    snprintf(temp, dir_len + 160, "%.*s.%.100s.%ld-%u.tmp", (int)dir_len, target, base,
+             (long)getpid(), n);
+    /* 0600 until the old file's bits are set: the temporary file is never readable by
+    ** more people than the old file or the new one */
+    fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOCTTY | O_CLOEXEC, old ? 0600 : 0666);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    int e = errno;
+    free(temp);
+    if (old != NULL)  /* the file may be writable, its directory is what refuses */
+      return qt_errorf(&ctx->err, "save: cannot create a file next to '%s' to replace it: %s",
+                       shown, strerror(e));
+    return qt_errorf(&ctx->err, "save: cannot open '%s' for writing: %s", shown, strerror(e));
+  }
+
+  int e = 0;
+  if (old != NULL) {
+    if ((old->st_uid != geteuid() || old->st_gid != getegid()) &&
+        fchown(fd, old->st_uid, old->st_gid) != 0) {
+      /* not ours to give away (not root): the file stays ours, as a copy would */
+    }
+    if (fchmod(fd, old->st_mode & 07777) != 0) e = errno;
+  }
+  if (e == 0) e = npy_write_file(fd, header, header_len, data, nbytes);
+  if (e == 0 && fsync(fd) != 0 && errno != EINVAL) e = errno;  /* EINVAL: cannot sync */
+  if (close(fd) != 0 && e == 0 && errno != EINTR) e = errno;
+  int rc = 0;
+  if (e != 0) {
+    rc = qt_errorf(&ctx->err, "save: cannot write '%s': %s", shown, strerror(e));
+  } else if (rename(temp, target) != 0) {
+    rc = qt_errorf(&ctx->err, "save: cannot replace '%s': %s", shown, strerror(errno));
+  }
+  if (rc != 0) unlink(temp);
+  else npy_sync_dir(target);
+  free(temp);
+  return rc;
+}
+
+/* Where the bytes go. What the path names is looked at first, through every link as open
+** sees it: a directory is refused; a FIFO or a device is written in place through the
+** path as given (so /dev/stdout, a link to "pipe:[N]" that only open can follow, works);
+** a regular file or a new one is replaced whole, at the name its symlinks lead to. */
+static int npy_save_bytes(qt_ctx *ctx, const char *path, const char *shown,
+                          const void *header, size_t header_len, const void *data,
+                          size_t nbytes) {
+  size_t len = strlen(path);
+  if (len == 0)
+    return qt_errorf(&ctx->err, "save: cannot open '%s' for writing: %s", shown,
+                     strerror(ENOENT));
+  struct stat st;
+  bool exists = stat(path, &st) == 0;
+  if ((exists && S_ISDIR(st.st_mode)) || path[len - 1] == '/')
+    return qt_errorf(&ctx->err, "save: cannot open '%s' for writing: %s", shown,
+                     strerror(EISDIR));
+  if (exists && !S_ISREG(st.st_mode)) {
+    int rc = npy_save_in_place(ctx, path, shown, &st, header, header_len, data, nbytes);
+    if (rc != 1) return rc;
+  }
+  char *target = npy_follow_links(path);
+  if (target == NULL)
+    return qt_errorf(&ctx->err, "save: cannot open '%s' for writing: %s", shown,
+                     strerror(errno));
+  int rc = npy_save_replace(ctx, target, shown, exists ? &st : NULL, header, header_len, data,
+                            nbytes);
+  free(target);
+  return rc;
 }
 
 /* The header NumPy's write_array would produce for this dtype and shape, preamble
@@ -96,7 +349,8 @@ static size_t npy_make_header(char *buf, size_t cap, const qt_tensor *t, int *ma
 
 /* A CPU tensor that is contiguous is written straight from its memory; anything else is
 ** read into a host buffer first (qt_read_all: strided copy on the CPU, download from a
-** GPU). On a write error the partial file is removed. */
+** GPU). The file is then written by npy_save_bytes, which never removes what it did not
+** create. */
 int qt_npy_save(qt_ctx *ctx, const char *path, const qt_tensor *t) {
   if (qt_tensor_check(t, "save", &ctx->err)) return -1;
   if (!npy_host_is_little_endian())
@@ -127,17 +381,9 @@ int qt_npy_save(qt_ctx *ctx, const char *path, const qt_tensor *t) {
     }
   }
 
-  FILE *f = fopen(path, "wb");
-  if (f == NULL) {
-    int e = errno;
-    free(buffer);
-    return qt_errorf(&ctx->err, "save: cannot open '%s' for writing: %s", path, strerror(e));
-  }
-  int rc = npy_write(ctx, f, path, header, header_len);
-  if (rc == 0) rc = npy_write(ctx, f, path, data, nbytes);
-  if (fclose(f) != 0 && rc == 0)
-    rc = qt_errorf(&ctx->err, "save: cannot write '%s': %s", path, strerror(errno));
-  if (rc != 0) remove(path);
+  npy_shown shown;
+  int rc = npy_save_bytes(ctx, path, npy_shorten(path, &shown), header, header_len, data,
+                          nbytes);
   free(buffer);
   return rc;
 }
@@ -147,11 +393,11 @@ int qt_npy_save(qt_ctx *ctx, const char *path, const qt_tensor *t) {
 typedef struct npy_scan {
   const char *p, *end;
   qt_ctx *ctx;
-  const char *path;
+  const char *shown;  /* the path as messages show it (npy_shorten) */
 } npy_scan;
 
 static int npy_malformed(npy_scan *s, const char *what) {
-  return qt_errorf(&s->ctx->err, "load: malformed header in '%s' (%s)", s->path, what);
+  return qt_errorf(&s->ctx->err, "load: malformed header in '%s' (%s)", s->shown, what);
 }
 
 static void npy_skip_space(npy_scan *s) {
@@ -169,14 +415,19 @@ static bool npy_accept(npy_scan *s, char c) {
 }
 
 /* A Python string literal in ' or " quotes, without escapes (none of the values NumPy
-** writes for these dtypes has one). */
+** writes for these dtypes has one). NumPy writes the header with repr(), which escapes
+** every control character, so a raw one (a NUL above all: 'descr': '<f4\0junk' would
+** compare equal to '<f4' in C) is a malformed header. */
 static int npy_string(npy_scan *s, char *buf, size_t cap) {
   npy_skip_space(s);
   if (s->p >= s->end || (*s->p != '\'' && *s->p != '"')) return npy_malformed(s, "expected a string");
   char quote = *s->p++;
   size_t n = 0;
   while (s->p < s->end && *s->p != quote) {
-    if (*s->p == '\\' || n + 1 >= cap) return npy_malformed(s, "string too long or escaped");
+    unsigned char c = (unsigned char)*s->p;
+    if (c == '\0') return npy_malformed(s, "a NUL byte in a string");
+    if (c < 0x20 || c == 0x7f) return npy_malformed(s, "a control character in a string");
+    if (c == '\\' || n + 1 >= cap) return npy_malformed(s, "string too long or escaped");
     buf[n++] = *s->p++;
   }
   if (s->p >= s->end) return npy_malformed(s, "unterminated string");
@@ -212,7 +463,7 @@ static int npy_shape(npy_scan *s, int *ndim, int64_t *size) {
     }
     if (s->p < s->end && (*s->p == 'L' || *s->p == 'l')) s->p++;
     if (*ndim == QT_MAXDIM)
-      return qt_errorf(&s->ctx->err, "load: '%s' has more than %d dimensions", s->path,
+      return qt_errorf(&s->ctx->err, "load: '%s' has more than %d dimensions", s->shown,
                        QT_MAXDIM);
     size[(*ndim)++] = v;
     if (npy_accept(s, ',')) continue;
@@ -240,7 +491,7 @@ static int npy_parse_header(npy_scan *s, npy_header *h) {
       npy_skip_space(s);
       if (s->p < s->end && *s->p == '[')
         return qt_errorf(&s->ctx->err, "load: unsupported dtype (a structured array) in '%s'",
-                         s->path);
+                         s->shown);
       if (npy_string(s, h->descr, sizeof h->descr)) return -1;
       have_descr = true;
     } else if (strcmp(key, "fortran_order") == 0) {
@@ -270,7 +521,7 @@ static int npy_parse_header(npy_scan *s, npy_header *h) {
 
 /* ================================================================== load */
 
-static int npy_dtype_of(qt_ctx *ctx, const char *path, const char *descr, qt_dtype *dtype) {
+static int npy_dtype_of(qt_ctx *ctx, const char *shown, const char *descr, qt_dtype *dtype) {
   for (int d = 0; d < QT_NDTYPES; d++) {
     if (strcmp(descr, npy_descr[d]) == 0) {
       *dtype = (qt_dtype)d;
@@ -283,43 +534,43 @@ static int npy_dtype_of(qt_ctx *ctx, const char *path, const char *descr, qt_dty
         return qt_errorf(&ctx->err,
                          "load: '%s' is big-endian ('%s'); only little-endian data is supported"
                          " (in NumPy: a.astype(a.dtype.newbyteorder('<')))",
-                         path, descr);
+                         shown, descr);
   }
   return qt_errorf(&ctx->err, "load: unsupported dtype '%s' in '%s' (float32, float64, int32 "
-                   "and int64 are supported)", descr, path);
+                   "and int64 are supported)", descr, shown);
 }
 
 /* Reads the preamble and the header into *h; leaves f at the first data byte. */
-static int npy_read_header(qt_ctx *ctx, FILE *f, const char *path, npy_header *h) {
+static int npy_read_header(qt_ctx *ctx, FILE *f, const char *shown, npy_header *h) {
   unsigned char pre[12];
   if (fread(pre, 1, 8, f) != 8 || memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0)
-    return qt_errorf(&ctx->err, "load: '%s' is not a .npy file (bad magic)", path);
+    return qt_errorf(&ctx->err, "load: '%s' is not a .npy file (bad magic)", shown);
   int major = pre[6], minor = pre[7];
   size_t header_len;
   if (major == 1) {
     if (fread(pre + 8, 1, 2, f) != 2)
-      return qt_errorf(&ctx->err, "load: '%s' is truncated (in the header)", path);
+      return qt_errorf(&ctx->err, "load: '%s' is truncated (in the header)", shown);
     header_len = (size_t)pre[8] | (size_t)pre[9] << 8;
   } else if (major == 2 || major == 3) {
     if (fread(pre + 8, 1, 4, f) != 4)
-      return qt_errorf(&ctx->err, "load: '%s' is truncated (in the header)", path);
+      return qt_errorf(&ctx->err, "load: '%s' is truncated (in the header)", shown);
     header_len = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
                  (size_t)pre[11] << 24;
   } else {
     return qt_errorf(&ctx->err, "load: '%s' has .npy format version %d.%d (1.0 to 3.0 are "
-                     "supported)", path, major, minor);
+                     "supported)", shown, major, minor);
   }
   if (header_len > NPY_MAX_HEADER)
-    return qt_errorf(&ctx->err, "load: malformed header in '%s' (%zu bytes long)", path,
+    return qt_errorf(&ctx->err, "load: malformed header in '%s' (%zu bytes long)", shown,
                      header_len);
   char *text = malloc(header_len + 1);
   if (text == NULL) return qt_errorf(&ctx->err, "load: out of host memory");
   if (fread(text, 1, header_len, f) != header_len) {
     free(text);
-    return qt_errorf(&ctx->err, "load: '%s' is truncated (in the header)", path);
+    return qt_errorf(&ctx->err, "load: '%s' is truncated (in the header)", shown);
   }
   text[header_len] = '\0';
-  npy_scan s = { text, text + header_len, ctx, path };
+  npy_scan s = { text, text + header_len, ctx, shown };
   memset(h, 0, sizeof *h);
   int rc = npy_parse_header(&s, h);
   free(text);
@@ -347,13 +598,15 @@ int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev) {
   char shape[NPY_SHAPE_LEN];
   if (!npy_host_is_little_endian())
     return qt_errorf(&ctx->err, "load: .npy files are little-endian; this host is not");
+  npy_shown shown_buf;
+  const char *shown = npy_shorten(path, &shown_buf);  /* the path in messages */
   FILE *f = fopen(path, "rb");
   if (f == NULL)
-    return qt_errorf(&ctx->err, "load: cannot open '%s': %s", path, strerror(errno));
+    return qt_errorf(&ctx->err, "load: cannot open '%s': %s", shown, strerror(errno));
   struct stat st;
   if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
     fclose(f);
-    return qt_errorf(&ctx->err, "load: cannot open '%s': %s", path, strerror(EISDIR));
+    return qt_errorf(&ctx->err, "load: cannot open '%s': %s", shown, strerror(EISDIR));
   }
 
   int rc = -1;
@@ -362,7 +615,7 @@ int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev) {
   qt_tensor_init(&moved);
   npy_header h;
   qt_dtype dtype = QT_F32;
-  if (npy_read_header(ctx, f, path, &h) || npy_dtype_of(ctx, path, h.descr, &dtype)) goto cleanup;
+  if (npy_read_header(ctx, f, shown, &h) || npy_dtype_of(ctx, shown, h.descr, &dtype)) goto cleanup;
 
   int64_t file_size[QT_MAXDIM];  /* the shape as the bytes are laid out */
   for (int d = 0; d < h.ndim; d++)
@@ -370,7 +623,7 @@ int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev) {
   int64_t numel = qt_contiguous_strides(h.ndim, h.size, NULL);
   if (numel < 0) {
     qt_errorf(&ctx->err, "load: shape %s in '%s' is too large",
-              qt_shape_str(h.ndim, h.size, shape, sizeof shape), path);
+              qt_shape_str(h.ndim, h.size, shape, sizeof shape), shown);
     goto cleanup;
   }
   size_t nbytes = (size_t)numel * qt_elsize(dtype);
@@ -380,8 +633,8 @@ int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev) {
   if (here >= 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) {
     size_t have = st.st_size > here ? (size_t)(st.st_size - here) : 0;
     if (have < nbytes) {
-      qt_errorf(&ctx->err, "load: '%s' is truncated: expected %zu bytes of data, found %zu", path,
-                nbytes, have);
+      qt_errorf(&ctx->err, "load: '%s' is truncated: expected %zu bytes of data, found %zu",
+                shown, nbytes, have);
       goto cleanup;
     }
   }
@@ -394,10 +647,10 @@ int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev) {
     size_t got = fread(t.storage->data, 1, nbytes, f);
     if (got != nbytes) {
       if (ferror(f))
-        qt_errorf(&ctx->err, "load: cannot read '%s': %s", path, strerror(errno));
+        qt_errorf(&ctx->err, "load: cannot read '%s': %s", shown, strerror(errno));
       else
         qt_errorf(&ctx->err, "load: '%s' is truncated: expected %zu bytes of data, found %zu",
-                  path, nbytes, got);
+                  shown, nbytes, got);
       goto cleanup;
     }
   }

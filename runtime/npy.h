@@ -8,7 +8,17 @@
 ** as NumPy writes it, so NumPy, PyTorch and CuPy read the files unchanged.
 **
 ** Both return 0, or -1 with the message in ctx->err ("load: cannot open 'x.npy': No such
-** file or directory"); a failed load leaves `out` holding nothing.
+** file or directory"); a failed load leaves `out` holding nothing. A path longer than 120
+** bytes is shown as its head and tail around "...", so the reason always fits.
+**
+** save is all or nothing: a regular file (or a new one) is written to a temporary file in
+** the same directory, fsync'd and renamed into place, so a failed save leaves the old
+** file as it was and a reader never sees half a file. Symlinks are followed to their
+** final target, which is replaced (the links stay links). The replaced file keeps its
+** permission bits (owner and group too, where the caller may set them); a new one gets
+** 0666 & ~umask. A FIFO or a device (/dev/null, /dev/stdout's pipe) is written in place
+** and never removed; a FIFO whose reader has gone is an error (EPIPE), never a SIGPIPE.
+** A directory is refused.
 **
 ** qt_ctx is declared here (C11 allows the repeated typedef) so this header does not need
 ** ops.h.

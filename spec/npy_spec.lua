@@ -314,3 +314,301 @@ describe("round trip through NumPy", function()
     end)(), { 2, 3, 4 }))
   end)
 end)
+
+-- ------------------------------------------------------------------ saving safely
+-- qlua.save writes a temporary file next to the target, fsyncs it and renames it into
+-- place: a failed save leaves what was at the path untouched, symlinks stay symlinks,
+-- and device nodes and FIFOs are written in place, never removed. Failures are made in
+-- child processes: `ulimit -f` (RLIMIT_FSIZE, with SIGXFSZ ignored) makes a write past a
+-- few KiB fail with EFBIG, a full disk without a full disk.
+local P = require("spec.helpers.process")
+
+local function sh_ok(cmd) return os.execute(cmd) == true end
+local function is_link(p) return sh_ok("test -L " .. P.quote(p)) end
+local function is_fifo(p) return sh_ok("test -p " .. P.quote(p)) end
+local function is_chardev(p) return sh_ok("test -c " .. P.quote(p)) end
+local function exists(p) return sh_ok("test -e " .. P.quote(p) .. " -o -L " .. P.quote(p)) end
+local function is_root()
+  local pipe = io.popen("id -u")
+  local uid = pipe:read("l")
+  pipe:close()
+  return uid == "0"
+end
+
+local function capture(cmd)
+  local pipe = io.popen(cmd)
+  local out = pipe:read("a")
+  pipe:close()
+  return (out:gsub("\n$", ""))
+end
+
+local function stat(fmt, p) return capture("stat -c " .. fmt .. " " .. P.quote(p)) end
+
+-- The names in directory d (hidden ones too), sorted, as one string.
+local function listing(d) return capture("ls -A " .. P.quote(d) .. " | sort | tr '\\n' ' '") end
+
+local function fresh_dir(name)
+  local d = path(name)
+  assert(os.execute("rm -rf " .. P.quote(d) .. " && mkdir -p " .. P.quote(d)))
+  return d
+end
+
+-- A child qlua that saves qlua.ones(n) to target and prints "saved" or "error: <msg>",
+-- then the signal-mask lines of /proc/self/status before and after (to show that save
+-- leaves the thread's mask and its pending signals as it found them).
+local CHILD = [[
+local function sigs()
+  local f = io.open("/proc/self/status", "r")
+  if not f then return "" end
+  local s = {}
+  for line in f:lines() do
+    if line:match("^SigPnd") or line:match("^ShdPnd") or line:match("^SigBlk") or
+       line:match("^SigIgn") then s[#s + 1] = line end
+  end
+  f:close()
+  return table.concat(s, " ")
+end
+local before = sigs()
+local ok, err = pcall(qlua.save, arg[1], qlua.ones(tonumber(arg[2])))
+print(ok and "saved" or "error: " .. tostring(err))
+print("signals " .. (before == sigs() and "unchanged" or "changed: " .. before .. " / " .. sigs()))
+]]
+
+-- Runs the child under /bin/sh, `prelude` (shell commands) first and `wrapper` (a command
+-- that runs the next one) before qlua; returns P.run's result.
+local function child_save(target, n, prelude, wrapper)
+  local script = path("child_save.lua")
+  write_bytes(script, CHILD)
+  local cmd = string.format("%s exec %s %s %s %s %d", prelude or "", wrapper or "",
+    P.quote(P.qlua()), P.quote(script), P.quote(target), n)
+  return P.run({ "/bin/sh", "-c", cmd }, { timeout = 20 })
+end
+
+-- A save of 100,000 floats (400 KB) in a child whose file size limit is a few KiB.
+local function failing_save(target)
+  local r = child_save(target, 100000, "trap '' XFSZ; ulimit -f 8;")
+  assert.equal(0, r.status, r.stderr)
+  assert.is_truthy(r.stdout:find("error: ", 1, true), "the save should fail:\n" .. r.stdout)
+  assert.is_truthy(r.stdout:find("File too large", 1, true), r.stdout)
+  return r.stdout
+end
+
+describe("a failed save", function()
+  test("leaves the existing file as it was, and no temporary file", function()
+    local d = fresh_dir("keep")
+    local p = d .. "/old.npy"
+    qlua.save(p, qlua.tensor({ 1.5, 2.5, 3.5 }))
+    local old = read_bytes(p)
+    failing_save(p)
+    assert.is_true(exists(p), "the old file was removed")
+    assert.equal(old, read_bytes(p), "the old file was changed")
+    assert.equal("old.npy ", listing(d), "a temporary file was left behind")
+  end)
+
+  test("to a new path leaves nothing behind", function()
+    local d = fresh_dir("keep_new")
+    failing_save(d .. "/new.npy")
+    assert.equal("", listing(d))
+  end)
+
+  test("through a symlink keeps the link and the target's content", function()
+    local d = fresh_dir("link_fail")
+    assert(os.execute("mkdir " .. P.quote(d .. "/a") .. " " .. P.quote(d .. "/b")))
+    qlua.save(d .. "/a/t.npy", qlua.tensor({ 7, 8 }))
+    local old = read_bytes(d .. "/a/t.npy")
+    assert(os.execute("ln -s ../a/t.npy " .. P.quote(d .. "/b/l.npy")))
+    failing_save(d .. "/b/l.npy")
+    assert.is_true(is_link(d .. "/b/l.npy"), "the symlink was removed")
+    assert.equal("../a/t.npy", capture("readlink " .. P.quote(d .. "/b/l.npy")))
+    assert.equal(old, read_bytes(d .. "/a/t.npy"))
+    assert.equal("t.npy ", listing(d .. "/a"))
+  end)
+
+  test("to /dev/full raises 'No space left on device' and keeps the node (root)", function()
+    if not is_root() then pending("needs root (a failed save used to delete the node)") return end
+    if not is_chardev("/dev/full") then pending("/dev/full is missing") return end
+    finally(function()  -- a regression must not leave the machine without /dev/full
+      if not exists("/dev/full") then os.execute("mknod -m 666 /dev/full c 1 7") end
+    end)
+    local msg = T.assert_error(function() qlua.save("/dev/full", qlua.ones(10000)) end,
+      "save", "/dev/full")
+    assert.is_truthy(msg:find("No space left on device$"), msg)
+    assert.is_true(is_chardev("/dev/full"), "/dev/full is no longer a character device")
+    qlua.save("/dev/null", qlua.ones(10))
+    assert.is_true(is_chardev("/dev/null"))
+  end)
+
+  test("to a FIFO whose reader has gone raises an error (EPIPE), not SIGPIPE", function()
+    local d = fresh_dir("fifo")
+    local fifo = d .. "/pipe.npy"
+    assert(os.execute("mkfifo " .. P.quote(fifo)))
+    -- the reader takes one byte and leaves; 4 MB cannot fit in the pipe
+    local r = child_save(fifo, 1000000,
+      "( timeout 10 head -c 1 " .. P.quote(fifo) .. " >/dev/null & );")
+    assert.equal(0, r.status, "the child died (status " .. r.status .. "):\n" .. r.stdout .. r.stderr)
+    assert.is_truthy(r.stdout:find("error: save: cannot write '" .. fifo .. "': Broken pipe",
+      1, true), r.stdout)
+    assert.is_truthy(r.stdout:find("signals unchanged", 1, true), r.stdout)
+    assert.is_true(is_fifo(fifo), "the FIFO was removed")
+  end)
+end)
+
+describe("a successful save", function()
+  test("through symlinks replaces the final target's content and keeps the links", function()
+    local d = fresh_dir("link_ok")
+    assert(os.execute("mkdir " .. P.quote(d .. "/a") .. " " .. P.quote(d .. "/b")))
+    qlua.save(d .. "/a/t.npy", qlua.zeros(3))
+    assert(os.execute("ln -s ../a/t.npy " .. P.quote(d .. "/b/l.npy")))
+    assert(os.execute("ln -s l.npy " .. P.quote(d .. "/b/l2.npy")))    -- a chain
+    assert(os.execute("ln -s " .. P.quote(d .. "/a/t.npy") .. " " .. P.quote(d .. "/abs.npy")))
+    qlua.save(d .. "/b/l2.npy", qlua.tensor({ 4, 5, 6, 7 }))
+    assert.is_true(is_link(d .. "/b/l2.npy") and is_link(d .. "/b/l.npy"), "a link was replaced")
+    T.assert_equal(qlua.load(d .. "/a/t.npy"), { 4, 5, 6, 7 })
+    qlua.save(d .. "/abs.npy", qlua.tensor({ 9 }))
+    assert.is_true(is_link(d .. "/abs.npy"))
+    T.assert_equal(qlua.load(d .. "/a/t.npy"), { 9 })
+    assert.equal("t.npy ", listing(d .. "/a"))
+    assert.equal("l.npy l2.npy ", listing(d .. "/b"))
+    -- a dangling link: the save creates its target
+    assert(os.execute("ln -s ../a/new.npy " .. P.quote(d .. "/b/dangling.npy")))
+    qlua.save(d .. "/b/dangling.npy", qlua.tensor({ 1 }))
+    assert.is_true(is_link(d .. "/b/dangling.npy"))
+    T.assert_equal(qlua.load(d .. "/a/new.npy"), { 1 })
+  end)
+
+  test("keeps an existing file's permission bits; a new file gets 0666 & ~umask", function()
+    local d = fresh_dir("modes")
+    local p = d .. "/m.npy"
+    qlua.save(p, qlua.zeros(2))
+    assert(os.execute("chmod 640 " .. P.quote(p)))
+    qlua.save(p, qlua.ones(2))
+    assert.equal("640", stat("%a", p))
+    assert(os.execute("chmod 604 " .. P.quote(p)))
+    qlua.save(p, qlua.ones(3))
+    assert.equal("604", stat("%a", p))
+    local r = child_save(d .. "/umask.npy", 2, "umask 027;")
+    assert.is_truthy(r.stdout:find("saved", 1, true), r.stdout .. r.stderr)
+    assert.equal("640", stat("%a", d .. "/umask.npy"))
+    r = child_save(d .. "/umask0.npy", 2, "umask 0;")
+    assert.equal("666", stat("%a", d .. "/umask0.npy"))
+  end)
+
+  test("keeps an existing file's owner and group (root)", function()
+    if not is_root() then pending("needs root to give a file away") return end
+    local p = fresh_dir("owner") .. "/o.npy"
+    qlua.save(p, qlua.zeros(2))
+    assert(os.execute("chown 65534:65534 " .. P.quote(p)))
+    qlua.save(p, qlua.ones(2))
+    assert.equal("65534:65534", stat("%u:%g", p))
+  end)
+
+  test("refuses a file the caller may not write, and one in a directory it may not write", function()
+    if not is_root() or not P.have("setpriv") then pending("needs root and setpriv") return end
+    local d = fresh_dir("readonly")
+    local p = d .. "/ro.npy"
+    qlua.save(p, qlua.zeros(2))
+    local old = read_bytes(p)
+    assert(os.execute("chmod 444 " .. P.quote(p) .. " && chown -R 65534:65534 " .. P.quote(d) ..
+      " && chmod 755 " .. P.quote(path(""))))
+    local r = child_save(p, 2, nil, "setpriv --reuid=65534 --regid=65534 --clear-groups")
+    assert.is_truthy(r.stdout:find("error: save: cannot open '" .. p ..
+      "' for writing: Permission denied", 1, true), r.stdout .. r.stderr)
+    assert.equal(old, read_bytes(p))
+    -- a writable file in a directory we may not write: refused too (no temporary file)
+    assert(os.execute("chmod 666 " .. P.quote(p) .. " && chmod 555 " .. P.quote(d)))
+    r = child_save(p, 2, nil, "setpriv --reuid=65534 --regid=65534 --clear-groups")
+    assert.is_truthy(r.stdout:find("error: save: cannot create a file next to '" .. p ..
+      "' to replace it: Permission denied", 1, true), r.stdout .. r.stderr)
+    assert.equal(old, read_bytes(p))
+    assert(os.execute("chmod 755 " .. P.quote(d)))
+  end)
+
+  test("to /dev/stdout writes into the pipe that stdout is", function()
+    if not exists("/dev/stdout") then pending("no /dev/stdout") return end
+    local out = path("from_stdout.npy")
+    local r = P.run({ "/bin/sh", "-c", P.quote(P.qlua()) ..
+      " -e 'qlua.save(\"/dev/stdout\", qlua.tensor({1, 2, 3}))' | cat > " .. P.quote(out) })
+    assert.equal(0, r.status, r.stderr)
+    T.assert_equal(qlua.load(out), { 1, 2, 3 })
+  end)
+
+  test("to a directory is refused, and the directory stays", function()
+    local d = fresh_dir("a_dir.npy")
+    T.assert_error(function() qlua.save(d, qlua.zeros(2)) end, "save", "Is a directory")
+    assert.is_true(sh_ok("test -d " .. P.quote(d)))
+  end)
+end)
+
+-- ------------------------------------------------------------------ header bytes
+describe("a NUL byte in the header", function()
+  test("is refused wherever it is", function()
+    local data = string.pack("<f<f", 1, 2)
+    local cases = {
+      { "in descr", npy_header("<f4\0junk", { 2 }) },
+      { "at the end of descr", npy_header("<f4\0", { 2 }) },
+      { "in a key", (npy_header("<f4", { 2 }):gsub("'descr'", "'descr\0x'")) },
+      { "after the dict", (npy_header("<f4", { 2 }):gsub("} ", "}\0")) },
+      { "in the shape", (npy_header("<f4", { 2 }):gsub("%(2,%)", "(2\0,)")) },
+      { "after False", (npy_header("<f4", { 2 }):gsub("False", "False\0")) },
+    }
+    for _, case in ipairs(cases) do
+      local p = path("nul.npy")
+      write_bytes(p, case[2] .. data)
+      T.assert_error(function() return qlua.load(p) end, "load", "malformed header", p)
+    end
+    write_bytes(path("nul.npy"), cases[1][2] .. data)
+    T.assert_error(function() return qlua.load(path("nul.npy")) end, "NUL")
+  end)
+end)
+
+-- ------------------------------------------------------------------ long paths
+describe("errors about long paths", function()
+  -- 1,000+ bytes in components of 100 (a component may not exceed 255)
+  local function long_tail()
+    local parts = {}
+    for i = 1, 10 do parts[i] = string.rep(string.char(96 + i), 100) end
+    return table.concat(parts, "/")
+  end
+
+  local function check(msg, p, reason)
+    assert.is_truthy(#msg < 320, "message longer than the buffer: " .. #msg)
+    assert.is_truthy(msg:sub(-#reason) == reason, "the reason was cut off: " .. msg)
+    assert.is_truthy(msg:find(p:sub(1, 40), 1, true), "the path's head is missing: " .. msg)
+    assert.is_truthy(msg:find(p:sub(-30) .. "'", 1, true), "the path's tail is missing: " .. msg)
+    assert.is_truthy(msg:find("...", 1, true), msg)
+  end
+
+  test("keep the reason whole: a nonexistent directory", function()
+    local p = path("no/such/dir/" .. long_tail() .. "/x.npy")
+    assert.is_truthy(#p > 1000)
+    check(T.assert_error(function() qlua.save(p, qlua.zeros(2)) end, "save"), p,
+      "No such file or directory")
+    check(T.assert_error(function() return qlua.load(p) end, "load"), p,
+      "No such file or directory")
+  end)
+
+  test("keep the reason whole: a bad file deep down", function()
+    local d = path("deep/" .. long_tail())
+    assert(os.execute("mkdir -p " .. P.quote(d)))
+    local p = d .. "/bad.npy"
+    write_bytes(p, "hello, this is not an array\n")
+    check(T.assert_error(function() return qlua.load(p) end, "load"), p, "(bad magic)")
+    write_bytes(p, npy_header(">f8", { 2 }) .. string.rep("\0", 16))
+    check(T.assert_error(function() return qlua.load(p) end, "load", "big-endian"), p,
+      "a.astype(a.dtype.newbyteorder('<')))")
+    write_bytes(p, npy_header("<f2", { 2 }) .. string.rep("\0", 4))
+    check(T.assert_error(function() return qlua.load(p) end, "load", "'<f2'"), p,
+      "are supported)")
+    write_bytes(p, npy_header("<f4", { 2 }):gsub("False", "Maybe"))
+    check(T.assert_error(function() return qlua.load(p) end, "load"), p,
+      "(fortran_order is not True or False)")
+    qlua.save(p, qlua.zeros(3))      -- and a save deep down works
+    T.assert_equal(qlua.load(p), { 0, 0, 0 })
+  end)
+
+  test("cut the path at UTF-8 character boundaries", function()
+    local p = path("no/" .. string.rep("é", 300) .. "/" .. string.rep("ü", 300) .. ".npy")
+    local msg = T.assert_error(function() return qlua.load(p) end, "load")
+    assert.is_truthy(utf8.len(msg), "the message is not valid UTF-8: " .. msg)
+  end)
+end)
