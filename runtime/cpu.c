@@ -22,7 +22,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "device.h"
@@ -1708,6 +1710,52 @@ static cpu_blas_operand cpu_blas_layout(int64_t rows, int64_t cols, int64_t s0, 
 CPU_PACK(cpu_pack_f32, float)
 CPU_PACK(cpu_pack_f64, double)
 
+/* OpenBLAS takes a work buffer (128 MiB on Debian's x86-64 build) for the calling thread
+** and each worker it wakes, on first need, with mmap or malloc, and keeps them. When
+** neither call succeeds it tries again, forever (0.3.21 memory.c): with the address space
+** used up, the first product would hang. Where an allocation can fail for want of address
+** space or commit charge (a finite RLIMIT_AS, or vm.overcommit_memory = 2), the room for
+** every thread's buffer is checked first with a mapping of that size, unmapped at once:
+** no room is an error, never a hang. Elsewhere (the usual case) nothing is checked. */
+#define CPU_BLAS_BUFFER ((size_t)128 << 20)
+#define CPU_BLAS_BUFFER_SLACK ((size_t)1 << 20)
+
+static int cpu_overcommit_strict = -1;  /* -1: not read yet; the setting rarely changes */
+
+static int cpu_blas_room(qt_err *err) {
+  struct rlimit lim;
+  bool bounded = getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY;
+  int strict = __atomic_load_n(&cpu_overcommit_strict, __ATOMIC_RELAXED);
+  if (strict < 0) {
+    FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+    int mode = 0;
+    if (f != NULL) {
+      if (fscanf(f, "%d", &mode) != 1) mode = 0;
+      fclose(f);
+    }
+    strict = mode == 2;
+    __atomic_store_n(&cpu_overcommit_strict, strict, __ATOMIC_RELAXED);
+  }
+  if (!bounded && !strict) return 0;
+#ifdef OPENBLAS_VERSION
+  int threads = openblas_get_num_threads();
+#else
+  int threads = 1;
+#endif
+  if (threads < 1) threads = 1;
+  size_t need = (size_t)threads * (CPU_BLAS_BUFFER + CPU_BLAS_BUFFER_SLACK);
+  void *p = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p != MAP_FAILED) {
+    munmap(p, need);
+    return 0;
+  }
+  return qt_errorf(err, "matmul: out of memory: OpenBLAS needs %zu MiB of address space for "
+                   "its work buffers (%d thread%s x %zu MiB), and the process has no room "
+                   "for them (%s); free tensors, or set OPENBLAS_NUM_THREADS=1",
+                   need >> 20, threads, threads == 1 ? "" : "s", CPU_BLAS_BUFFER >> 20,
+                   bounded ? "its address space is limited: ulimit -v" : "vm.overcommit_memory is 2");
+}
+
 /* c[b] = a[b] @ b[b] through cblas_?gemm, one call per batch. Operands BLAS cannot take
 ** as they are (a stride-0 or otherwise non-unit inner stride) are packed into a
 ** temporary, once per distinct batch pointer (a broadcast batch is packed once). */
@@ -1747,6 +1795,11 @@ static int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const 
     free(pack_b);
     return qt_errorf(err, "matmul: out of memory packing an operand (%zu bytes)",
                      need_a ? bytes_a : bytes_b);
+  }
+  if (cpu_blas_room(err) != 0) {
+    free(pack_a);
+    free(pack_b);
+    return -1;
   }
   if (need_a) la.usable = true, la.transposed = false, la.ld = K;
   if (need_b) lb.usable = true, lb.transposed = false, lb.ld = N;
