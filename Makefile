@@ -146,7 +146,7 @@ uninstall:
 clean:
 	rm -rf $(BUILD)
 
-# ==== reliability: fuzz, asan, valgrind, embed ============================================
+# ==== reliability: fuzz, asan, valgrind, embed, tsan ======================================
 # The sanitizer and valgrind copies are built in their own build dirs by re-running make
 # with CFLAGS/LDFLAGS/BUILD set on the command line: the same rules, other flags.
 #
@@ -156,6 +156,8 @@ clean:
 #   make asan-fuzz [N=100000]        only the fuzz run, on the ASan build
 #   make valgrind                    build/cpu/qlua under valgrind: the samples, some specs
 #   make embed                       builds $(BUILD)/embed (samples/embed.c) and runs it
+#   make tsan [TSAN_N=50000]         ThreadSanitizer build in build/tsan (CPU only): embed
+#                                    --threads, references released on other threads
 #   make gpu-check                   on the GPU machine: the GPU specs and a fuzz run under
 #                                    compute-sanitizer memcheck, a plain GPU fuzz run, the soak
 #                                    (GPU_FUZZ_N, SAN_FUZZ_N, SOAK_SECONDS, SOAK_GIB)
@@ -179,8 +181,15 @@ VALGRIND_FLAGS ?= --error-exitcode=1 --leak-check=full --show-leak-kinds=definit
 VALGRIND_SPECS ?= spec/tensor_create_spec.lua spec/tensor_views_spec.lua spec/tensor_index_spec.lua \
                   spec/npy_spec.lua spec/embed_spec.lua
 EMBED       := $(BUILD)/embed
+TSAN_BUILD  ?= build/tsan
+TSAN_N      ?= 50000
+TSAN_FLAGS  ?= -fsanitize=thread -fno-omit-frame-pointer
+# OpenBLAS's own thread pool is not instrumented: one thread, so TSan sees only ours.
+TSAN_ENV    ?= TSAN_OPTIONS=halt_on_error=0:exitcode=66:report_signal_unsafe=0 \
+               OPENBLAS_NUM_THREADS=1
 
-.PHONY: fuzz asan asan-build asan-fuzz valgrind cpu-build embed embed-build gpu-check
+.PHONY: fuzz asan asan-build asan-fuzz valgrind cpu-build embed embed-build gpu-check \
+        tsan tsan-build
 
 # $(call san_quiet,COMMAND): runs COMMAND with ASan's "failed to allocate" warnings left
 # out of its output (with allocator_may_return_null, every deliberately impossible
@@ -246,6 +255,18 @@ $(EMBED): samples/embed.c $(RUNTIME_OBJ) $(KERNEL_OBJ) $(HEADERS)
 embed-build: $(EMBED)
 embed: $(EMBED)
 	$(EMBED)
+
+# ThreadSanitizer on the embedding test's threaded mode: two states on two threads, then
+# TSAN_N references kept with qt_tensor_share and released on two other threads while the
+# state uses, frees and collects the tensors, some held past lua_close. Any report fails.
+tsan-build:
+	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) CUDA=0 CFLAGS="-O1 -g $(TSAN_FLAGS)" \
+	  LDFLAGS="$(TSAN_FLAGS)" $(TSAN_BUILD)/embed
+
+tsan: tsan-build
+	@echo "make tsan: $(TSAN_BUILD)/embed --threads $(TSAN_N) under ThreadSanitizer"; \
+	$(TSAN_ENV) $(TSAN_BUILD)/embed --threads $(TSAN_N); rc=$$?; \
+	echo "make tsan: $$([ $$rc = 0 ] && echo clean || echo "FAILED (status $$rc)")"; exit $$rc
 # ==== end of reliability ==================================================================
 
 # The GPU half of the reliability checks, for the GPU machine (about 9 minutes with the

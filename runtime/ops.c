@@ -39,7 +39,7 @@
 qt_ctx *qt_ctx_new(void) {
   qt_ctx *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL) return NULL;
-  ctx->refcount = 1;
+  atomic_init(&ctx->refcount, 1);
   ctx->gpu_live_bytes = 0;
   ctx->gpu_gc_limit = OPS_DEFAULT_GC_LIMIT;
   ctx->gc = NULL;
@@ -51,12 +51,16 @@ qt_ctx *qt_ctx_new(void) {
   return ctx;
 }
 
+/* Like qt_storage_retain / qt_storage_release (tensor.c): a relaxed increment by a holder,
+** an acquire-release decrement, and only the one that drops the last reference frees. The
+** last release may be a storage's, on whichever thread released that storage. */
 void qt_ctx_retain(qt_ctx *ctx) {
-  if (ctx != NULL) ctx->refcount++;
+  if (ctx != NULL) atomic_fetch_add_explicit(&ctx->refcount, 1, memory_order_relaxed);
 }
 
 void qt_ctx_release(qt_ctx *ctx) {
-  if (ctx != NULL && --ctx->refcount == 0) free(ctx);
+  if (ctx != NULL && atomic_fetch_sub_explicit(&ctx->refcount, 1, memory_order_acq_rel) == 1)
+    free(ctx);
 }
 
 /* ================================================================== small helpers */

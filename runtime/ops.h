@@ -32,7 +32,7 @@ extern "C" {
 ** it allocated holds one (storage->owner), so storages finalised after the state's own
 ** userdata (at lua_close) still find it. */
 typedef struct qt_ctx {
-  int refcount;
+  qt_refcount refcount;      /* atomic (tensor.h): a storage may drop its reference on any thread */
   qt_err err;                /* the last error message */
   /* Garbage-collector driving (DESIGN "Execution and memory model"). gpu_live_bytes
   ** counts device bytes held by this state's storages; when an allocation would take it

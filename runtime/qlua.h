@@ -14,6 +14,37 @@
 ** userdata is reachable from Lua (keep it on the stack or in a table), never to be
 ** released by the caller. To keep a tensor beyond that, take your own reference with
 ** qt_tensor_share (tensor.h) and release it with qt_tensor_release when done.
+**
+** Threads, exactly:
+**   - A lua_State, and everything reached through it, is single-threaded: one thread at a
+**     time runs it (luaopen_qlua, qlua_* calls, scripts, lua_close), with the host's own
+**     synchronisation when that thread changes. Borrowed pointers (qlua_checktensor /
+**     qlua_totensor) are used only on that thread, and only there may qt_tensor_share
+**     take a reference from one. Independent states may run on different threads at once
+**     (devices, the device registry and the CPU and GPU allocators are process-wide and
+**     thread-safe).
+**   - A reference of your own (from qt_tensor_share, or the qt_tensor you built around
+**     qt_storage_wrap) may cross threads: hand the qt_tensor struct over with your own
+**     synchronisation (a mutex, a queue), then any thread that holds it may release it
+**     (qt_tensor_release), or share it further (qt_tensor_share from that reference),
+**     while the state keeps using, freeing and collecting its own references, or after
+**     lua_close. The reference counts of storages and of the state's context are atomic;
+**     the release that drops the last reference is the only one that frees, and does so on
+**     its own thread: the bytes go back to the device (the CPU allocator's byte counters
+**     are atomic), the context is freed if this was its last storage, and a
+**     qt_storage_wrap release callback runs there too. So such a callback must be safe to
+**     run on any thread that releases references, including the state's (t:free(),
+**     __gc, lua_close) and yours.
+**   - Except, for now, GPU tensors the runtime allocated: the last release of such a
+**     storage also uncharges its state's device-byte count (qt_ctx's gpu_live_bytes), a
+**     plain int64_t the state reads and writes on every GPU allocation. Release those
+**     references on the state's own thread while it is open, and from one thread at a
+**     time after lua_close. (CPU tensors and qt_storage_wrap memory have no such count.)
+**   - The bytes themselves are not synchronised: reading a tensor's memory on another
+**     thread while the state writes it (in-place ops, t:free(), which gives the bytes back
+**     for every reference at once) is the host's race to prevent. Checking a reference
+**     for "freed" (qt_tensor_check) reads a flag the state's t:free() writes: same rule.
+**   - samples/embed.c --threads does all of this; make tsan runs it under ThreadSanitizer.
 */
 #ifndef QLUA_H
 #define QLUA_H

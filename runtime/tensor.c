@@ -9,6 +9,7 @@
 #include "tensor.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,8 +69,10 @@ int qt_err_rename(qt_err *err, const char *from, const char *to) {
 
 /* ------------------------------------------------------------------ storage */
 
+/* Retaining needs no ordering: the caller holds a reference, so the count is >= 1 and
+** the storage cannot go away meanwhile (the usual refcount argument). */
 void qt_storage_retain(qt_storage *s) {
-  if (s != NULL) s->refcount++;
+  if (s != NULL) atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed);
 }
 
 /* Gives s's bytes back to whoever owns them (the embedder's release callback, or the
@@ -93,7 +96,7 @@ qt_storage *qt_storage_wrap(struct qt_device *dev, void *data, size_t nbytes,
                             void (*release)(void *release_ud, void *data), void *release_ud) {
   qt_storage *s = (qt_storage *)calloc(1, sizeof *s);
   if (s == NULL) return NULL;
-  s->refcount = 1;
+  atomic_init(&s->refcount, 1);
   s->device = dev;
   s->data = data;
   s->nbytes = nbytes;
@@ -103,9 +106,13 @@ qt_storage *qt_storage_wrap(struct qt_device *dev, void *data, size_t nbytes,
   return s;
 }
 
+/* The decrement is acquire-release: every holder's release publishes its uses of the
+** storage (release), and the one that sees the count reach 0, the only one that frees,
+** acquires them all before giving the bytes back and freeing the struct, whichever
+** thread it runs on. */
 void qt_storage_release(qt_storage *s) {
   if (s == NULL) return;
-  if (--s->refcount > 0) return;
+  if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) > 1) return;
   storage_give_back(s);
   if (s->owner != NULL) qt_ctx_release(s->owner);
   free(s);

@@ -23,6 +23,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The reference counts of storages and contexts (ops.h) are atomic, because a reference
+** may be released on another thread (qlua.h, "Threads"). C sees C11's _Atomic int; C++
+** (the kernels/ .cu files, a C++ embedder) sees std::atomic<int>, the type C++23's
+** <stdatomic.h> itself defines _Atomic(int) as: the same size, alignment and lock-free
+** representation (the asserts below), so both languages read one struct layout and C++
+** code could even use the count correctly. Nobody outside tensor.c and ops.c's
+** qt_ctx_* touches it: take and drop references with the functions. (An opaque plain
+** int for C++ would also lay out the same, but would let C++ code race on it silently.)
+** The extern "C++" keeps <atomic> compiling when a C++ program includes this header,
+** or qlua.h, inside its own extern "C" { } block. */
+#ifdef __cplusplus
+extern "C++" {
+#include <atomic>
+}
+typedef std::atomic<int> qt_refcount;
+static_assert(sizeof(qt_refcount) == sizeof(int) && alignof(qt_refcount) == alignof(int),
+              "qt_refcount: std::atomic<int> must lay out like int (and _Atomic int)");
+static_assert(ATOMIC_INT_LOCK_FREE == 2, "qt_refcount: atomic int must be lock-free");
+#else
+#include <stdatomic.h>
+typedef _Atomic int qt_refcount;
+_Static_assert(sizeof(qt_refcount) == sizeof(int) && _Alignof(qt_refcount) == _Alignof(int),
+               "qt_refcount: _Atomic int must lay out like int (and std::atomic<int>)");
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "qt_refcount: atomic int must be lock-free");
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -90,7 +116,7 @@ struct qt_device;
 struct qt_ctx;
 
 typedef struct qt_storage {
-  int refcount;
+  qt_refcount refcount;       /* atomic: see qt_storage_release */
   bool freed;                 /* data given back by t:free(); views see "has been freed" */
   struct qt_device *device;   /* owner of data */
   void *data;                 /* device (or host) pointer; may be NULL when nbytes == 0 */
@@ -125,24 +151,31 @@ typedef struct qt_view {
 
 /* A storage over bytes the caller owns (the embedding API): `data` lives on `dev`
 ** (qt_cpu_device() for host memory), and release(release_ud, data) is called exactly once,
-** when the last reference goes or at t:free(). The caller holds the one reference
-** (refcount 1). NULL when out of memory (release is not called then). */
+** when the last reference goes or at t:free(), on the thread that does that (which may
+** be another thread than the state's when the embedder releases references there). The
+** caller holds the one reference (refcount 1). NULL when out of memory (release is not
+** called then). */
 qt_storage *qt_storage_wrap(struct qt_device *dev, void *data, size_t nbytes,
                             void (*release)(void *release_ud, void *data), void *release_ud);
-/* Takes a reference (refcount++). */
+/* Takes a reference (an atomic refcount++). The caller must already hold one. */
 void qt_storage_retain(qt_storage *s);
-/* Drops a reference; the last one gives the bytes back (device free or external
-** release) and frees the struct. Never fails. */
+/* Drops a reference (an atomic refcount--, acquire-release); the one that drops the last
+** gives the bytes back (device free or external release) and frees the struct, after
+** every other holder's accesses, on whichever thread that is. Never fails. Any thread
+** may release a reference it holds (see qlua.h, "Threads"). */
 void qt_storage_release(qt_storage *s);
-/* Gives the bytes back now (t:free()); idempotent; the struct lives on while referenced. */
+/* Gives the bytes back now (t:free()); idempotent; the struct lives on while referenced.
+** Not atomic with uses of the bytes: only the thread that owns the storage's state. */
 void qt_storage_free_data(qt_storage *s);
 
 /* Sets *t to hold nothing (storage NULL, ndim 0). */
 void qt_tensor_init(qt_tensor *t);
-/* Releases t's storage reference and re-initialises t; idempotent. */
+/* Releases t's storage reference and re-initialises t; idempotent. May run on any
+** thread for a reference that thread holds (qlua.h, "Threads"). */
 void qt_tensor_release(qt_tensor *t);
 /* *dst = a new reference to src's storage with src's geometry (a view of all of src).
-** dst must hold nothing. */
+** dst must hold nothing. src must hold a reference for the whole call: a tensor of your
+** own (any thread), or a borrowed one from Lua (only on that state's thread). */
 void qt_tensor_share(qt_tensor *dst, const qt_tensor *src);
 
 /* 0 if t can be used; else -1 with "<op>: tensor has been freed". */

@@ -2,7 +2,7 @@
 ** samples/embed.c — qlua inside your own C program.
 **
 **   make embed            (builds build/embed from this file and the runtime's objects, runs it)
-**   build/embed [--threads]
+**   build/embed [--threads [N]]
 **
 ** What it shows, in order:
 **   1. Opening the runtime in a lua_State of your own: luaL_requiref(L, "qlua",
@@ -16,10 +16,13 @@
 **      in), with a release callback that tells you when Lua is done with it.
 **   5. Closing one state: its tensors are freed (lua_close runs every __gc), device
 **      memory included, and the other state carries on.
-**   With --threads, the two states also run at the same time on two threads.
+**   With --threads [N], two states also run at the same time on two threads, and then
+**   6. References of your own crossing threads: N times, a reference taken with
+**      qt_tensor_share is handed to another thread and released there while the state
+**      keeps using, freeing and collecting the tensor (embed_cross_thread).
 **
 ** It is also the embedding-safety test (spec/embed_spec.lua runs it; make asan and make
-** valgrind run it under the sanitizers): every check that fails prints "embed: FAILED:
+** valgrind run it under the sanitizers, make tsan under ThreadSanitizer): every check that fails prints "embed: FAILED:
 ** ..." and the exit status is 1. On success the last line is "embed: ok".
 **
 ** Ownership rules, as runtime/qlua.h states them:
@@ -30,8 +33,14 @@
 **   - To keep a tensor beyond that, take a reference (qt_tensor_share) and drop it with
 **     qt_tensor_release. The storage, and the state context it is charged to, stay
 **     alive until then, even across lua_close.
+**   - A state and its borrowed pointers belong to one thread at a time. A reference of
+**     your own may be handed to another thread (with your own synchronisation) and
+**     released there; the last release frees, on its thread, and runs a lent block's
+**     release callback there (see qlua.h, "Threads").
 */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,8 +353,8 @@ static void embed_close_one(lua_State **A, lua_State *B, qt_tensor *kept, int gp
 
 /* ======================================================================== threads */
 
-/* --threads: each thread owns one state from start to end (a lua_State must never be
-** used by two threads at once), and both run tensor code at the same time. */
+/* --threads, part 1: each thread owns one state from start to end (a lua_State must never
+** be used by two threads at once), and both run tensor code at the same time. */
 typedef struct embed_thread {
   const char *name;
   int ok;
@@ -381,10 +390,257 @@ static void embed_threads(void) {
   CHECK(started == 2 && th[0].ok && th[1].ok, "the threaded states did not both succeed");
 }
 
+/* --threads, part 2: references kept with qt_tensor_share and released on other threads
+** (what qlua.h allows across threads). The main thread owns a state; each iteration it
+** makes a tensor in Lua, takes one or two references of its own and hands them through a
+** queue to two releaser threads, then keeps using the tensor in Lua: views (a retain on
+** this thread), sum, mul_, sometimes t:free(), dropping it and collecting (a release on
+** this thread). So the state's releases race the releasers' and either side may drop the
+** last reference; every few iterations the tensor is memory lent by us (qt_storage_wrap),
+** whose release callback then runs on whichever thread that is. At the end some
+** references are still held by the releasers when the state is closed: their storages
+** and the state's context are freed by a releaser. Checks: each lent block released
+** exactly once, the CPU device's byte count back where it started. make tsan runs this
+** under ThreadSanitizer; make asan and make valgrind too. */
+#define EMBED_QUEUE 16
+#define EMBED_LENT 8      /* lent blocks in flight, reused round-robin */
+#define EMBED_KEEP 6      /* references still held when the state closes */
+#define EMBED_RELEASERS 2
+
+typedef struct embed_ref {
+  qt_tensor t;
+  int keep;               /* release only after the state is closed */
+} embed_ref;
+
+typedef struct embed_queue {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  embed_ref ring[EMBED_QUEUE];
+  int head, count;
+  int closed;             /* set after lua_close: the releasers drop what they kept and end */
+  int kept_released;      /* references the releasers dropped after the close */
+} embed_queue;
+
+typedef struct embed_lent {
+  float values[1024];     /* 4 KiB: the size where the core's CPU GC pacing starts */
+  atomic_int released;    /* release callbacks run (by any thread) */
+  atomic_int off_thread;  /* ... of which on a releaser thread */
+  int generation;         /* lends so far (main thread only) */
+} embed_lent;
+
+static _Thread_local int embed_is_releaser = 0;
+
+static void embed_lent_release(void *ud, void *data) {
+  embed_lent *b = (embed_lent *)ud;
+  /* the runtime gives back what it was lent (else the count check below fails) */
+  atomic_fetch_add(&b->released, data == b->values ? 1 : 1000);
+  if (embed_is_releaser) atomic_fetch_add(&b->off_thread, 1);
+}
+
+/* Moves *ref into the queue (waits while it is full); *ref then holds nothing. */
+static void embed_queue_put(embed_queue *q, qt_tensor *ref, int keep) {
+  pthread_mutex_lock(&q->lock);
+  while (q->count == EMBED_QUEUE) pthread_cond_wait(&q->changed, &q->lock);
+  embed_ref *slot = &q->ring[(q->head + q->count) % EMBED_QUEUE];
+  slot->t = *ref;
+  slot->keep = keep;
+  q->count++;
+  pthread_cond_broadcast(&q->changed);
+  pthread_mutex_unlock(&q->lock);
+  qt_tensor_init(ref);
+}
+
+static void *embed_releaser_main(void *arg) {
+  embed_queue *q = (embed_queue *)arg;
+  embed_is_releaser = 1;
+  qt_tensor kept[EMBED_KEEP];
+  int nkept = 0;
+  unsigned spin = 0;
+  for (;;) {
+    pthread_mutex_lock(&q->lock);
+    while (q->count == 0 && !q->closed) pthread_cond_wait(&q->changed, &q->lock);
+    if (q->count == 0) {
+      pthread_mutex_unlock(&q->lock);
+      break;
+    }
+    embed_ref r = q->ring[q->head];
+    q->head = (q->head + 1) % EMBED_QUEUE;
+    q->count--;
+    pthread_cond_broadcast(&q->changed);
+    pthread_mutex_unlock(&q->lock);
+    if (r.keep && nkept < EMBED_KEEP) {
+      kept[nkept++] = r.t;
+      continue;
+    }
+    /* a varying delay, so the release lands before, during or after the state's use */
+    for (volatile unsigned k = 0; k < (spin = spin * 1103515245u + 12345u) % 4096u; k++) {
+    }
+    qt_tensor_release(&r.t);
+  }
+  for (int i = 0; i < nkept; i++) qt_tensor_release(&kept[i]);  /* the state is closed */
+  pthread_mutex_lock(&q->lock);
+  q->kept_released += nkept;
+  pthread_mutex_unlock(&q->lock);
+  return NULL;
+}
+
+/* Pushes the tensor passed as a light userdata (moving its reference in); under pcall. */
+static int embed_push_tensor(lua_State *L) {
+  qt_tensor *t = (qt_tensor *)lua_touserdata(L, 1);
+  return qlua_pushtensor(L, t);
+}
+
+/* Calls global function `fn`(i) in L; its one result is left on the stack. 0 or -1. */
+static int embed_call(lua_State *L, const char *fn, lua_Integer i) {
+  lua_pushcfunction(L, embed_msghandler);
+  lua_getglobal(L, fn);
+  lua_pushinteger(L, i);
+  if (lua_pcall(L, 1, 1, -3) != LUA_OK) {
+    fprintf(stderr, "embed: FAILED: cross-thread %s(%lld): %s\n", fn, (long long)i,
+            lua_tostring(L, -1));
+    failures++;
+    lua_pop(L, 2);
+    return -1;
+  }
+  lua_remove(L, -2);
+  return 0;
+}
+
+static void embed_cross_thread(int iterations) {
+  static embed_queue q = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                           { { { 0 }, 0 } }, 0, 0, 0, 0 };
+  static embed_lent lent[EMBED_LENT];
+  int64_t cpu_start = qt_cpu_allocated();
+  lua_State *L = embed_open("cross-thread");
+  if (L == NULL) {
+    failures++;
+    return;
+  }
+  pthread_t tid[EMBED_RELEASERS];
+  int started = 0;
+  for (int i = 0; i < EMBED_RELEASERS; i++)
+    if (pthread_create(&tid[i], NULL, embed_releaser_main, &q) == 0) started++;
+  CHECK(started == EMBED_RELEASERS, "could not start the releaser threads");
+
+  embed_run(L, "cross-thread: functions",
+            "function make(i)  -- the tensor to share: 16 floats to 8 KiB\n"
+            "  cur = qlua.rand(16 + (i * 37) % 2000)\n"
+            "  return cur\n"
+            "end\n"
+            "function use(i)   -- what the state does while the releasers release\n"
+            "  local t = cur\n"
+            "  local v = t:narrow(1, 1, 8)   -- a view: a retain here\n"
+            "  local s = v:sum() + t:sum()\n"
+            "  t:mul_(2)\n"
+            "  if i % 5 == 0 then t:free() end\n"
+            "  if i % 3 ~= 0 then cur = nil end\n"
+            "  t = nil; v = nil\n"
+            "  if i % 7 == 0 then collectgarbage() elseif i % 2 == 0 then collectgarbage('step') end\n"
+            "  return s\n"
+            "end\n"
+            "function use_lent(i)\n"
+            "  local w = lent:view(32, 32):t()\n"
+            "  lent:add_(1)\n"
+            "  local s = w:sum()\n"
+            "  lent = nil; w = nil\n"
+            "  if i % 2 == 0 then collectgarbage() end\n"
+            "  return s\n"
+            "end");
+  int lends = 0;
+  for (int i = 1; i <= iterations + EMBED_KEEP && failures == 0; i++) {
+    int keep = i > iterations;  /* the last few: held across lua_close */
+    qt_tensor ref;
+    qt_tensor_init(&ref);
+    /* every 4th a lent block; of the kept ones, half lent and half the runtime's (those
+    ** hold references on the state's context, so its last release is a releaser's) */
+    if (keep ? i % 2 == 0 : i % 4 == 0) {
+      /* memory of our own, lent to Lua; one reference shared out */
+      embed_lent *b = &lent[lends++ % EMBED_LENT];
+      /* a block lent before is reused once its release has run (Lua collected it and
+      ** the releaser dropped its reference, in either order) */
+      long waits = 0;
+      while (atomic_load(&b->released) != b->generation && waits++ < 200000) {
+        lua_gc(L, LUA_GCCOLLECT, 0);
+        sched_yield();
+      }
+      if (atomic_load(&b->released) != b->generation) {
+        CHECK(0, "lent block %d: release never ran (%d of %d)", (int)(b - lent),
+              atomic_load(&b->released), b->generation);
+        break;
+      }
+      for (int k = 0; k < 1024; k++) b->values[k] = (float)k;
+      b->generation++;
+      qt_storage *s = qt_storage_wrap(qt_cpu_device(), b->values, sizeof b->values,
+                                      embed_lent_release, b);
+      if (s == NULL) {
+        CHECK(0, "qt_storage_wrap: out of memory");
+        break;
+      }
+      qt_tensor t;
+      qt_tensor_init(&t);
+      t.storage = s;
+      t.dtype = QT_F32;
+      t.ndim = 1;
+      t.size[0] = 1024;
+      t.stride[0] = 1;
+      qt_tensor_share(&ref, &t);           /* ours, for a releaser */
+      lua_pushcfunction(L, embed_push_tensor);
+      lua_pushlightuserdata(L, &t);
+      if (lua_pcall(L, 1, 1, 0) != LUA_OK) {  /* t's reference is released either way */
+        CHECK(0, "lending memory: %s", lua_tostring(L, -1));
+        lua_pop(L, 1);
+        qt_tensor_release(&ref);
+        break;
+      }
+      lua_setglobal(L, "lent");
+      embed_queue_put(&q, &ref, keep);
+      if (embed_call(L, "use_lent", i) == 0) lua_pop(L, 1);
+    } else {
+      if (embed_call(L, "make", i) != 0) break;
+      qt_tensor *t = qlua_totensor(L, -1);  /* borrowed: the value is on the stack */
+      CHECK(t != NULL, "make(%d) did not return a tensor", i);
+      if (t == NULL) break;
+      qt_tensor_share(&ref, t);
+      if (i % 3 == 1) {                     /* two references, maybe to both releasers */
+        qt_tensor second;
+        qt_tensor_share(&second, &ref);
+        embed_queue_put(&q, &second, 0);
+      }
+      lua_pop(L, 1);
+      embed_queue_put(&q, &ref, keep);
+      if (embed_call(L, "use", i) == 0) lua_pop(L, 1);
+    }
+  }
+  embed_run(L, "cross-thread: drop", "cur = nil; lent = nil; collectgarbage(); collectgarbage()");
+  lua_close(L);                             /* the kept references outlive the state */
+  CHECK(qt_cpu_allocated() > cpu_start, "cross-thread: the kept references' bytes were "
+        "given back at lua_close");
+
+  pthread_mutex_lock(&q.lock);
+  q.closed = 1;
+  pthread_cond_broadcast(&q.changed);
+  pthread_mutex_unlock(&q.lock);
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+
+  CHECK(q.kept_released == EMBED_KEEP, "the releasers dropped %d references after lua_close, "
+        "not %d", q.kept_released, EMBED_KEEP);
+  int off_thread = 0;
+  for (int k = 0; k < EMBED_LENT; k++) {
+    CHECK(atomic_load(&lent[k].released) == lent[k].generation, "lent block %d: %d release "
+          "callbacks for %d lends", k, atomic_load(&lent[k].released), lent[k].generation);
+    off_thread += atomic_load(&lent[k].off_thread);
+  }
+  CHECK(off_thread > 0, "no release callback ran on a releaser thread");
+  CHECK(qt_cpu_allocated() == cpu_start, "cross-thread: %lld CPU bytes allocated at the end, "
+        "%lld at the start", (long long)qt_cpu_allocated(), (long long)cpu_start);
+}
+
 /* ======================================================================== main */
 
 int main(int argc, char **argv) {
   int threads = argc > 1 && strcmp(argv[1], "--threads") == 0;
+  int iterations = threads && argc > 2 ? atoi(argv[2]) : 2000;
+  if (iterations < 1) iterations = 1;
 
   lua_State *A = embed_open("A");
   lua_State *B = embed_open("B");
@@ -405,13 +661,19 @@ int main(int argc, char **argv) {
         "the start)", (long long)embed_allocated(B, "cpu"), (long long)cpu_start);
   lua_close(B);
 
-  if (threads) embed_threads();
+  if (threads) {
+    embed_threads();
+    embed_cross_thread(iterations);
+  }
 
   if (failures > 0) {
     fprintf(stderr, "embed: %d check(s) failed\n", failures);
     return 1;
   }
-  printf("embed: ok (two states%s%s)\n", gpus > 0 ? ", GPU" : ", no GPU",
-         threads ? ", threads" : "");
+  if (threads)
+    printf("embed: ok (two states, %s, threads, %d cross-thread releases)\n",
+           gpus > 0 ? "GPU" : "no GPU", iterations);
+  else
+    printf("embed: ok (two states, %s)\n", gpus > 0 ? "GPU" : "no GPU");
   return 0;
 }
