@@ -51,7 +51,7 @@ qt_ctx *lq_ctx(lua_State *L) {
     return NULL;
   }
   st->running = L;
-  if (st->deferred > 0 && st->collecting == 0) lq_free_deferred(L, st);
+  if (st->deferred) lq_free_deferred(L, st);
   return st->ctx;
 }
 
@@ -64,10 +64,75 @@ int lq_raise_as(lua_State *L, qt_ctx *ctx, const char *core_op, const char *op) 
   return luaL_error(L, "%s", ctx->err.msg);
 }
 
+/* ---------------------------------------------------------------- arguments too many */
+
+/* The extra argument as a message shows it: numbers, booleans and short strings by value. */
+static const char *q_argdesc(lua_State *L, int arg) {
+  switch (lua_type(L, arg)) {
+    case LUA_TNUMBER: case LUA_TBOOLEAN:
+      return lua_pushfstring(L, "%s %s", luaL_typename(L, arg), luaL_tolstring(L, arg, NULL));
+    case LUA_TSTRING:
+      if (lua_rawlen(L, arg) <= 40) return lua_pushfstring(L, "string '%s'", lua_tostring(L, arg));
+      /* fall through */
+    default:
+      return luaL_typename(L, arg);
+  }
+}
+
+static void q_extra_argument(lua_State *L, int arg, const char *op, bool method, int takes) {
+  int top = lua_gettop(L);
+  while (top >= arg && lua_isnil(L, top)) top--;  /* trailing nils are absent arguments */
+  if (top < arg) return;
+  int shown = method ? arg - 1 : arg;             /* as the user counts: after self */
+  const char *what = q_argdesc(L, arg);
+  if (takes < 0) luaL_error(L, "%s: unexpected argument #%d (%s)", op, shown, what);
+  if (method) takes--;
+  luaL_error(L, "%s: unexpected argument #%d (%s): %s takes at most %d argument%s", op, shown,
+             what, op, takes, takes == 1 ? "" : "s");
+}
+
+void lq_checkend(lua_State *L, int arg, const char *op, bool method) {
+  q_extra_argument(L, arg, op, method, -1);
+}
+
+/* Every registered function runs through here: upvalue 2 is its lq_Reg entry, and the
+** function is called directly, in this same frame, so its upvalue 1 is the box. */
+static int q_trampoline(lua_State *L) {
+  const lq_Reg *r = (const lq_Reg *)lua_touserdata(L, lua_upvalueindex(2));
+  if (r->nargs != LQ_VARARGS && lua_gettop(L) > r->nargs)
+    q_extra_argument(L, r->nargs + 1, r->name, lua_toboolean(L, lua_upvalueindex(3)), r->nargs);
+  return r->func(L);
+}
+
+void lq_setfuncs(lua_State *L, const lq_Reg *regs, int box_idx, bool method) {
+  box_idx = lua_absindex(L, box_idx);
+  for (const lq_Reg *r = regs; r->name != NULL; r++) {
+    lua_pushvalue(L, box_idx);
+    lua_pushlightuserdata(L, (void *)r);
+    lua_pushboolean(L, method);
+    lua_pushcclosure(L, q_trampoline, 3);
+    lua_setfield(L, -2, r->name);
+  }
+}
+
+int lq_call_named(lua_State *L, lua_CFunction fn, int nargs, int nresults, const char *op,
+                  const char *what) {
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushcclosure(L, fn, 1);
+  lua_insert(L, -(nargs + 1));
+  int rc = lua_pcall(L, nargs, nresults, 0);
+  if (rc == LUA_ERRMEM) {
+    lua_pop(L, 1);
+    return luaL_error(L, "%s: not enough memory (%s)", op, what);
+  }
+  if (rc != LUA_OK) return lua_error(L);
+  return nresults;
+}
+
 /* The GC limit the bytes live now call for (see the header). The GPUs' memory sizes
 ** are summed once per set of GPUs used, so this is cheap enough for every t:free(). */
 static int64_t q_pace(lq_state *st) {
-  int64_t live = st->ctx->gpu_live_bytes;
+  int64_t live = atomic_load(&st->ctx->gpu_live_bytes);
   if (st->total_of != st->gpus_used) {
     int64_t total = 0;
     for (int g = 0; g < 64; g++) {
@@ -109,9 +174,7 @@ void lq_gc_relax(lua_State *L) {
 static void q_gc_callback(void *ud, int out_of_memory) {
   lq_state *st = (lq_state *)ud;
   if (st->ctx == NULL || st->running == NULL) return;
-  st->collecting++;  /* t:free() in a finalizer waits until the op that called us is done */
-  lua_gc(st->running, LUA_GCCOLLECT);
-  st->collecting--;
+  lua_gc(st->running, LUA_GCCOLLECT);  /* finalizers cannot release our operands (l_tensor.c) */
   if (out_of_memory) {
     for (int g = 0; g < 64; g++) {
       if (!(st->gpus_used & ((uint64_t)1 << g))) continue;
@@ -159,6 +222,7 @@ static int q_create(lua_State *L, const char *op, const qt_scalar *fill_value) {
   int ndim;
   int64_t size[QT_MAXDIM];
   int next = lq_checkshape(L, 1, op, 0, &ndim, size);
+  lq_checkend(L, next + 1, op, false);
   qt_dtype dtype = QT_F32;
   qt_device *dev = NULL;
   q_opts(L, next, op, &dtype, &dev);
@@ -199,12 +263,14 @@ static int q_full(lua_State *L) {
   return 1;
 }
 
-/* range(first, last [, step] [, opts]): inclusive, like `for i = first, last, step`.
-** All-integer arguments count exactly in unsigned arithmetic; float ones count
-**     n = floor((last - first) / step + 1e-9) + 1
-** (the 1e-9 absorbs the rounding of (last - first) / step, so range(0, 0.3, 0.1) has
-** the 4 elements one expects), and element k is first + k * step, computed in double
-** (no accumulated error). int64 when all three are Lua integers, else float32. */
+/* range(first, last [, step] [, opts]): inclusive, exactly the values of Lua 5.4's
+**     for i = first, last, step do ... end
+** An integer first and step make an integer loop (lvm.c forprep): a float last is
+** floored (ceiled for a negative step) and the count is exact, in unsigned arithmetic.
+** Otherwise the loop is a float one: i starts at first and i = i + step while
+** i <= last (>= for a negative step), accumulated in double as Lua does, so
+** range(0, 0.3, 0.1) is 0, 0.1, 0.2 (the fourth i is 0.30000000000000004 > 0.3), the 3
+** values the loop gives. int64 when all three are Lua integers, else float32. */
 /* range fills a CPU tensor in place (no separate host buffer), so a count too large for
 ** memory fails in the allocator, with the op named, like every other allocation. */
 static char *q_range_buffer(lua_State *L, qt_ctx *ctx, qt_dtype dtype, int64_t n) {
@@ -233,17 +299,30 @@ static int q_range(lua_State *L) {
   if (has_step) opts_arg = 4;
   else if (!lua_isnoneornil(L, 3) && lua_type(L, 3) != LUA_TTABLE)
     luaL_typeerror(L, 3, "number or table");
-  bool all_int = lua_isinteger(L, 1) && lua_isinteger(L, 2) && (!has_step || lua_isinteger(L, 3));
+  bool int_loop = lua_isinteger(L, 1) && (!has_step || lua_isinteger(L, 3));
+  bool all_int = int_loop && lua_isinteger(L, 2);
   qt_dtype dtype = all_int ? QT_I64 : QT_F32;
   qt_device *dev = NULL;
   q_opts(L, opts_arg, "range", &dtype, &dev);
 
   int64_t n;
-  if (all_int) {
-    lua_Integer first = lua_tointeger(L, 1), last = lua_tointeger(L, 2);
+  if (int_loop) {
+    lua_Integer first = lua_tointeger(L, 1), last;
     lua_Integer step = has_step ? lua_tointeger(L, 3) : 1;
     if (step == 0) return luaL_error(L, "range: step is zero");
-    bool empty = step > 0 ? first > last : first < last;
+    bool empty = false;
+    if (lua_isinteger(L, 2)) {
+      last = lua_tointeger(L, 2);
+    } else {  /* Lua's forlimit: a float limit floored (or ceiled), clipped to the integers */
+      double f = lua_tonumber(L, 2);
+      double r = step > 0 ? floor(f) : ceil(f);
+      if (r != r) empty = true;  /* NaN: the loop does not run */
+      else if (r >= 9223372036854775808.0) last = LUA_MAXINTEGER, empty = step < 0;
+      else if (r < -9223372036854775808.0) last = LUA_MININTEGER, empty = step > 0;
+      else last = (lua_Integer)r;
+      if (empty) last = first;
+    }
+    empty = empty || (step > 0 ? first > last : first < last);
     if (empty) {
       n = 0;
     } else {
@@ -268,18 +347,29 @@ static int q_range(lua_State *L) {
       }
       return q_range_finish(L, ctx, dev);
     }
+    char *host = q_range_buffer(L, ctx, dtype, n);  /* a float dtype: the same integers */
+    for (int64_t k = 0; k < n; k++) {
+      double v = (double)(int64_t)((uint64_t)first + (uint64_t)k * (uint64_t)step);
+      if (dtype == QT_F32) ((float *)host)[k] = (float)v;
+      else ((double *)host)[k] = v;
+    }
+    return q_range_finish(L, ctx, dev);
   }
   double first = lua_tonumber(L, 1), last = lua_tonumber(L, 2);
   double step = has_step ? lua_tonumber(L, 3) : 1.0;
   if (step == 0) return luaL_error(L, "range: step is zero");
   if (!isfinite(first) || !isfinite(last) || !isfinite(step))
     return luaL_error(L, "range: first, last and step must be finite");
-  if (!all_int) {
-    double count = floor((last - first) / step + 1e-9) + 1;
-    if (count < 0) count = 0;
-    if (count > (double)(INT64_MAX / 8))
-      return luaL_error(L, "range: too many elements (%f to %f step %f)", first, last, step);
-    n = (int64_t)count;
+  /* Count the loop's turns as it runs them. An estimate bounds the work first, and a step
+  ** too small to move i (i + step == i) is an error: Lua's loop would never end. */
+  double estimate = floor((last - first) / step) + 1;
+  if (estimate > (double)((int64_t)1 << 40))
+    return luaL_error(L, "range: too many elements (%f to %f step %f)", first, last, step);
+  n = 0;
+  for (double i = first; step > 0 ? i <= last : i >= last; i += step) {
+    if (i + step == i)
+      return luaL_error(L, "range: step %f does not move %f (the loop would never end)", step, i);
+    n++;
   }
   if (!qt_is_float(dtype))
     for (int a = 1; a <= (has_step ? 3 : 2); a++)
@@ -287,8 +377,8 @@ static int q_range(lua_State *L) {
         return luaL_error(L, "range: %f is not an integer (dtype %s)", lua_tonumber(L, a),
                           qt_dtypes[dtype].name);
   char *host = q_range_buffer(L, ctx, dtype, n);
-  for (int64_t k = 0; k < n; k++) {
-    double v = first + (double)k * step;
+  double v = first;
+  for (int64_t k = 0; k < n; k++, v += step) {
     switch (dtype) {
       case QT_F32: ((float *)host)[k] = (float)v; break;
       case QT_F64: ((double *)host)[k] = v; break;
@@ -314,6 +404,7 @@ static int q_random(lua_State *L, const char *op, qt_random_kind kind) {
   int ndim;
   int64_t size[QT_MAXDIM];
   int next = lq_checkshape(L, 1, op, 0, &ndim, size);
+  lq_checkend(L, next + 1, op, false);
   qt_dtype dtype = QT_F32;
   qt_device *dev = NULL;
   q_opts(L, next, op, &dtype, &dev);
@@ -337,6 +428,7 @@ static int q_randint(lua_State *L) {
   int ndim;
   int64_t size[QT_MAXDIM];
   int next = lq_checkshape(L, 3, "randint", 0, &ndim, size);
+  lq_checkend(L, next + 1, "randint", false);
   qt_dtype dtype = QT_I64;
   qt_device *dev = NULL;
   q_opts(L, next, "randint", &dtype, &dev);
@@ -488,9 +580,17 @@ static int q_empty_cache(lua_State *L) {
 
 /* ================================================================ files and time */
 
+/* A path argument: a NUL inside would silently cut it short ("x.npy\0.bak" names x.npy). */
+static const char *q_checkpath(lua_State *L, int arg) {
+  size_t len;
+  const char *path = luaL_checklstring(L, arg, &len);
+  if (strlen(path) != len) luaL_argerror(L, arg, "path contains a NUL byte");
+  return path;
+}
+
 static int q_save(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = q_checkpath(L, 1);
   qt_tensor *t = qlua_checktensor(L, 2);
   if (qt_npy_save(ctx, path, t) != 0) return lq_raise(L, ctx);
   return 0;
@@ -499,7 +599,7 @@ static int q_save(lua_State *L) {
 /* load(path [, opts]): a CPU tensor unless opts.device says; opts.dtype converts. */
 static int q_load(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = q_checkpath(L, 1);
   qt_dtype dtype = QT_NDTYPES;
   qt_device *dev = NULL;
   q_opts(L, 2, "load", &dtype, &dev);
@@ -597,16 +697,17 @@ static int q_is_tensor(lua_State *L) {
 
 /* ================================================================ the module */
 
-static const luaL_Reg q_funcs[] = {
-  {"tensor", q_tensor}, {"empty", q_empty}, {"zeros", q_zeros}, {"ones", q_ones},
-  {"full", q_full}, {"range", q_range},
-  {"rand", q_rand}, {"randn", q_randn}, {"randint", q_randint}, {"seed", q_seed},
-  {"matmul", q_matmul}, {"set_tf32", q_set_tf32},
-  {"gpu_count", q_gpu_count}, {"device_name", q_device_name}, {"set_device", q_set_device},
-  {"sync", q_sync}, {"memory", q_memory}, {"empty_cache", q_empty_cache},
-  {"save", q_save}, {"load", q_load}, {"clock", q_clock}, {"bench", q_bench},
-  {"is_tensor", q_is_tensor},
-  {NULL, NULL}
+static const lq_Reg q_funcs[] = {
+  {"tensor", q_tensor, 2}, {"empty", q_empty, LQ_VARARGS}, {"zeros", q_zeros, LQ_VARARGS},
+  {"ones", q_ones, LQ_VARARGS}, {"full", q_full, 3}, {"range", q_range, 4},
+  {"rand", q_rand, LQ_VARARGS}, {"randn", q_randn, LQ_VARARGS},
+  {"randint", q_randint, LQ_VARARGS}, {"seed", q_seed, 1},
+  {"matmul", q_matmul, 2}, {"set_tf32", q_set_tf32, 1},
+  {"gpu_count", q_gpu_count, 0}, {"device_name", q_device_name, 1},
+  {"set_device", q_set_device, 1}, {"sync", q_sync, 1}, {"memory", q_memory, 1},
+  {"empty_cache", q_empty_cache, 0}, {"save", q_save, 2}, {"load", q_load, 2},
+  {"clock", q_clock, 0}, {"bench", q_bench, 2}, {"is_tensor", q_is_tensor, 1},
+  {NULL, NULL, 0}
 };
 
 /* Builds the state box (anchored in the registry, upvalue of every function), the
@@ -622,7 +723,6 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   st->gpus_used = 0;
   st->total_of = 0;
   st->total_bytes = 0;
-  st->collecting = 0;
   st->deferred = 0;
   lua_createtable(L, 0, 2);
   lua_pushcfunction(L, q_state_gc);
@@ -642,8 +742,7 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   lq_open_tensor(L, box);
 
   lua_createtable(L, 0, (int)(sizeof q_funcs / sizeof q_funcs[0]) + 1);
-  lua_pushvalue(L, box);
-  luaL_setfuncs(L, q_funcs, 1);
+  lq_setfuncs(L, q_funcs, box, false);
   lua_pushliteral(L, QLUA_VERSION);
   lua_setfield(L, -2, "version");
   lua_remove(L, box);

@@ -69,65 +69,152 @@ qt_tensor *lq_checklive(lua_State *L, int idx, const char *op) {
   return t;
 }
 
-/* __gc and __close (and the tail of t:free()): drop this userdata's reference. Never
-** raises, whatever it is given, and may run any number of times. */
-static int t_gc(lua_State *L) {
-  qt_tensor *t = qlua_totensor(L, 1);
-  if (t != NULL && t->storage != NULL) {
-    bool gpu = t->storage->device != NULL && t->storage->device->kind == QT_DEV_CUDA;
-    qt_tensor_release(t);
-    if (gpu) lq_gc_relax(L);
+/* ---------------------------------------------------------------- releases that must wait
+** A binding call holds C pointers to its operands (the tensor structs inside their
+** userdata) for as long as it runs, and Lua code can run in the middle of it: a
+** collection the call starts (an allocation past the GC limit, q_gc_callback) or one Lua
+** starts by itself (any allocation) runs finalizers, and a finalizer may close, collect
+** by hand (getmetatable(t).__gc(t)) or free a tensor that is one of those operands. So a
+** release of a tensor that a binding call in progress holds on its stack waits: it is
+** queued, and the first binding call made once no call holds it carries it out
+** (lq_free_deferred). Everything else is released at once, which keeps a collection's
+** purpose: real garbage is never on a call's stack, so it always goes now. */
+
+/* The registry table of waiting releases: tensor userdata -> true for t:free() (the bytes
+** go back for every view), false for __gc/__close (this userdata's reference only). */
+static const char t_deferred_key = 0;
+
+/* Whether a binding call still running holds the tensor at idx on its stack, or (when s
+** is not NULL) any tensor whose storage is s: t:free() gives the bytes back for every
+** view, so a view held by the call counts too. The frames from `level` up are searched
+** (1 skips the function doing the release, which holds the tensor as its argument; 0
+** searches the current call's stack too, up to slot `top`, where its own work begins);
+** the frames of the binding are the C closures whose upvalue 1 is this state's box. */
+static bool t_held_by_call(lua_State *L, int idx, const qt_storage *s, int level, int top) {
+  idx = lua_absindex(L, idx);
+  lua_Debug ar;
+  bool held = false;
+  luaL_checkstack(L, 4, "qlua: checking a release");
+  for (; !held && lua_getstack(L, level, &ar); level++) {
+    lua_getinfo(L, "f", &ar);                     /* the frame's function */
+    bool ours = lua_iscfunction(L, -1) && lua_getupvalue(L, -1, 1) != NULL;
+    if (ours) {
+      ours = lua_rawequal(L, -1, lua_upvalueindex(1));
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    if (!ours) continue;
+    int limit = level == 0 ? top : INT32_MAX;
+    for (int n = 1; !held && n <= limit && lua_getlocal(L, &ar, n) != NULL; n++) {
+      if (lua_rawequal(L, -1, idx)) {
+        held = true;
+      } else if (s != NULL) {
+        qt_tensor *o = qlua_totensor(L, -1);
+        held = o != NULL && o->storage == s;
+      }
+      lua_pop(L, 1);
+    }
   }
+  return held;
+}
+
+/* Queues the release of the tensor at idx; `free_data` as for t:free(). Returns false
+** (nothing queued) when the queue cannot grow: the caller then releases at once. */
+static int t_queue_protected(lua_State *L) {
+  bool free_data = lua_toboolean(L, 2);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &t_deferred_key);
+  }
+  lua_pushvalue(L, 1);
+  if (lua_rawget(L, -2) == LUA_TBOOLEAN && lua_toboolean(L, -1)) return 0;  /* free wins */
+  lua_pop(L, 1);
+  lua_pushvalue(L, 1);
+  lua_pushboolean(L, free_data);
+  lua_rawset(L, -3);
   return 0;
 }
 
-/* The registry table of tensors whose t:free() waits (see lq_state). */
-static const char t_deferred_key = 0;
+static bool t_defer(lua_State *L, int idx, bool free_data) {
+  lq_state *st = lq_state_of(L);
+  if (st == NULL) return false;
+  lua_pushvalue(L, lua_upvalueindex(1));     /* the closure keeps upvalue 1 for the check */
+  lua_pushcclosure(L, t_queue_protected, 1);
+  lua_pushvalue(L, idx);
+  lua_pushboolean(L, free_data);
+  if (lua_pcall(L, 2, 0, 0) != LUA_OK) {     /* out of memory growing the queue */
+    lua_pop(L, 1);
+    return false;
+  }
+  st->deferred = 1;
+  return true;
+}
 
-static void t_free_now(lua_State *L, qt_tensor *t) {
+static void t_release_now(lua_State *L, qt_tensor *t, bool free_data) {
   if (t->storage == NULL) return;
   bool gpu = t->storage->device != NULL && t->storage->device->kind == QT_DEV_CUDA;
-  qt_storage_free_data(t->storage);
+  if (free_data) qt_storage_free_data(t->storage);
   qt_tensor_release(t);
   if (gpu) lq_gc_relax(L);
 }
 
-/* t:free(): the storage's bytes go back now, for every view sharing them — unless a
-** collection the core started is running (we are in a finalizer, inside a core op that
-** may be reading this very tensor): then it is queued and freed by the next binding call. */
+/* Whether this C function was called by the collector as a finalizer (Lua 5.4 names
+** such calls "__gc" metamethods), not by Lua code. */
+static bool t_called_as_finalizer(lua_State *L) {
+  lua_Debug ar;
+  if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "n", &ar)) return false;
+  return ar.namewhat != NULL && strcmp(ar.namewhat, "metamethod") == 0 && ar.name != NULL &&
+         strcmp(ar.name, "__gc") == 0;
+}
+
+/* __gc and __close: drop this userdata's reference. Never raises, whatever it is given,
+** and may run any number of times. A real finalization goes at once (garbage is held by
+** no call); an explicit call waits while a binding call holds the tensor. */
+static int t_gc(lua_State *L) {
+  qt_tensor *t = qlua_totensor(L, 1);
+  if (t == NULL || t->storage == NULL) return 0;
+  if (!t_called_as_finalizer(L) && t_held_by_call(L, 1, NULL, 1, 0) && t_defer(L, 1, false)) return 0;
+  t_release_now(L, t, false);
+  return 0;
+}
+
+/* t:free(): the storage's bytes go back now, for every view sharing them, unless a
+** binding call in progress holds this tensor or a view of its storage. */
 static int t_free(lua_State *L) {
   qt_tensor *t = qlua_checktensor(L, 1);
-  lq_state *st = lq_state_of(L);
-  if (st != NULL && st->collecting > 0 && t->storage != NULL) {
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE) {
-      lua_pop(L, 1);
-      lua_newtable(L);
-      lua_pushvalue(L, -1);
-      lua_rawsetp(L, LUA_REGISTRYINDEX, &t_deferred_key);
-    }
-    lua_pushvalue(L, 1);
-    lua_rawseti(L, -2, ++st->deferred);
-    return 0;
-  }
-  t_free_now(L, t);
+  if (t->storage == NULL) return 0;
+  if (t_held_by_call(L, 1, t->storage, 1, 0) && t_defer(L, 1, true)) return 0;
+  t_release_now(L, t, true);
   return 0;
 }
 
 void lq_free_deferred(lua_State *L, lq_state *st) {
-  int n = st->deferred;
-  st->deferred = 0;
+  int top = lua_gettop(L);  /* the calling function's own slots end here */
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE) {
     lua_pop(L, 1);
+    st->deferred = 0;
     return;
   }
+  int queue = lua_gettop(L);
+  bool waiting = false;
   lua_pushnil(L);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &t_deferred_key);  /* a fresh queue from now on */
-  for (int i = 1; i <= n; i++) {
-    lua_rawgeti(L, -1, i);
+  while (lua_next(L, queue) != 0) {
+    bool free_data = lua_toboolean(L, -1);
+    lua_pop(L, 1);                                /* the key stays for lua_next */
     qt_tensor *t = qlua_totensor(L, -1);
-    if (t != NULL) t_free_now(L, t);
-    lua_pop(L, 1);
+    /* level 0 too: the call draining the queue may already hold pointers into it */
+    if (t != NULL && t_held_by_call(L, -1, free_data ? t->storage : NULL, 0, top)) {
+      waiting = true;                             /* still held: a later call does it */
+      continue;
+    }
+    if (t != NULL) t_release_now(L, t, free_data);
+    lua_pushvalue(L, -1);
+    lua_pushnil(L);
+    lua_rawset(L, queue);                         /* clearing a field is allowed mid-walk */
   }
+  st->deferred = waiting;
   lua_pop(L, 1);
 }
 
@@ -592,10 +679,11 @@ static void t_checktablesize(lua_State *L, const qt_tensor *t) {
   }
 }
 
-static int t_totable(lua_State *L) {
+/* The body of totable, run by lq_call_named so that running out of Lua memory midway (a
+** host copy and a table per row) says "totable: not enough memory". */
+static int t_totable_build(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, "totable");
-  t_checktablesize(L, t);
   int64_t n = qt_numel(t);
   char *host = (char *)lua_newuserdatauv(L, (size_t)n * qt_elsize(t->dtype), 0);
   if (qt_read_all(ctx, t, host) != 0) return lq_raise_as(L, ctx, "read", "totable");
@@ -609,11 +697,21 @@ static int t_totable(lua_State *L) {
   return 1;
 }
 
+static int t_totable(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "totable");
+  t_checktablesize(L, t);
+  char shape[96], what[160];
+  snprintf(what, sizeof what, "for the tables of a %s %s tensor",
+           qt_shape_str(t->ndim, t->size, shape, sizeof shape), qt_dtypes[t->dtype].name);
+  lua_settop(L, 1);
+  return lq_call_named(L, t_totable_build, 1, 1, "totable", what);
+}
+
 /* ================================================================ views */
 
 /* view/reshape: at most one -1. */
 static void t_checkviewshape(lua_State *L, int arg, const char *op, int *ndim, int64_t *size) {
-  lq_checkshape(L, arg, op, LQ_SHAPE_INFER, ndim, size);
+  lq_checkend(L, lq_checkshape(L, arg, op, LQ_SHAPE_INFER, ndim, size), op, true);
   int inferred = 0;
   for (int d = 0; d < *ndim; d++)
     if (size[d] == -1 && ++inferred > 1) luaL_error(L, "%s: only one size may be -1", op);
@@ -712,7 +810,7 @@ static int t_permute(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "permute");
   int64_t dims[QT_MAXDIM];
   int n;
-  lq_checkshape(L, 2, "permute", 0, &n, dims);
+  lq_checkend(L, lq_checkshape(L, 2, "permute", 0, &n, dims), "permute", true);
   if (n != t->ndim)
     return luaL_error(L, "permute: got %d dims for a tensor of %d dims", n, t->ndim);
   int perm[QT_MAXDIM];
@@ -736,7 +834,7 @@ static int t_expand(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "expand");
   int ndim;
   int64_t size[QT_MAXDIM];
-  lq_checkshape(L, 2, "expand", LQ_SHAPE_INFER, &ndim, size);
+  lq_checkend(L, lq_checkshape(L, 2, "expand", LQ_SHAPE_INFER, &ndim, size), "expand", true);
   if (ndim < t->ndim)
     return luaL_error(L, "expand: %d sizes given for a tensor of %d dims", ndim, t->ndim);
   for (int d = 0; d < ndim; d++) {
@@ -1014,9 +1112,10 @@ static int t_mm_unm(lua_State *L) {
   return t_unary(L, QT_NEG, "neg", qt_scalar_i(0), qt_scalar_i(0));
 }
 
-/* A clamp bound: nil is no bound (+-inf, and the int64 extremes for integer tensors); a
-** float bound on an integer tensor rounds inwards (lo up, hi down). */
-static qt_scalar t_clampbound(lua_State *L, int arg, const char *op, bool upper) {
+/* A clamp bound: nil is no bound (+-inf, and the int64 extremes for integer tensors).
+** *is_float is set when the bound is a Lua float: an integer tensor then clamps in float64
+** (NumPy's rule for a float scalar), so .i is only used for integer bounds. */
+static qt_scalar t_clampbound(lua_State *L, int arg, const char *op, bool upper, bool *is_float) {
   qt_scalar s;
   if (lua_isnoneornil(L, arg)) {
     s.f = upper ? HUGE_VAL : -HUGE_VAL;
@@ -1027,20 +1126,32 @@ static qt_scalar t_clampbound(lua_State *L, int arg, const char *op, bool upper)
   if (lua_isinteger(L, arg)) return qt_scalar_i((int64_t)lua_tointeger(L, arg));
   double d = lua_tonumber(L, arg);
   if (d != d) luaL_error(L, "%s: bound is NaN", op);
-  double r = upper ? floor(d) : ceil(d);
+  *is_float = true;
   s.f = d;
-  s.i = r >= 9223372036854775808.0 ? INT64_MAX : r < -9223372036854775808.0 ? INT64_MIN : (int64_t)r;
+  s.i = 0;
   return s;
 }
 
 static int t_clamp(lua_State *L) {
-  qt_scalar lo = t_clampbound(L, 2, "clamp", false), hi = t_clampbound(L, 3, "clamp", true);
-  return t_unary(L, QT_CLAMP, "clamp", lo, hi);
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, "clamp");
+  bool is_float = false;
+  qt_scalar lo = t_clampbound(L, 2, "clamp", false, &is_float);
+  qt_scalar hi = t_clampbound(L, 3, "clamp", true, &is_float);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_clamp(ctx, out, a, lo, hi, is_float) != 0) return lq_raise(L, ctx);
+  return 1;
 }
 
 static int t_clamp_(lua_State *L) {
-  qt_scalar lo = t_clampbound(L, 2, "clamp_", false), hi = t_clampbound(L, 3, "clamp_", true);
-  return t_unary_(L, QT_CLAMP, "clamp_", lo, hi);
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, "clamp_");
+  bool is_float = false;
+  qt_scalar lo = t_clampbound(L, 2, "clamp_", false, &is_float);
+  qt_scalar hi = t_clampbound(L, 3, "clamp_", true, &is_float);
+  if (qt_clamp_(ctx, a, lo, hi, is_float) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
 }
 
 static int t_fill_(lua_State *L) {
@@ -1198,39 +1309,44 @@ static int t_newindex(lua_State *L) {
 
 /* ================================================================ registration */
 
-static const luaL_Reg t_methods[] = {
+/* Method name, function, and the most arguments it takes counting self (lqlua.h). */
+static const lq_Reg t_methods[] = {
   /* inspection */
-  {"shape", t_shape}, {"size", t_size}, {"stride", t_stride}, {"dim", t_dim},
-  {"numel", t_numel}, {"dtype", t_dtype}, {"device", t_device},
-  {"is_contiguous", t_is_contiguous}, {"item", t_item}, {"totable", t_totable},
+  {"shape", t_shape, 1}, {"size", t_size, 2}, {"stride", t_stride, 2}, {"dim", t_dim, 1},
+  {"numel", t_numel, 1}, {"dtype", t_dtype, 1}, {"device", t_device, 1},
+  {"is_contiguous", t_is_contiguous, 1}, {"item", t_item, 1}, {"totable", t_totable, 1},
   /* views */
-  {"view", t_view}, {"reshape", t_reshape}, {"narrow", t_narrow}, {"select", t_select},
-  {"transpose", t_transpose}, {"t", t_t}, {"permute", t_permute}, {"expand", t_expand},
-  {"contiguous", t_contiguous}, {"clone", t_clone},
+  {"view", t_view, LQ_VARARGS}, {"reshape", t_reshape, LQ_VARARGS}, {"narrow", t_narrow, 4},
+  {"select", t_select, 3}, {"transpose", t_transpose, 3}, {"t", t_t, 1},
+  {"permute", t_permute, LQ_VARARGS}, {"expand", t_expand, LQ_VARARGS},
+  {"contiguous", t_contiguous, 1}, {"clone", t_clone, 1},
   /* moving */
-  {"gpu", t_gpu}, {"cpu", t_cpu}, {"to", t_to}, {"copy_", t_copy_},
+  {"gpu", t_gpu, 2}, {"cpu", t_cpu, 1}, {"to", t_to, 2}, {"copy_", t_copy_, 2},
   /* indexing */
-  {"gather", t_gather}, {"index_select", t_index_select}, {"take", t_take},
-  {"scatter_", t_scatter_}, {"index_add_", t_index_add_},
+  {"gather", t_gather, 3}, {"index_select", t_index_select, 3}, {"take", t_take, 2},
+  {"scatter_", t_scatter_, 4}, {"index_add_", t_index_add_, 4},
   /* arithmetic */
-  {"add", t_add}, {"sub", t_sub}, {"mul", t_mul}, {"div", t_div}, {"pow", t_pow},
-  {"maximum", t_maximum}, {"minimum", t_minimum},
-  {"eq", t_eq}, {"ne", t_ne}, {"lt", t_lt}, {"le", t_le}, {"gt", t_gt}, {"ge", t_ge},
-  {"add_", t_add_}, {"sub_", t_sub_}, {"mul_", t_mul_}, {"div_", t_div_}, {"pow_", t_pow_},
-  {"maximum_", t_maximum_}, {"minimum_", t_minimum_},
-  {"eq_", t_eq_}, {"ne_", t_ne_}, {"lt_", t_lt_}, {"le_", t_le_}, {"gt_", t_gt_},
-  {"ge_", t_ge_},
-  {"neg", t_neg}, {"abs", t_abs}, {"exp", t_exp}, {"log", t_log}, {"sqrt", t_sqrt},
-  {"tanh", t_tanh}, {"sigmoid", t_sigmoid}, {"relu", t_relu}, {"clamp", t_clamp},
-  {"neg_", t_neg_}, {"abs_", t_abs_}, {"exp_", t_exp_}, {"log_", t_log_}, {"sqrt_", t_sqrt_},
-  {"tanh_", t_tanh_}, {"sigmoid_", t_sigmoid_}, {"relu_", t_relu_}, {"clamp_", t_clamp_},
-  {"fill_", t_fill_}, {"zero_", t_zero_},
+  {"add", t_add, 2}, {"sub", t_sub, 2}, {"mul", t_mul, 2}, {"div", t_div, 2},
+  {"pow", t_pow, 2}, {"maximum", t_maximum, 2}, {"minimum", t_minimum, 2},
+  {"eq", t_eq, 2}, {"ne", t_ne, 2}, {"lt", t_lt, 2}, {"le", t_le, 2}, {"gt", t_gt, 2},
+  {"ge", t_ge, 2},
+  {"add_", t_add_, 2}, {"sub_", t_sub_, 2}, {"mul_", t_mul_, 2}, {"div_", t_div_, 2},
+  {"pow_", t_pow_, 2}, {"maximum_", t_maximum_, 2}, {"minimum_", t_minimum_, 2},
+  {"eq_", t_eq_, 2}, {"ne_", t_ne_, 2}, {"lt_", t_lt_, 2}, {"le_", t_le_, 2},
+  {"gt_", t_gt_, 2}, {"ge_", t_ge_, 2},
+  {"neg", t_neg, 1}, {"abs", t_abs, 1}, {"exp", t_exp, 1}, {"log", t_log, 1},
+  {"sqrt", t_sqrt, 1}, {"tanh", t_tanh, 1}, {"sigmoid", t_sigmoid, 1}, {"relu", t_relu, 1},
+  {"clamp", t_clamp, 3},
+  {"neg_", t_neg_, 1}, {"abs_", t_abs_, 1}, {"exp_", t_exp_, 1}, {"log_", t_log_, 1},
+  {"sqrt_", t_sqrt_, 1}, {"tanh_", t_tanh_, 1}, {"sigmoid_", t_sigmoid_, 1},
+  {"relu_", t_relu_, 1}, {"clamp_", t_clamp_, 3},
+  {"fill_", t_fill_, 2}, {"zero_", t_zero_, 1},
   /* reductions and products */
-  {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"min", t_min},
-  {"argmax", t_argmax}, {"argmin", t_argmin}, {"matmul", t_matmul},
+  {"sum", t_sum, 2}, {"mean", t_mean, 2}, {"max", t_max, 2}, {"min", t_min, 2},
+  {"argmax", t_argmax, 2}, {"argmin", t_argmin, 2}, {"matmul", t_matmul, 2},
   /* memory */
-  {"free", t_free},
-  {NULL, NULL}
+  {"free", t_free, 1},
+  {NULL, NULL, 0}
 };
 
 static const luaL_Reg t_metamethods[] = {
@@ -1244,8 +1360,7 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   box_idx = lua_absindex(L, box_idx);
   luaL_newmetatable(L, QLUA_TENSOR);            /* sets __name */
   lua_createtable(L, 0, (int)(sizeof t_methods / sizeof t_methods[0]));
-  lua_pushvalue(L, box_idx);
-  luaL_setfuncs(L, t_methods, 1);               /* methods: upvalue 1 = the state box */
+  lq_setfuncs(L, t_methods, box_idx, true);     /* methods: upvalue 1 = the state box */
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__methods");             /* for the REPL's completion */
   lua_pushvalue(L, box_idx);

@@ -15,6 +15,7 @@
 #define QLUA_LQLUA_H
 
 #include <lauxlib.h>
+#include <stdbool.h>
 #include <lua.h>
 
 #include "device.h"
@@ -31,11 +32,9 @@ typedef struct lq_state {
   uint64_t gpus_used;   /* bit n: gpu:n was handed out to this state (sync, empty_cache) */
   uint64_t total_of;    /* the gpus_used mask total_bytes was summed for */
   int64_t total_bytes;  /* device memory of those GPUs (GC pacing) */
-  /* A collection the core asked for (q_gc_callback) runs finalizers in the middle of a
-  ** core op, which holds pointers to its operands; a finalizer calling x:free() on one of
-  ** them would free bytes the op is about to read. While `collecting`, t:free() only
-  ** queues the tensor (`deferred` counts the queue); the next binding call frees it. */
-  int collecting;
+  /* Releases that wait (l_tensor.c): a finalizer run in the middle of a binding call
+  ** (by a collection the call or Lua started) closed, collected or freed a tensor that
+  ** a call in progress holds. Set while the queue may be non-empty; lq_ctx drains it. */
   int deferred;
 } lq_state;
 
@@ -55,8 +54,32 @@ void lq_gc_relax(lua_State *L);
 ** says "zeros: shape ... is too large", not "empty: ..."). */
 int lq_raise_as(lua_State *L, qt_ctx *ctx, const char *core_op, const char *op);
 
+/* A binding function with the most arguments it takes (a method counts self), so an
+** argument too many is an error naming the function instead of silently ignored:
+** t:add(1, 2, 3), or t:sub(1, 3) read as Torch7's slice. LQ_VARARGS: the function
+** checks its own tail with lq_checkend (shapes given as numbers: zeros(2, 3, opts)). */
+typedef struct lq_Reg {
+  const char *name;
+  lua_CFunction func;
+  int nargs;
+} lq_Reg;
+#define LQ_VARARGS (-1)
+/* Like luaL_setfuncs into the table on top, with the box at box_idx as upvalue 1 of
+** every function; method: self is argument 1 (messages count the arguments after it). */
+void lq_setfuncs(lua_State *L, const lq_Reg *regs, int box_idx, bool method);
+/* Raises "<op>: unexpected argument #n (...)" when any argument from `arg` on is not nil
+** (nargs arguments are expected before it). */
+void lq_checkend(lua_State *L, int arg, const char *op, bool method);
+
+/* Runs fn (a C function taking nargs arguments from the top of the stack, upvalue 1 the
+** box, as every binding function) protected, and turns an out-of-memory error of Lua's
+** allocator into "<op>: not enough memory (<what>)"; other errors pass through. Returns
+** fn's nresults results. For the calls that build large Lua values (tables, buffers). */
+int lq_call_named(lua_State *L, lua_CFunction fn, int nargs, int nresults, const char *op,
+                  const char *what);
+
 /* ---- l_tensor.c: tensor userdata */
-/* Frees the tensors t:free() queued during a core-triggered collection (see lq_state). */
+/* Carries out the queued releases of tensors no binding call holds any more (lq_state). */
 void lq_free_deferred(lua_State *L, lq_state *st);
 /* Pushes a new userdata holding an empty tensor, metatable set; the core fills it. */
 qt_tensor *lq_newtensor(lua_State *L);

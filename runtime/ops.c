@@ -40,7 +40,7 @@ qt_ctx *qt_ctx_new(void) {
   qt_ctx *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL) return NULL;
   atomic_init(&ctx->refcount, 1);
-  ctx->gpu_live_bytes = 0;
+  atomic_init(&ctx->gpu_live_bytes, 0);
   ctx->gpu_gc_limit = OPS_DEFAULT_GC_LIMIT;
   ctx->gc = NULL;
   ctx->gc_ud = NULL;
@@ -238,7 +238,7 @@ static int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t n
   *out = NULL;
   if (dev->iface->alloc == NULL) return ops_unsupported(ctx, op, dev);
   bool gpu = dev->kind == QT_DEV_CUDA;
-  if (gpu && ctx->gc != NULL && ctx->gpu_live_bytes + (int64_t)nbytes > ctx->gpu_gc_limit)
+  if (gpu && ctx->gc != NULL && atomic_load(&ctx->gpu_live_bytes) + (int64_t)nbytes > ctx->gpu_gc_limit)
     ctx->gc(ctx->gc_ud, 0);
   if (dev->kind == QT_DEV_CPU) ops_cpu_gc_pace(ctx, nbytes);
 
@@ -266,7 +266,7 @@ static int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t n
   s->nbytes = nbytes;
   s->owner = ctx;
   qt_ctx_retain(ctx);
-  if (gpu) ctx->gpu_live_bytes += (int64_t)nbytes;
+  if (gpu) atomic_fetch_add(&ctx->gpu_live_bytes, (int64_t)nbytes);
   *out = s;
   return 0;
 }
@@ -968,24 +968,49 @@ static qt_dtype ops_binary_dtype(qt_binop op, qt_dtype a, qt_dtype b) {
 ** result's dtype (*result), and the scalar as the device should see it.
 **   - a float number with an integer tensor, and `/` of an integer tensor: float64;
 **   - otherwise the tensor's dtype;
-**   - an int32 tensor with an integer outside int32's range: add/sub/mul are computed
-**     with the number wrapped to int32 (the same result modulo 2^32 as exact integer
-**     arithmetic, and int32 arithmetic wraps anyway); the other ops (comparisons, pow,
-**     maximum, minimum) are computed in int64 and stored back into int32, so comparisons
-**     are exact and the rest wrap. */
-static void ops_scalar_dtypes(qt_binop op, qt_dtype a, qt_scalar *s, bool s_is_float,
-                              qt_dtype *compute, qt_dtype *result) {
+**   - an int32 tensor with an integer outside int32's range: comparisons are computed in
+**     int64 (exact, as NumPy 2 compares out-of-bounds Python integers); any other op is
+**     an error, as in NumPy 2, since int32 cannot hold the number (it never wraps);
+**   - an integer raised to a negative integer power is an error, as in NumPy (the
+**     answer is not an integer).
+** scalar_first: the number is the left operand (2 ^ t: then t holds the exponents, and
+** the caller checks them). Returns 0, or -1 with the message. */
+static int ops_scalar_dtypes(qt_ctx *ctx, const char *name, qt_binop op, qt_dtype a,
+                             qt_scalar *s, bool s_is_float, bool scalar_first,
+                             qt_dtype *compute, qt_dtype *result) {
   qt_dtype d = a;
   if (!qt_is_float(a) && (s_is_float || op == QT_DIV)) d = QT_F64;
   *compute = *result = d;
   if (s_is_float) *s = ops_scalar_from_double(s->f);
   else *s = qt_scalar_i(s->i);
   if (d == QT_I32 && (s->i < INT32_MIN || s->i > INT32_MAX)) {
-    if (op == QT_ADD || op == QT_SUB || op == QT_MUL)
-      *s = qt_scalar_i((int32_t)(uint32_t)(uint64_t)s->i);
-    else
-      *compute = QT_I64;
+    if (!ops_is_comparison(op))
+      return qt_errorf(&ctx->err, "%s: %lld is out of range for an int32 tensor (convert it "
+                       "with :to(\"int64\") first)", name, (long long)s->i);
+    *compute = QT_I64;
   }
+  if (op == QT_POW && !qt_is_float(d) && !scalar_first && s->i < 0)
+    return qt_errorf(&ctx->err, "%s: integers to negative integer powers are not allowed "
+                     "(exponent %lld)", name, (long long)s->i);
+  return 0;
+}
+
+/* An integer power's exponents, when they come from a tensor: all >= 0 (one min
+** reduction, on the exponents' device). */
+static int ops_check_exponents(qt_ctx *ctx, const char *name, const qt_tensor *e) {
+  if (qt_is_float(e->dtype) || qt_numel(e) == 0) return 0;
+  qt_tensor m;
+  qt_tensor_init(&m);
+  int64_t pos[QT_MAXDIM] = {0};
+  qt_scalar v;
+  int rc = qt_reduce(ctx, &m, QT_MIN, e, -1);
+  if (rc == 0) rc = qt_get(ctx, &m, pos, &v);
+  qt_tensor_release(&m);
+  if (rc != 0) return qt_err_rename(&ctx->err, "min", name);
+  if (v.i < 0)
+    return qt_errorf(&ctx->err, "%s: integers to negative integer powers are not allowed "
+                     "(exponent %lld)", name, (long long)v.i);
+  return 0;
 }
 
 static int ops_check_binop(qt_ctx *ctx, qt_binop op) {
@@ -1022,6 +1047,7 @@ int qt_binary(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *a, cons
   int64_t size[QT_MAXDIM];
   if (ops_broadcast_shape(ctx, name, a, b, &ndim, size)) return -1;
   qt_dtype dtype = ops_binary_dtype(op, a->dtype, b->dtype);
+  if (op == QT_POW && !qt_is_float(dtype) && ops_check_exponents(ctx, name, b)) return -1;
 
   int rc = -1;
   qt_tensor ca, cb, res;
@@ -1060,6 +1086,7 @@ int qt_binary_(qt_ctx *ctx, qt_binop op, qt_tensor *a, const qt_tensor *b) {
   if (dev->iface->binary == NULL) return ops_unsupported(ctx, name, dev);
   qt_dtype dtype = ops_binary_dtype(op, a->dtype, b->dtype);
   if (ops_check_storable(ctx, name, ops_is_comparison(op), dtype, a->dtype)) return -1;
+  if (op == QT_POW && !qt_is_float(dtype) && ops_check_exponents(ctx, name, b)) return -1;
   int64_t stride[QT_MAXDIM];
   if (!ops_expand_strides(b, a->ndim, a->size, stride)) {
     char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
@@ -1107,7 +1134,11 @@ int qt_binary_scalar(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *
   qt_device *dev = ops_device(a);
   if (dev->iface->binary_scalar == NULL) return ops_unsupported(ctx, name, dev);
   qt_dtype compute, result;
-  ops_scalar_dtypes(op, a->dtype, &s, s_is_float, &compute, &result);
+  if (ops_scalar_dtypes(ctx, name, op, a->dtype, &s, s_is_float, scalar_first, &compute,
+                        &result))
+    return -1;
+  if (op == QT_POW && scalar_first && !qt_is_float(compute) && ops_check_exponents(ctx, name, a))
+    return -1;
 
   int rc = -1;
   qt_tensor ca, work, res;
@@ -1150,7 +1181,8 @@ int qt_binary_scalar_(qt_ctx *ctx, qt_binop op, qt_tensor *a, qt_scalar s, bool 
   qt_device *dev = ops_device(a);
   if (dev->iface->binary_scalar == NULL) return ops_unsupported(ctx, name, dev);
   qt_dtype compute, result;
-  ops_scalar_dtypes(op, a->dtype, &s, s_is_float, &compute, &result);
+  if (ops_scalar_dtypes(ctx, name, op, a->dtype, &s, s_is_float, false, &compute, &result))
+    return -1;
   if (ops_check_storable(ctx, name, ops_is_comparison(op), result, a->dtype) ||
       ops_check_writable(ctx, name, a))
     return -1;
@@ -1199,14 +1231,17 @@ static int ops_check_unop(qt_ctx *ctx, qt_unop op) {
   return 0;
 }
 
-int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar p1,
-             qt_scalar p2) {
+/* float_params: p1/p2 are float numbers (clamp bounds), so an integer tensor computes in
+** float64, as with a float scalar in a binary op. */
+static int ops_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar p1,
+                     qt_scalar p2, bool float_params) {
   if (ops_check_unop(ctx, op)) return -1;
   const char *name = ops_unop_names[op];
   if (ops_live(ctx, name, a)) return -1;
   qt_device *dev = ops_device(a);
   if (dev->iface->unary == NULL) return ops_unsupported(ctx, name, dev);
-  qt_dtype dtype = (ops_unop_wants_float(op) && !qt_is_float(a->dtype)) ? QT_F64 : a->dtype;
+  bool wants_float = ops_unop_wants_float(op) || float_params;
+  qt_dtype dtype = (wants_float && !qt_is_float(a->dtype)) ? QT_F64 : a->dtype;
   ops_unop_params(op, dtype, &p1, &p2);
 
   int rc = -1;
@@ -1230,14 +1265,20 @@ cleanup:
   return rc;
 }
 
-int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2) {
+int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar p1,
+             qt_scalar p2) {
+  return ops_unary(ctx, out, op, a, p1, p2, false);
+}
+
+static int ops_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2,
+                      bool float_params) {
   if (ops_check_unop(ctx, op)) return -1;
   char name[24];
   ops_inplace_name(ops_unop_names[op], name, sizeof name);
   if (ops_live(ctx, name, a)) return -1;
   qt_device *dev = ops_device(a);
   if (dev->iface->unary == NULL) return ops_unsupported(ctx, name, dev);
-  if (ops_unop_wants_float(op) && !qt_is_float(a->dtype))
+  if ((ops_unop_wants_float(op) || float_params) && !qt_is_float(a->dtype))
     return ops_check_storable(ctx, name, false, QT_F64, a->dtype);
   if (ops_check_writable(ctx, name, a)) return -1;
   if (qt_numel(a) == 0) return 0;
@@ -1245,6 +1286,19 @@ int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2)
   qt_view v;
   qt_view_of(&v, a);
   return dev->iface->unary(dev, op, &v, &v, p1, p2, &ctx->err);
+}
+
+int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2) {
+  return ops_unary_(ctx, op, a, p1, p2, false);
+}
+
+int qt_clamp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, qt_scalar lo, qt_scalar hi,
+             bool float_bounds) {
+  return ops_unary(ctx, out, QT_CLAMP, a, lo, hi, float_bounds);
+}
+
+int qt_clamp_(qt_ctx *ctx, qt_tensor *a, qt_scalar lo, qt_scalar hi, bool float_bounds) {
+  return ops_unary_(ctx, QT_CLAMP, a, lo, hi, float_bounds);
 }
 
 /* ================================================================== reductions */
@@ -1274,6 +1328,13 @@ int qt_reduce(qt_ctx *ctx, qt_tensor *out, qt_redop op, const qt_tensor *t, int 
       if (d != dim) size[ndim++] = t->size[d];
   }
 
+  /* max, min and their positions have no answer over nothing, whatever the other dims
+  ** (an empty result included: zeros(0, 0):argmax(1) too), as in NumPy */
+  if (extent == 0 && op != QT_SUM && op != QT_MEAN) {
+    if (dim >= 0) return qt_errorf(&ctx->err, "%s: empty tensor (dim %d has size 0)", name, dim + 1);
+    return qt_errorf(&ctx->err, "%s: empty tensor", name);
+  }
+
   int rc = -1;
   qt_tensor src, res;
   qt_tensor_init(&src);
@@ -1285,14 +1346,8 @@ int qt_reduce(qt_ctx *ctx, qt_tensor *out, qt_redop op, const qt_tensor *t, int 
     if (extent == 0) {
       if (op == QT_SUM) {
         if (ops_fill_view(ctx, name, dev, &dv, qt_scalar_i(0))) goto cleanup;
-      } else if (op == QT_MEAN) {
-        if (ops_fill_view(ctx, name, dev, &dv, ops_scalar_from_double(NAN))) goto cleanup;
-      } else if (dim >= 0) {
-        qt_errorf(&ctx->err, "%s: empty tensor (dim %d has size 0)", name, dim + 1);
-        goto cleanup;
       } else {
-        qt_errorf(&ctx->err, "%s: empty tensor", name);
-        goto cleanup;
+        if (ops_fill_view(ctx, name, dev, &dv, ops_scalar_from_double(NAN))) goto cleanup;
       }
     } else {
       if (dev->iface->reduce == NULL) {
@@ -1492,6 +1547,9 @@ int qt_scatter_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
   qt_device *dev = ops_device(dst);
   if (dev->iface->scatter == NULL) return ops_unsupported(ctx, op, dev);
   if (qt_numel(index) == 0) return 0;
+  /* nothing to write: the device is not called, but every index is still checked (into a
+  ** dim of size 0, every one is out of range), here and now rather than at a later sync */
+  if (qt_numel(dst) == 0) return ops_check_index_values(ctx, op, index, dst->size[dim]);
 
   if (src == NULL) {
     if (!qt_is_float(dst->dtype)) value = qt_scalar_i(value.i);
@@ -1537,7 +1595,8 @@ int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
   if (ops_check_writable(ctx, op, dst)) return -1;
   qt_device *dev = ops_device(dst);
   if (dev->iface->index_add == NULL) return ops_unsupported(ctx, op, dev);
-  if (qt_numel(src) == 0) return ops_check_index_values(ctx, op, index, dst->size[dim]);
+  if (qt_numel(src) == 0 || qt_numel(dst) == 0)  /* nothing to add: the indices still count */
+    return ops_check_index_values(ctx, op, index, dst->size[dim]);
 
   int rc = -1;
   qt_tensor cs, ci;

@@ -39,7 +39,7 @@ typedef struct qt_ctx {
   ** past gpu_gc_limit, the core calls gc(gc_ud, 0) first; the binding then runs a full
   ** collection and adapts the limit. On out-of-memory the core empties the device cache,
   ** calls gc(gc_ud, 1) (full collection) and retries once. */
-  int64_t gpu_live_bytes;
+  _Atomic int64_t gpu_live_bytes;  /* atomic: a storage may be released on any thread */
   int64_t gpu_gc_limit;
   void (*gc)(void *gc_ud, int out_of_memory);
   void *gc_ud;
@@ -122,6 +122,12 @@ int qt_binary_scalar_(qt_ctx *ctx, qt_binop op, qt_tensor *a, qt_scalar s, bool 
 int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar p1,
              qt_scalar p2);
 int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2);
+/* clamp(lo, hi): float_bounds says a bound was a Lua float, so an integer tensor gives a
+** float64 result (and clamp_ of an integer tensor refuses), as a float scalar does in
+** a binary op. A missing bound is -inf/+inf (.f) and INT64_MIN/INT64_MAX (.i). */
+int qt_clamp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, qt_scalar lo, qt_scalar hi,
+             bool float_bounds);
+int qt_clamp_(qt_ctx *ctx, qt_tensor *a, qt_scalar lo, qt_scalar hi, bool float_bounds);
 
 /* ---------------------------------------------------------------- reductions */
 

@@ -35,11 +35,8 @@
 **     qt_storage_wrap release callback runs there too. So such a callback must be safe to
 **     run on any thread that releases references, including the state's (t:free(),
 **     __gc, lua_close) and yours.
-**   - Except, for now, GPU tensors the runtime allocated: the last release of such a
-**     storage also uncharges its state's device-byte count (qt_ctx's gpu_live_bytes), a
-**     plain int64_t the state reads and writes on every GPU allocation. Release those
-**     references on the state's own thread while it is open, and from one thread at a
-**     time after lua_close. (CPU tensors and qt_storage_wrap memory have no such count.)
+**     The GPU bytes a state is charged for (qt_ctx's gpu_live_bytes, which paces its
+**     collector) are an atomic count too, so GPU references cross threads the same way.
 **   - The bytes themselves are not synchronised: reading a tensor's memory on another
 **     thread while the state writes it (in-place ops, t:free(), which gives the bytes back
 **     for every reference at once) is the host's race to prevent. Checking a reference

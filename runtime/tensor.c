@@ -85,7 +85,7 @@ static void storage_give_back(qt_storage *s) {
     s->device->iface->free(s->device, s->data, s->nbytes);
   }
   if (s->owner != NULL && s->device != NULL && s->device->kind == QT_DEV_CUDA)
-    s->owner->gpu_live_bytes -= (int64_t)s->nbytes;
+    atomic_fetch_sub(&s->owner->gpu_live_bytes, (int64_t)s->nbytes);
   s->data = NULL;
   s->freed = true;
 }
