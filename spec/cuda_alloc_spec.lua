@@ -1,0 +1,53 @@
+--[[
+The GPU caching allocator without a GPU (issue 9, item 10): spec/cuda_alloc_harness.cc
+links the CUDA device's compiled object (obj/kernels/cuda_device.o of the build under
+test, unchanged) against a model of the CUDA runtime and checks the allocator's stats,
+its cache bound, its out-of-memory path, and samples/soak.lua replayed (reserved memory
+within 2x the peak of allocated). See the harness for what each part checks.
+
+Pending when the build has no CUDA objects (a CPU-only build), or there is no C++
+compiler or CUDA headers ($CUDA_HOME/include, else /usr/local/cuda/include).
+]]
+
+local P = require("spec.helpers.process")
+
+local QLUA = P.qlua()
+local BUILD = QLUA:match("^(.*)/[^/]*$") or "."
+local OBJECT = BUILD .. "/obj/kernels/cuda_device.o"
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- The compiler and the CUDA include directory, or nil and why not.
+local function toolchain()
+  if not exists(OBJECT) then return nil, "no " .. OBJECT .. " (a build without CUDA)" end
+  local cxx = P.have("c++") and "c++" or (P.have("g++") and "g++" or nil)
+  if not cxx then return nil, "no C++ compiler (c++ or g++)" end
+  local include = (os.getenv("CUDA_HOME") or "/usr/local/cuda") .. "/include"
+  if not exists(include .. "/cuda_runtime_api.h") then
+    include = "/usr/local/cuda/include"
+    if not exists(include .. "/cuda_runtime_api.h") then return nil, "no CUDA headers" end
+  end
+  return cxx, include
+end
+
+describe("the GPU caching allocator, against a model of the CUDA runtime", function()
+  it("keeps its stats exact, bounds its cache and holds the soak within 2x", function()
+    local cxx, include = toolchain()
+    if not cxx then pending(include); return end
+    local binary = P.tempdir() .. "/cuda_alloc_harness"
+    local build = P.run({ cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Iruntime", "-I" .. include,
+                          "spec/cuda_alloc_harness.cc", OBJECT, "-lpthread", "-o", binary },
+                        { timeout = 300 })
+    if build.status ~= 0 then P.cleanup() end
+    assert(build.status == 0, "building the harness failed:\n" .. build.stdout .. build.stderr)
+    assert(build.stderr == "", "the harness built with warnings:\n" .. build.stderr)
+    local r = P.run({ binary }, { timeout = 300 })
+    P.cleanup()
+    assert(r.status == 0, "the harness failed with status " .. r.status .. ":\n" .. r.stdout .. r.stderr)
+    assert.truthy(r.stdout:find("cuda_alloc_harness: ok", 1, true), r.stdout)
+  end)
+end)
