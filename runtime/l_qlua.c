@@ -51,7 +51,7 @@ qt_ctx *lq_ctx(lua_State *L) {
     return NULL;
   }
   st->running = L;
-  if (st->deferred) lq_free_deferred(L, st);
+  if (st->deferred && st->calls <= 1) lq_free_deferred(L, st);  /* none below this one */
   return st->ctx;
 }
 
@@ -83,6 +83,7 @@ static void q_extra_argument(lua_State *L, int arg, const char *op, bool method,
   int top = lua_gettop(L);
   while (top >= arg && lua_isnil(L, top)) top--;  /* trailing nils are absent arguments */
   if (top < arg) return;
+  while (lua_isnil(L, arg)) arg++;                /* name the first one given */
   int shown = method ? arg - 1 : arg;             /* as the user counts: after self */
   const char *what = q_argdesc(L, arg);
   if (takes < 0) luaL_error(L, "%s: unexpected argument #%d (%s)", op, shown, what);
@@ -95,13 +96,77 @@ void lq_checkend(lua_State *L, int arg, const char *op, bool method) {
   q_extra_argument(L, arg, op, method, -1);
 }
 
+/* ---------------------------------------------------------------- calls in progress */
+
+int lq_binding_frames(lua_State *T, lq_state *st, int level, int top, const void *ud,
+                      const qt_storage *s, bool *held) {
+  lua_Debug ar;
+  int frames = 0;
+  if (!lua_checkstack(T, 3)) {  /* no room to look: count the worst case */
+    if (held != NULL) *held = true;
+    return 1;
+  }
+  for (; lua_getstack(T, level, &ar); level++) {
+    lua_getinfo(T, "f", &ar);                     /* the frame's function */
+    bool ours = lua_iscfunction(T, -1) && lua_getupvalue(T, -1, 1) != NULL;
+    if (ours) {
+      ours = lua_touserdata(T, -1) == (void *)st;
+      lua_pop(T, 1);
+    }
+    lua_pop(T, 1);
+    if (!ours) continue;
+    frames++;
+    if (held == NULL || *held) continue;
+    int limit = level == 0 ? top : INT32_MAX;
+    for (int n = 1; n <= limit && lua_getlocal(T, &ar, n) != NULL; n++) {
+      const void *p = lua_touserdata(T, -1);
+      if (p != NULL && (p == ud || (s != NULL && luaL_testudata(T, -1, QLUA_TENSOR) != NULL &&
+                                    ((const qt_tensor *)p)->storage == s)))
+        *held = true;
+      lua_pop(T, 1);
+      if (*held) break;
+    }
+  }
+  return frames;
+}
+
+static void q_enter(lua_State *L, lq_state *st) {
+  if (st->calls > 0) {
+    /* a call below this one, or one that raised and never left: the outermost thread's
+    ** stack tells (the current frame, level 0 on L, is this call itself) */
+    lua_State *T = st->outer != NULL ? st->outer : L;
+    if (lq_binding_frames(T, st, T == L ? 1 : 0, 0, NULL, NULL, NULL) == 0) st->calls = 0;
+  }
+  if (st->calls++ == 0) {
+    st->outer = L;
+    if (L != st->main) {  /* a coroutine: anchored while it may be looked at */
+      lua_pushthread(L);
+      lua_rawsetp(L, LUA_REGISTRYINDEX, &st->outer);
+    }
+  }
+}
+
+void lq_enter(lua_State *L) {
+  lq_state *st = lq_state_of(L);
+  if (st != NULL) q_enter(L, st);
+}
+
+void lq_leave(lua_State *L) {
+  lq_state *st = lq_state_of(L);
+  if (st != NULL && st->calls > 0) st->calls--;
+}
+
 /* Every registered function runs through here: upvalue 2 is its lq_Reg entry, and the
 ** function is called directly, in this same frame, so its upvalue 1 is the box. */
 static int q_trampoline(lua_State *L) {
   const lq_Reg *r = (const lq_Reg *)lua_touserdata(L, lua_upvalueindex(2));
   if (r->nargs != LQ_VARARGS && lua_gettop(L) > r->nargs)
     q_extra_argument(L, r->nargs + 1, r->name, lua_toboolean(L, lua_upvalueindex(3)), r->nargs);
-  return r->func(L);
+  lq_state *st = lq_state_of(L);
+  q_enter(L, st);
+  int n = r->func(L);
+  if (st->calls > 0) st->calls--;
+  return n;
 }
 
 void lq_setfuncs(lua_State *L, const lq_Reg *regs, int box_idx, bool method) {
@@ -724,6 +789,11 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   st->total_of = 0;
   st->total_bytes = 0;
   st->deferred = 0;
+  st->calls = 0;
+  st->outer = NULL;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  st->main = lua_tothread(L, -1);
+  lua_pop(L, 1);
   lua_createtable(L, 0, 2);
   lua_pushcfunction(L, q_state_gc);
   lua_setfield(L, -2, "__gc");

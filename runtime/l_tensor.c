@@ -86,35 +86,19 @@ static const char t_deferred_key = 0;
 
 /* Whether a binding call still running holds the tensor at idx on its stack, or (when s
 ** is not NULL) any tensor whose storage is s: t:free() gives the bytes back for every
-** view, so a view held by the call counts too. The frames from `level` up are searched
-** (1 skips the function doing the release, which holds the tensor as its argument; 0
-** searches the current call's stack too, up to slot `top`, where its own work begins);
-** the frames of the binding are the C closures whose upvalue 1 is this state's box. */
+** view, so a view held by the call counts too. The running thread's frames are searched
+** from `level` up (1 skips the function doing the release, which holds the tensor as its
+** argument; 0 searches the current call's stack too, up to slot `top`, where its own work
+** begins), then, when the outermost call in progress runs on another thread (a finalizer
+** or callback resumed a coroutine), that thread's frames. */
 static bool t_held_by_call(lua_State *L, int idx, const qt_storage *s, int level, int top) {
-  idx = lua_absindex(L, idx);
-  lua_Debug ar;
+  lq_state *st = lq_state_of(L);
+  if (st == NULL) return false;
+  const void *ud = lua_touserdata(L, idx);
   bool held = false;
-  luaL_checkstack(L, 4, "qlua: checking a release");
-  for (; !held && lua_getstack(L, level, &ar); level++) {
-    lua_getinfo(L, "f", &ar);                     /* the frame's function */
-    bool ours = lua_iscfunction(L, -1) && lua_getupvalue(L, -1, 1) != NULL;
-    if (ours) {
-      ours = lua_rawequal(L, -1, lua_upvalueindex(1));
-      lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    if (!ours) continue;
-    int limit = level == 0 ? top : INT32_MAX;
-    for (int n = 1; !held && n <= limit && lua_getlocal(L, &ar, n) != NULL; n++) {
-      if (lua_rawequal(L, -1, idx)) {
-        held = true;
-      } else if (s != NULL) {
-        qt_tensor *o = qlua_totensor(L, -1);
-        held = o != NULL && o->storage == s;
-      }
-      lua_pop(L, 1);
-    }
-  }
+  lq_binding_frames(L, st, level, top, ud, s, &held);
+  if (!held && st->calls > 0 && st->outer != NULL && st->outer != L)
+    lq_binding_frames(st->outer, st, 0, INT32_MAX, ud, s, &held);
   return held;
 }
 
@@ -122,12 +106,10 @@ static bool t_held_by_call(lua_State *L, int idx, const qt_storage *s, int level
 ** (nothing queued) when the queue cannot grow: the caller then releases at once. */
 static int t_queue_protected(lua_State *L) {
   bool free_data = lua_toboolean(L, 2);
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &t_deferred_key);
-  }
+  /* made once by lq_open_tensor: making it here could run a finalizer that queues too,
+  ** into a table this call would then replace */
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE)
+    return luaL_error(L, "qlua: the release queue is missing");
   lua_pushvalue(L, 1);
   if (lua_rawget(L, -2) == LUA_TBOOLEAN && lua_toboolean(L, -1)) return 0;  /* free wins */
   lua_pop(L, 1);
@@ -175,7 +157,11 @@ static bool t_called_as_finalizer(lua_State *L) {
 static int t_gc(lua_State *L) {
   qt_tensor *t = qlua_totensor(L, 1);
   if (t == NULL || t->storage == NULL) return 0;
-  if (!t_called_as_finalizer(L) && t_held_by_call(L, 1, NULL, 1, 0) && t_defer(L, 1, false)) return 0;
+  lq_state *st = lq_state_of(L);
+  /* no call in progress (the usual case: a scope's end, a plain collection): no search */
+  if (st != NULL && st->calls > 0 && !t_called_as_finalizer(L) &&
+      t_held_by_call(L, 1, NULL, 1, 0) && t_defer(L, 1, false))
+    return 0;
   t_release_now(L, t, false);
   return 0;
 }
@@ -185,7 +171,11 @@ static int t_gc(lua_State *L) {
 static int t_free(lua_State *L) {
   qt_tensor *t = qlua_checktensor(L, 1);
   if (t->storage == NULL) return 0;
-  if (t_held_by_call(L, 1, t->storage, 1, 0) && t_defer(L, 1, true)) return 0;
+  lq_state *st = lq_state_of(L);
+  /* calls counts this one (the trampoline): more means a call below it */
+  if (st != NULL && st->calls > 1 && t_held_by_call(L, 1, t->storage, 1, 0) &&
+      t_defer(L, 1, true))
+    return 0;
   t_release_now(L, t, true);
   return 0;
 }
@@ -1259,6 +1249,7 @@ static int t_index(lua_State *L) {
       lua_rawget(L, lua_upvalueindex(2));
       return 1;
     case LUA_TNUMBER: {
+      lq_enter(L);  /* an op: not through the trampoline (upvalue 2 is the methods table) */
       qt_ctx *ctx = lq_ctx(L);
       qt_tensor *t = lq_checklive(L, 1, "index");
       lua_Integer i = t_checkkey(L, t);
@@ -1267,9 +1258,10 @@ static int t_index(lua_State *L) {
         qt_scalar v;
         if (qt_get(ctx, t, pos, &v) != 0) return lq_raise_as(L, ctx, "get", "index");
         lq_pushscalar(L, t->dtype, v);
-        return 1;
+      } else {
+        t_pushselect(L, ctx, t, 0, i, "index");
       }
-      t_pushselect(L, ctx, t, 0, i, "index");
+      lq_leave(L);
       return 1;
     }
     default:
@@ -1349,11 +1341,20 @@ static const lq_Reg t_methods[] = {
   {NULL, NULL, 0}
 };
 
-static const luaL_Reg t_metamethods[] = {
-  {"__gc", t_gc}, {"__close", t_gc}, {"__newindex", t_newindex}, {"__tostring", lq_tostring},
-  {"__len", t_len}, {"__add", t_mm_add}, {"__sub", t_mm_sub}, {"__mul", t_mm_mul},
-  {"__div", t_mm_div}, {"__pow", t_mm_pow}, {"__unm", t_mm_unm},
+/* __gc and __close release (and are not calls that hold operands); the others are ops,
+** run through the trampoline like the methods (Lua passes them a fixed count). */
+static const luaL_Reg t_releases[] = {
+  {"__gc", t_gc}, {"__close", t_gc},
   {NULL, NULL}
+};
+
+static const lq_Reg t_metamethods[] = {
+  {"__newindex", t_newindex, LQ_VARARGS}, {"__tostring", lq_tostring, LQ_VARARGS},
+  {"__len", t_len, LQ_VARARGS}, {"__add", t_mm_add, LQ_VARARGS},
+  {"__sub", t_mm_sub, LQ_VARARGS}, {"__mul", t_mm_mul, LQ_VARARGS},
+  {"__div", t_mm_div, LQ_VARARGS}, {"__pow", t_mm_pow, LQ_VARARGS},
+  {"__unm", t_mm_unm, LQ_VARARGS},
+  {NULL, NULL, 0}
 };
 
 void lq_open_tensor(lua_State *L, int box_idx) {
@@ -1368,6 +1369,9 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   lua_pushcclosure(L, t_index, 2);              /* __index: upvalues box, methods */
   lua_setfield(L, -2, "__index");
   lua_pushvalue(L, box_idx);
-  luaL_setfuncs(L, t_metamethods, 1);
+  luaL_setfuncs(L, t_releases, 1);
+  lq_setfuncs(L, t_metamethods, box_idx, false);
+  lua_newtable(L);                              /* the queue of releases that wait */
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &t_deferred_key);
   lua_pop(L, 1);                                /* the metatable */
 }

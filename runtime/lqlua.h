@@ -36,12 +36,31 @@ typedef struct lq_state {
   ** (by a collection the call or Lua started) closed, collected or freed a tensor that
   ** a call in progress holds. Set while the queue may be non-empty; lq_ctx drains it. */
   int deferred;
+  /* Binding calls in progress, on any thread (lq_enter/lq_leave), and the thread of the
+  ** outermost one. A finalizer or a callback may run Lua code in the middle of a call,
+  ** even in another coroutine, and a release or a drain there must see the calls below
+  ** it on that other thread too. A call that raises never leaves, so a count above 0 is
+  ** checked against the outermost thread's stack at the next entry. */
+  int calls;
+  lua_State *outer;
+  lua_State *main;      /* the state's main thread (always alive: never anchored) */
 } lq_state;
 
 /* The GC driving policy (l_qlua.c): at least this much garbage between collections. */
 #define LQ_GC_FLOOR ((int64_t)256 << 20)
 
 /* ---- l_qlua.c */
+/* A binding call begins / ends on L (the trampoline does this for every registered
+** function; metamethods that run ops call them by hand). Cheap when no other call is in
+** progress; never raise. */
+void lq_enter(lua_State *L);
+void lq_leave(lua_State *L);
+/* Walks T's frames from `level` up (at level 0, only the slots up to `top`) and returns
+** how many are binding calls of state st; *held is set when one of them holds, on its
+** stack, the userdata ud or (s not NULL) a tensor whose storage is s. T may be another
+** thread than the running one. */
+int lq_binding_frames(lua_State *T, lq_state *st, int level, int top, const void *ud,
+                      const qt_storage *s, bool *held);
 lq_state *lq_state_of(lua_State *L);        /* upvalue 1 */
 qt_ctx *lq_ctx(lua_State *L);               /* upvalue 1's context; records L as running */
 int lq_raise(lua_State *L, qt_ctx *ctx);    /* luaL_error(L, "%s", ctx->err.msg) */

@@ -124,6 +124,43 @@ describe("an op's operands stay alive while a finalizer releases them", function
     end
   end
 
+  it("a release or another call made from a coroutine does not reach a call in progress",
+     function()
+    -- a callback (an opts table's __index) and a finalizer run Lua code in the middle of
+    -- a call; a coroutine resumed there must see the call's frames on the other thread
+    child([[
+local mt = getmetatable(qlua.zeros(1))
+local x = qlua.rand(3)
+local want = x:totable()
+local opts = setmetatable({}, {__index = function(_, k)
+  if k == "device" then
+    mt.__close(x)                                   -- deferred: to() holds x
+    coroutine.wrap(function() qlua.zeros(1) end)()  -- a call on another coroutine: no drain
+    return "cpu"
+  end
+end})
+local y = x:to(opts)
+assert(y == x or y:numel() == 3)
+local x2 = qlua.rand(3)
+local opts2 = setmetatable({}, {__index = function(_, k)
+  if k == "device" then
+    coroutine.wrap(function() mt.__close(x2) end)() -- the release itself on another thread
+    return "cpu"
+  end
+end})
+local y2 = x2:to(opts2)
+assert(y2:numel() == 3)
+local a = qlua.ones(40 * 1000 * 1000)                -- 160 MB
+collectgarbage()
+setmetatable({}, {__gc = function()
+  a:free()                                          -- deferred: add() holds a
+  coroutine.wrap(function() qlua.zeros(1) end)()
+end})
+local r = a:add(1)                                   -- its 160 MB result collects garbage
+assert(r:sum() == 80000000, "add read freed memory: " .. r:sum())
+]])
+  end)
+
   it("garbage finalized by a core-started collection is still released at once", function()
     child([[
 collectgarbage("stop")
