@@ -27,11 +27,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "cpu/cpu.h"
 #include "device.h"
 #include "philox.h"
 #include "tensor.h"
 
-const qt_device_iface *qt_cpu_iface(void);
 
 /* ====================================================================== memory */
 
@@ -57,6 +57,13 @@ typedef struct cpu_block_header {
 static _Atomic int64_t cpu_allocated = 0;
 static _Atomic int64_t cpu_peak = 0;
 
+/* Page-locked memory from the registry (the GPUs' host allocator), or NULL. */
+static const qt_host_allocator *cpu_host_allocator = NULL;
+
+void qt_cpu_set_host_allocator(const qt_host_allocator *allocator) {
+  cpu_host_allocator = allocator;
+}
+
 static void cpu_count_alloc(int64_t nbytes) {
   int64_t now = atomic_fetch_add(&cpu_allocated, nbytes) + nbytes;
   int64_t peak = atomic_load(&cpu_peak);
@@ -78,15 +85,14 @@ static int cpu_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err
   total = (CPU_HEADER + nbytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
   void *base = NULL;
   uint64_t source = CPU_FROM_MALLOC;
-#ifdef QLUA_CUDA
-  if (nbytes >= CPU_PINNED_MIN && qt_gpu_count() > 0 && qt_cuda_host_alloc(total, &base) == 0
-      && base != NULL && ((uintptr_t)base % CPU_ALIGN) == 0)
+  const qt_host_allocator *host = cpu_host_allocator;
+  if (host != NULL && nbytes >= CPU_PINNED_MIN && host->alloc(total, &base) == 0 &&
+      base != NULL && ((uintptr_t)base % CPU_ALIGN) == 0)
     source = CPU_FROM_PINNED;
   else if (base != NULL) {
-    qt_cuda_host_free(base, total);  /* misaligned pinned block: not usable here */
+    host->free(base, total);  /* misaligned pinned block: not usable here */
     base = NULL;
   }
-#endif
   if (base == NULL && total >= CPU_HUGE_MIN) {
     /* posix_memalign: C11's aligned_alloc wants the size a multiple of the alignment */
     if (posix_memalign(&base, CPU_HUGE_ALIGN, total) != 0) base = NULL;
@@ -117,12 +123,10 @@ static void cpu_free(qt_device *dev, void *ptr, size_t nbytes) {
   if (h->magic != CPU_BLOCK_MAGIC) return;  /* not ours: leak rather than corrupt */
   h->magic = 0;
   atomic_fetch_sub(&cpu_allocated, (int64_t)h->nbytes);
-#ifdef QLUA_CUDA
   if (h->source == CPU_FROM_PINNED) {
-    qt_cuda_host_free(h, (size_t)h->total);
+    cpu_host_allocator->free(h, (size_t)h->total);
     return;
   }
-#endif
   free(h);
 }
 
@@ -132,7 +136,7 @@ static int cpu_sync(qt_device *dev, qt_err *err) {
   return 0;
 }
 
-int64_t qt_cpu_allocated(void) { return atomic_load(&cpu_allocated); }
+int64_t qt_cpu_device_allocated(void) { return atomic_load(&cpu_allocated); }
 
 static int cpu_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err) {
   (void)dev;
@@ -150,9 +154,7 @@ static int cpu_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err) {
 
 static void cpu_empty_cache(qt_device *dev) {
   (void)dev;
-#ifdef QLUA_CUDA
-  if (qt_gpu_count() > 0) qt_cuda_host_empty_cache();
-#endif
+  if (cpu_host_allocator != NULL) cpu_host_allocator->empty_cache();
 }
 
 static int cpu_upload(qt_device *dev, void *dst, const void *host_src, size_t nbytes, qt_err *err) {

@@ -8,13 +8,11 @@
 ** CUDA side is never referenced, so a CPU-only build links without kernels/.
 */
 #include "device.h"
+#include "cpu/cpu.h"
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
-
-/* The CPU device's slot table (cpu.c). */
-extern const qt_device_iface *qt_cpu_iface(void);
 
 #define DEVICE_MAX_GPUS 64
 
@@ -27,7 +25,33 @@ static qt_device device_cpu = {
 };
 static pthread_once_t device_cpu_once = PTHREAD_ONCE_INIT;
 
-static void device_cpu_init(void) { device_cpu.iface = qt_cpu_iface(); }
+#ifdef QLUA_CUDA
+/* Page-locked host memory when a GPU is there, asked on first use (so a process that
+** never moves data to a GPU never starts CUDA): the CPU device's host allocator. */
+static int device_host_alloc(size_t nbytes, void **ptr) {
+  if (qt_gpu_count() == 0) return -1;
+  return qt_cuda_host_alloc(nbytes, ptr);
+}
+
+static void device_host_empty_cache(void) {
+  if (qt_gpu_count() > 0) qt_cuda_host_empty_cache();
+}
+
+static const qt_host_allocator device_host_allocator = {
+  /* .alloc       = */ device_host_alloc,
+  /* .free        = */ qt_cuda_host_free,
+  /* .empty_cache = */ device_host_empty_cache,
+};
+#endif
+
+static void device_cpu_init(void) {
+#ifdef QLUA_CUDA
+  qt_cpu_set_host_allocator(&device_host_allocator);
+#endif
+  device_cpu.iface = qt_cpu_iface();
+}
+
+int64_t qt_cpu_allocated(void) { return qt_cpu_device_allocated(); }
 
 qt_device *qt_cpu_device(void) {
   pthread_once(&device_cpu_once, device_cpu_init);

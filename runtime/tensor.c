@@ -19,12 +19,13 @@
 
 /* ------------------------------------------------------------------ dtypes */
 
-const qt_dtype_info qt_dtypes[QT_NDTYPES] = {
-  /* QT_F32 */ { "float32", 4, true },
-  /* QT_F64 */ { "float64", 8, true },
-  /* QT_I32 */ { "int32", 4, false },
-  /* QT_I64 */ { "int64", 8, false },
-};
+#define TENSOR_DTYPE_INFO(E, name, T, size, is_float) [E] = { name, size, is_float },
+const qt_dtype_info qt_dtypes[QT_NDTYPES] = { QT_DTYPE_LIST(TENSOR_DTYPE_INFO) };
+#undef TENSOR_DTYPE_INFO
+#define TENSOR_DTYPE_SIZE(E, name, T, size, is_float) \
+  _Static_assert(sizeof(T) == size, "QT_DTYPE_LIST: wrong size for " name);
+QT_DTYPE_LIST(TENSOR_DTYPE_SIZE)
+#undef TENSOR_DTYPE_SIZE
 
 int qt_dtype_from_name(const char *name) {
   if (name == NULL) return -1;

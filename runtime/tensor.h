@@ -58,9 +58,18 @@ extern "C" {
 
 /* ------------------------------------------------------------------ dtypes */
 
-/* Keep the list open: a new dtype is a new enum value, a row in qt_dtypes, and a
-** case in each device's switch. QT_NDTYPES must stay last. */
-typedef enum qt_dtype { QT_F32, QT_F64, QT_I32, QT_I64, QT_NDTYPES } qt_dtype;
+/* The one list of dtypes: X(ENUM, name, C type, bytes, is_float). The enum, qt_dtypes
+** and the devices' per-dtype tables are all made from it (docs/ARCHITECTURE.md, "adding
+** a dtype"). */
+#define QT_DTYPE_LIST(X)                   \
+  X(QT_F32, "float32", float, 4, true)     \
+  X(QT_F64, "float64", double, 8, true)    \
+  X(QT_I32, "int32", int32_t, 4, false)    \
+  X(QT_I64, "int64", int64_t, 8, false)
+
+#define QT_DTYPE_ENUM_(E, name, T, size, is_float) E,
+typedef enum qt_dtype { QT_DTYPE_LIST(QT_DTYPE_ENUM_) QT_NDTYPES } qt_dtype;
+#undef QT_DTYPE_ENUM_
 
 typedef struct qt_dtype_info {
   const char *name;  /* "float32" ... as the Lua API spells it */
