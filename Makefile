@@ -69,9 +69,12 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 NVCCFLAGS ?= -O3 -lineinfo
 QNVCCFLAGS := -std=c++17 -DQLUA_CUDA $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra -Iruntime
 
-RUNTIME_SRC := $(filter-out runtime/qlua.c,$(wildcard runtime/*.c))
+# runtime/ is layered in folders (docs/ARCHITECTURE.md); the host program (the command
+# line and the REPL) is what the executable adds to the library the module is built from.
+HOST_SRC    := $(wildcard runtime/host/*.c) $(wildcard runtime/qlua.c)
+RUNTIME_SRC := $(filter-out $(HOST_SRC),$(wildcard runtime/*.c runtime/*/*.c))
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/obj/%.o)
-HOST_OBJ    := $(BUILD)/obj/runtime/qlua.o
+HOST_OBJ    := $(HOST_SRC:%.c=$(BUILD)/obj/%.o)
 KERNEL_SRC  := $(wildcard kernels/*.cu)
 ifeq ($(CUDA),1)
   KERNEL_OBJ := $(KERNEL_SRC:%.cu=$(BUILD)/obj/%.o)
@@ -82,7 +85,7 @@ ifeq ($(CUDA),1)
 else
   KERNEL_OBJ :=
 endif
-HEADERS := $(wildcard runtime/*.h) $(wildcard kernels/*.h)
+HEADERS := $(wildcard runtime/*.h runtime/*/*.h kernels/*.h)
 
 QLUA := $(BUILD)/qlua
 

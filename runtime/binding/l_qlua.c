@@ -36,7 +36,7 @@
 #include <time.h>
 
 #include "lqlua.h"
-#include "npy.h"
+#include "core/npy.h"
 
 /* ================================================================ state and context */
 
