@@ -10,13 +10,13 @@
 ** traceback, SIGINT turned into a debug hook), written afresh here.
 **
 ** What qlua adds is the interactive side: when stdin is a terminal the REPL reads
-** lines with GNU readline (callback interface, so Ctrl-C at the prompt clears the line
-** instead of killing the process), completes globals, keywords, `a.b.c` field chains
-** and `obj:method` names (through metatable __index tables and the `__methods` table
-** the Tensor metatable provides), and keeps a persistent history in ~/.qlua_history
-** with multi-line statements stored as one entry. When stdin is not a terminal, `-i`
-** reads plain lines and prints exactly what Debian's lua5.4 prints (prompt, echo of
-** the line), so piped sessions stay scriptable and comparable.
+** lines with GNU readline (readline() with a key reader of our own, so Ctrl-C at the
+** prompt clears the line instead of killing the process), completes globals, keywords,
+** `a.b.c` field chains and `obj:method` names (through metatable __index tables and
+** the `__methods` table the Tensor metatable provides), and keeps a persistent history
+** in ~/.qlua_history with multi-line statements stored as one entry. When stdin is
+** not a terminal, `-i` reads plain lines and prints exactly what Debian's lua5.4
+** prints (prompt, echo of the line), so piped sessions stay scriptable and comparable.
 **
 ** Owner: the host program (issue 2). The runtime itself comes from luaopen_qlua
 ** (runtime/qlua.h); nothing here knows about tensors or devices.
@@ -166,9 +166,12 @@ static int qh_docall (lua_State *L, int narg, int nres) {
 #define QH_ARGS_E     8   /* at least one -e */
 #define QH_ARGS_NOENV 16  /* -E */
 
+/* -v and the REPL's banner: lua5.4's line, LUA_COPYRIGHT, with qlua's name and version
+   in front, so whatever reads the end of lua's banner reads ours the same */
+#define QH_BANNER "qlua " QLUA_VERSION "  " LUA_COPYRIGHT
+
 static void qh_print_version (void) {
-  lua_writestring("qlua " QLUA_VERSION " (" LUA_COPYRIGHT ")",
-                  strlen("qlua " QLUA_VERSION " (" LUA_COPYRIGHT ")"));
+  lua_writestring(QH_BANNER, strlen(QH_BANNER));
   lua_writeline();
 }
 
@@ -598,76 +601,169 @@ static char **qh_attempt_completion (const char *text, int start, int end) {
 static int qh_use_readline = 0;
 static char qh_history_path[4096];          /* "" when there is no history file */
 
-/* state shared with the readline callback */
-static char *qh_rl_line = NULL;
-static int qh_rl_done = 0;
-
-static void qh_on_sigint_prompt (int sig) { (void)sig; qh_sigint_at_prompt = 1; }
+/*
+** SIGINT at the prompt only sets a flag, which qh_rl_getc acts on. A second one while
+** the first is still unanswered means readline is stuck outside its reads (readline
+** 8.2's vi-mode "e" spins forever on some invalid UTF-8, as it does in lua5.4): like
+** lua.c with a statement stuck in C, fall back to the default action and end qlua.
+*/
+static void qh_on_sigint_prompt (int sig) {
+  if (qh_sigint_at_prompt) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+  qh_sigint_at_prompt = 1;
+}
 static void qh_on_sigwinch (int sig) { (void)sig; qh_sigwinch_at_prompt = 1; }
 
-static void qh_rl_line_handler (char *line) {
-  rl_callback_handler_remove();
-  qh_rl_line = line;
-  qh_rl_done = 1;
+/* A Ctrl-C at the prompt, as qh_rl_getc carries it out; reset for each readline(). */
+static struct {
+  int ended;         /* the line is over: what readline() returns is not the user's */
+  int declined;      /* a completion question got its 'n' */
+  size_t unwound;    /* how many of qh_rl_unwind_keys nested reads got */
+} qh_rl_cancel;
+
+/* Ctrl-G, then the end of a bracketed paste (readline 8.2's paste reader stops at EOF
+   without ending its string, and the text is then read past its end) */
+static const char qh_rl_unwind_keys[] = "\a\033[201~";
+
+/* readline's redisplay once a Ctrl-C has ended the line: unwinding out of a search or
+   a key sequence would otherwise redraw the line over the ^C */
+static void qh_rl_redisplay_nothing (void) {
 }
 
 /*
-** One line from readline's callback interface. We own the waiting loop, so a SIGINT
-** (our handler only sets a flag, readline's own signal handling is off) wakes the wait
-** and we decide: at the first prompt clear the line and prompt again; at a
-** continuation prompt give up the whole statement (QH_LINE_CANCELLED). SIGINT and
-** SIGWINCH stay blocked except inside pselect(), so a signal can never slip in between
-** the flag check and the wait.
+** The Ctrl-C has been seen: echo ^C and give the terminal back now, while readline
+** still counts the line as going on (after an end of input readline 8.2 adds a newline
+** when it turns bracketed paste off, and qh_readline_tty prints its own). From here on
+** readline must draw nothing and ring no bell while it unwinds.
 */
-static int qh_readline_tty (const char *prompt, int firstline, char **line) {
-  int status = QH_LINE_OK;
-  sigset_t blocked, original;
-  sigemptyset(&blocked);
-  sigaddset(&blocked, SIGINT);
-  sigaddset(&blocked, SIGWINCH);
-  sigprocmask(SIG_BLOCK, &blocked, &original);
-  qh_rl_line = NULL;
-  qh_rl_done = 0;
-  qh_sigint_at_prompt = 0;
-  rl_callback_handler_install(prompt, qh_rl_line_handler);
-  while (!qh_rl_done) {
+static void qh_rl_cancel_begin (void) {
+  qh_rl_cancel.ended = 1;
+  rl_echo_signal_char(SIGINT);
+  rl_eof_found = 0;
+  if (rl_deprep_term_function != NULL) (*rl_deprep_term_function)();
+  rl_redisplay_function = qh_rl_redisplay_nothing;
+  rl_variable_bind("bell-style", "none");
+}
+
+/*
+** What a read gets once the line is over. At the top-level read (RL_STATE_READCMD):
+** READERR, which makes readline() return NULL at once (how readline itself ends a line
+** on SIGHUP or SIGTERM), after dropping the line's undo list, keyboard macro and numeric
+** argument. A nested read (the rest of a key sequence, a search, the typeahead that
+** self-insert batches, a completion question) must first be left the way a user
+** leaves it, because readline 8.2 cleans up after a key but not always after EOF: 'n'
+** to a completion question (Ctrl-G there leaks the matches), else Ctrl-G, the abort
+** key of every other one, then the end of a paste. After that EOF, as from a hung-up
+** terminal, which ends every read.
+*/
+static int qh_rl_cancel_key (int readcmd) {
+  if (readcmd) {
+    rl_free_line_state();
+    return READERR;
+  }
+  if (RL_ISSTATE(RL_STATE_COMPLETING) && !qh_rl_cancel.declined) {
+    qh_rl_cancel.declined = 1;
+    return 'n';
+  }
+  if (qh_rl_unwind_keys[qh_rl_cancel.unwound] != '\0')
+    return (unsigned char)qh_rl_unwind_keys[qh_rl_cancel.unwound++];
+  return EOF;
+}
+
+/* qh_rl_getc's work, with SIGINT and SIGWINCH blocked; waitmask lets them through */
+static int qh_rl_getc_blocked (FILE *stream, const sigset_t *waitmask) {
+  int fd = fileno(stream);
+  int readcmd = RL_ISSTATE(RL_STATE_READCMD);
+  for (;;) {
     fd_set readable;
     int ready;
-    int fd = fileno(rl_instream ? rl_instream : stdin);
-    FD_ZERO(&readable);
-    FD_SET(fd, &readable);
-    ready = pselect(fd + 1, &readable, NULL, NULL, NULL, &original);
-    if (ready < 0 && errno != EINTR) {                   /* input is gone */
-      rl_callback_handler_remove();
-      status = QH_LINE_EOF;
-      break;
+    if (qh_sigint_at_prompt && !qh_rl_cancel.ended) {
+      qh_sigint_at_prompt = 0;
+      qh_rl_cancel_begin();
     }
+    if (qh_rl_cancel.ended) return qh_rl_cancel_key(readcmd);
     if (qh_sigwinch_at_prompt) {
       qh_sigwinch_at_prompt = 0;
       rl_resize_terminal();
     }
-    if (qh_sigint_at_prompt) {
-      qh_sigint_at_prompt = 0;
-      rl_echo_signal_char(SIGINT);
-      rl_callback_sigcleanup();
-      rl_free_line_state();
-      rl_replace_line("", 0);
-      rl_crlf();
-      if (!firstline) {
-        rl_callback_handler_remove();
-        status = QH_LINE_CANCELLED;
-        break;
-      }
-      rl_on_new_line();
-      rl_redisplay();
-      continue;
+    FD_ZERO(&readable);
+    FD_SET(fd, &readable);
+    ready = pselect(fd + 1, &readable, NULL, NULL, NULL, waitmask);
+    if (ready > 0) {
+      unsigned char c;
+      ssize_t n = read(fd, &c, 1);
+      if (n == 1) return c;
+      if (n == 0) return EOF;                     /* the terminal hung up */
+      if (errno != EINTR && errno != EAGAIN) return readcmd ? READERR : EOF;
     }
-    if (ready > 0) rl_callback_read_char();
+    else if (ready < 0 && errno != EINTR)         /* input is gone */
+      return readcmd ? READERR : EOF;
   }
+}
+
+/*
+** readline's key reader (rl_getc_function): one byte from the terminal. readline()
+** blocks with its own signal handling off (rl_catch_signals 0), so this is the one
+** place where a Ctrl-C at the prompt can act: it ends the line (qh_rl_cancel_begin),
+** then answers every read until readline() returns (qh_rl_cancel_key). SIGINT and
+** SIGWINCH are blocked from the flag checks to the wait and let through only inside
+** pselect(), so neither can slip in between; outside this function they arrive at
+** once, so a second Ctrl-C reaches a readline that is stuck.
+**
+** The REPL used to drive readline's callback interface (rl_callback_read_char) from a
+** pselect loop of its own, but readline 8.2's callback code crashes on byte sequences
+** that readline() survives: Ctrl-R Esc Ctrl-G "M=" on an xterm is one, and random bytes
+** found others (spec/repl_spec.lua types both).
+*/
+static int qh_rl_getc (FILE *stream) {
+  sigset_t blocked, original;
+  int c;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGINT);
+  sigaddset(&blocked, SIGWINCH);
+  sigprocmask(SIG_BLOCK, &blocked, &original);
+  c = qh_rl_getc_blocked(stream, &original);
   sigprocmask(SIG_SETMASK, &original, NULL);
-  if (status != QH_LINE_OK) return status;
-  if (qh_rl_line == NULL) return QH_LINE_EOF;
-  *line = qh_rl_line;
+  return c;
+}
+
+/*
+** One line from readline. A Ctrl-C (see qh_rl_getc) at the first prompt clears the line
+** and prompts again; at a continuation prompt it gives up the whole statement
+** (QH_LINE_CANCELLED). readline() normally returns NULL then; it returns a line only if
+** a nested read turned the EOF into an accepted line, and then it has ended the line
+** on the screen itself.
+*/
+static int qh_readline_tty (const char *prompt, int firstline, char **line) {
+  char *text;
+  qh_sigint_at_prompt = 0;
+  for (;;) {
+    rl_voidfunc_t *redisplay = rl_redisplay_function;
+    char *bell = rl_variable_value("bell-style");     /* a constant string */
+    memset(&qh_rl_cancel, 0, sizeof qh_rl_cancel);
+    text = readline(prompt);
+    if (!qh_rl_cancel.ended) break;
+    /* A search or a message may still hold a saved prompt, which each new prompt would
+       leak: put it back while redisplay does nothing (with nothing saved this only
+       clears what readline() rebuilds from the next prompt). */
+    rl_clear_message();
+    rl_restore_prompt();
+    rl_redisplay_function = redisplay;
+    if (bell != NULL) rl_variable_bind("bell-style", bell);
+    if (text == NULL && !qh_rl_cancel.declined) {   /* a declined question ends its line */
+      FILE *out = rl_outstream ? rl_outstream : stdout;
+      fputc('\n', out);
+      fflush(out);
+    }
+    free(text);
+    text = NULL;
+    if (!firstline) break;
+  }
+  if (qh_rl_cancel.ended) return QH_LINE_CANCELLED;
+  if (text == NULL) return QH_LINE_EOF;
+  *line = text;
   return QH_LINE_OK;
 }
 
@@ -887,8 +983,9 @@ static void qh_print_results (lua_State *L) {
 
 /*
 ** The read-eval-print loop. On a terminal: readline with completion and history, and
-** Ctrl-C at the prompt handled by qh_readline_tty; otherwise plain lines. Errors are
-** reported without the program name (as lua.c does) and never end the session.
+** Ctrl-C at the prompt handled by qh_rl_getc and qh_readline_tty; otherwise plain
+** lines. Errors are reported without the program name (as lua.c does) and never end
+** the session.
 */
 static void qh_repl (lua_State *L) {
   int status;
@@ -900,6 +997,7 @@ static void qh_repl (lua_State *L) {
     rl_readline_name = "qlua";
     rl_catch_signals = 0;                 /* we own SIGINT and SIGWINCH */
     rl_catch_sigwinch = 0;
+    rl_getc_function = qh_rl_getc;        /* where Ctrl-C ends a line */
     rl_attempted_completion_function = qh_attempt_completion;
     rl_completer_word_break_characters = " \t\n\"\\'`><=;+-*/%^~#&|,{}()[]";
     qh_completion_L = L;
@@ -922,6 +1020,7 @@ static void qh_repl (lua_State *L) {
     qh_history_close();
     qh_wordlist_clear(&qh_candidates);
     qh_completion_L = NULL;
+    rl_getc_function = rl_getc;
   }
   qh_progname = saved_progname;
 }

@@ -14,6 +14,7 @@ output it had.
   P.pty(argv, script, opts) -> { output=, status= }: argv runs on a pseudo-terminal
                        (util-linux `script`); `script` is a list of keystroke strings and
                        numbers (seconds to wait before the next keystrokes)
+  P.pty_all(sessions)  several P.pty sessions ({ argv, keys, opts } each) at once
   P.tempdir()          a fresh directory (removed by P.cleanup())
   P.write(path, text)  / P.read(path)
   P.quote(s)           s quoted for /bin/sh
@@ -174,35 +175,70 @@ end
 
 --[[
 Runs argv on a pseudo-terminal with util-linux `script`, typing the keystrokes of
-`keys` (strings, with numbers between them meaning "wait that many seconds"). The
-terminal is TERM=dumb with no inputrc, so readline behaves the same everywhere; HOME
-comes from opts.env or is a fresh directory. `script -c` runs its command through
-$SHELL (/bin/sh when unset); the command is exec'd so argv is the terminal's only
-process: a shell left waiting in the same process group would take the Ctrl-C itself
-(dash dies of it, and `script` then reports 130). Returns { output (everything the
-terminal showed, \r removed), status }.
+`keys` (strings, with numbers between them meaning "wait that many seconds"). Each
+string is written to a file and typed with `cat`, so any byte, NUL included, can be
+typed. The terminal is TERM=dumb with no inputrc unless opts.env says otherwise, so
+readline behaves the same everywhere; HOME comes from opts.env or is a fresh directory.
+`script -c` runs its command through $SHELL (/bin/sh when unset); the command is exec'd
+so argv is the terminal's only process: a shell left waiting in the same process group
+would take the Ctrl-C itself (dash dies of it, and `script` then reports 130).
+opts.stty (say "cols 80 rows 24") sets the terminal up first: with stdin a pipe,
+`script` gives the pseudo-terminal no size. Returns the shell command and the files its
+output and exit status go to.
 ]]
-function P.pty(argv, keys, opts)
+local function pty_command(argv, keys, opts)
   opts = opts or {}
   local feeder = { "sleep " .. (opts.startup or 0.5) }   -- let readline set up the terminal
   for _, step in ipairs(keys) do
     if type(step) == "number" then
       feeder[#feeder + 1] = "sleep " .. step
     else
-      feeder[#feeder + 1] = "printf '%s' " .. P.quote(step)
+      feeder[#feeder + 1] = "cat " .. P.quote(P.write(P.tmpname(), step))
     end
   end
   local env = { TERM = "dumb", INPUTRC = "/dev/null" }
   for name, value in pairs(opts.env or {}) do env[name] = value end
   if env.HOME == nil then env.HOME = P.tempdir() end
-  local output_path = P.tmpname()
-  local cmd = string.format("( %s ) | %s timeout -k 2 %d script -qfec %s /dev/null >%s 2>&1",
+  local output_path, status_path = P.tmpname(), P.tmpname()
+  local inner = "exec " .. command_line(argv)
+  if opts.stty then inner = "stty " .. opts.stty .. " && " .. inner end
+  local cmd = string.format("( %s ) | %s timeout -k 2 %d script -qfec %s /dev/null >%s 2>&1; echo $? >%s",
     table.concat(feeder, "; "), env_prefix(env), opts.timeout or 10,
-    P.quote("exec " .. command_line(argv)), P.quote(output_path))
-  local status = exit_status(os.execute(cmd))
+    P.quote(inner), P.quote(output_path), P.quote(status_path))
+  return cmd, output_path, status_path
+end
+
+-- The output (\r removed) and exit status a pty_command left behind.
+local function pty_result(cmd, output_path, status_path)
   local output = (P.read(output_path) or ""):gsub("\r", "")
+  local status = tonumber((P.read(status_path) or ""):match("%d+"))
   os.remove(output_path)
+  os.remove(status_path)
   return { output = output, status = status, command = cmd }
+end
+
+-- P.pty(argv, keys, opts) -> { output (everything the terminal showed), status }
+function P.pty(argv, keys, opts)
+  local cmd, output_path, status_path = pty_command(argv, keys, opts)
+  os.execute(cmd)
+  return pty_result(cmd, output_path, status_path)
+end
+
+--[[
+Several P.pty sessions at once (they mostly sleep, so a list of them takes about as long
+as the slowest): sessions is a list of { argv, keys, opts }; returns their results in
+the same order.
+]]
+function P.pty_all(sessions)
+  local commands, results = {}, {}
+  for i, session in ipairs(sessions) do
+    commands[i] = { pty_command(session[1], session[2], session[3]) }
+  end
+  local jobs = {}
+  for i, command in ipairs(commands) do jobs[i] = "( " .. command[1] .. " ) &" end
+  os.execute(table.concat(jobs, " ") .. " wait")
+  for i, command in ipairs(commands) do results[i] = pty_result(table.unpack(command)) end
+  return results
 end
 
 return P
