@@ -1,30 +1,7 @@
 /*
-** l_qlua.c — the qlua module: luaopen_qlua, the per-lua_State context, the garbage
-** collector driving, and the module functions (creation, random numbers, devices,
-** memory, files, clock).
-**
-** State: luaopen_qlua makes one lq_state box (lqlua.h) holding a qt_ctx reference.
-** The box is anchored in the registry (so the context lives until lua_close even if
-** the module table is dropped) and is upvalue 1 of every binding function. Its __gc
-** drops the context reference; storages still alive hold their own (ops.h), so the
-** order in which lua_close finalises things does not matter.
-**
-** GC driving: the Lua collector sees a tensor as a ~300-byte userdata, whatever device
-** memory it holds. The core counts this state's device bytes (ctx->gpu_live_bytes)
-** and calls q_gc_callback when an allocation would pass ctx->gpu_gc_limit, or after an
-** out-of-memory. The callback runs a full collection (finalising unreachable tensors,
-** which gives their device memory back) and then re-paces (q_repace), with live = the
-** bytes still held after the collection:
-**     limit = live + max(LQ_GC_FLOOR, min(live, room))
-**     room  = (device memory of the GPUs this state uses - live) / 2
-** so the garbage allowed before the next collection is as large as the working set (a
-** program that keeps N bytes alive collects once per N bytes allocated: amortised, like
-** Lua's own 200% pause, and the limit doubles while the working set grows, as cutorch's
-** heap tracking did), but never more than half the memory the working set leaves free
-** (so a big working set does not turn every collection into an out-of-memory), and
-** never less than LQ_GC_FLOOR (256 MiB: small programs do not collect at every
-** allocation). qlua.empty_cache() collects and re-paces too, so a limit raised by a big
-** working set that is gone now comes back down there.
+** l_qlua.c — the qlua module: the module functions (creation, random numbers, devices,
+** memory, files, clock) and luaopen_qlua, which builds the state (l_state.c), the
+** tensor metatable (l_tensor.c) and the module table.
 */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L  /* clock_gettime, when built outside the Makefile */
@@ -37,231 +14,6 @@
 
 #include "lqlua.h"
 #include "core/npy.h"
-
-/* ================================================================ state and context */
-
-lq_state *lq_state_of(lua_State *L) {
-  return (lq_state *)lua_touserdata(L, lua_upvalueindex(1));
-}
-
-qt_ctx *lq_ctx(lua_State *L) {
-  lq_state *st = lq_state_of(L);
-  if (st == NULL || st->ctx == NULL) {
-    luaL_error(L, "qlua: the runtime of this Lua state has been closed");
-    return NULL;
-  }
-  st->running = L;
-  if (st->deferred && st->calls <= 1) lq_free_deferred(L, st);  /* none below this one */
-  return st->ctx;
-}
-
-int lq_raise(lua_State *L, qt_ctx *ctx) {
-  return luaL_error(L, "%s", ctx->err.msg);
-}
-
-int lq_raise_as(lua_State *L, qt_ctx *ctx, const char *core_op, const char *op) {
-  qt_err_rename(&ctx->err, core_op, op);
-  return luaL_error(L, "%s", ctx->err.msg);
-}
-
-/* ---------------------------------------------------------------- arguments too many */
-
-/* The extra argument as a message shows it: numbers, booleans and short strings by value. */
-static const char *q_argdesc(lua_State *L, int arg) {
-  switch (lua_type(L, arg)) {
-    case LUA_TNUMBER: case LUA_TBOOLEAN:
-      return lua_pushfstring(L, "%s %s", luaL_typename(L, arg), luaL_tolstring(L, arg, NULL));
-    case LUA_TSTRING:
-      if (lua_rawlen(L, arg) <= 40) return lua_pushfstring(L, "string '%s'", lua_tostring(L, arg));
-      /* fall through */
-    default:
-      return luaL_typename(L, arg);
-  }
-}
-
-static void q_extra_argument(lua_State *L, int arg, const char *op, bool method, int takes) {
-  int top = lua_gettop(L);
-  while (top >= arg && lua_isnil(L, top)) top--;  /* trailing nils are absent arguments */
-  if (top < arg) return;
-  while (lua_isnil(L, arg)) arg++;                /* name the first one given */
-  int shown = method ? arg - 1 : arg;             /* as the user counts: after self */
-  const char *what = q_argdesc(L, arg);
-  if (takes < 0) luaL_error(L, "%s: unexpected argument #%d (%s)", op, shown, what);
-  if (method) takes--;
-  luaL_error(L, "%s: unexpected argument #%d (%s): %s takes at most %d argument%s", op, shown,
-             what, op, takes, takes == 1 ? "" : "s");
-}
-
-void lq_checkend(lua_State *L, int arg, const char *op, bool method) {
-  q_extra_argument(L, arg, op, method, -1);
-}
-
-/* ---------------------------------------------------------------- calls in progress */
-
-int lq_binding_frames(lua_State *T, lq_state *st, int level, int top, const void *ud,
-                      const qt_storage *s, bool *held) {
-  lua_Debug ar;
-  int frames = 0;
-  if (!lua_checkstack(T, 3)) {  /* no room to look: count the worst case */
-    if (held != NULL) *held = true;
-    return 1;
-  }
-  for (; lua_getstack(T, level, &ar); level++) {
-    lua_getinfo(T, "f", &ar);                     /* the frame's function */
-    bool ours = lua_iscfunction(T, -1) && lua_getupvalue(T, -1, 1) != NULL;
-    if (ours) {
-      ours = lua_touserdata(T, -1) == (void *)st;
-      lua_pop(T, 1);
-    }
-    lua_pop(T, 1);
-    if (!ours) continue;
-    frames++;
-    if (held == NULL || *held) continue;
-    int limit = level == 0 ? top : INT32_MAX;
-    for (int n = 1; n <= limit && lua_getlocal(T, &ar, n) != NULL; n++) {
-      const void *p = lua_touserdata(T, -1);
-      if (p != NULL && (p == ud || (s != NULL && luaL_testudata(T, -1, QLUA_TENSOR) != NULL &&
-                                    ((const qt_tensor *)p)->storage == s)))
-        *held = true;
-      lua_pop(T, 1);
-      if (*held) break;
-    }
-  }
-  return frames;
-}
-
-static void q_enter(lua_State *L, lq_state *st) {
-  if (st->calls > 0) {
-    /* a call below this one, or one that raised and never left: the outermost thread's
-    ** stack tells (the current frame, level 0 on L, is this call itself) */
-    lua_State *T = st->outer != NULL ? st->outer : L;
-    if (lq_binding_frames(T, st, T == L ? 1 : 0, 0, NULL, NULL, NULL) == 0) st->calls = 0;
-  }
-  if (st->calls++ == 0) {
-    st->outer = L;
-    if (L != st->main) {  /* a coroutine: anchored while it may be looked at */
-      lua_pushthread(L);
-      lua_rawsetp(L, LUA_REGISTRYINDEX, &st->outer);
-    }
-  }
-}
-
-void lq_enter(lua_State *L) {
-  lq_state *st = lq_state_of(L);
-  if (st != NULL) q_enter(L, st);
-}
-
-void lq_leave(lua_State *L) {
-  lq_state *st = lq_state_of(L);
-  if (st != NULL && st->calls > 0) st->calls--;
-}
-
-/* Every registered function runs through here: upvalue 2 is its lq_Reg entry, and the
-** function is called directly, in this same frame, so its upvalue 1 is the box. */
-static int q_trampoline(lua_State *L) {
-  const lq_Reg *r = (const lq_Reg *)lua_touserdata(L, lua_upvalueindex(2));
-  if (r->nargs != LQ_VARARGS && lua_gettop(L) > r->nargs)
-    q_extra_argument(L, r->nargs + 1, r->name, lua_toboolean(L, lua_upvalueindex(3)), r->nargs);
-  lq_state *st = lq_state_of(L);
-  q_enter(L, st);
-  int n = r->func(L);
-  if (st->calls > 0) st->calls--;
-  return n;
-}
-
-void lq_setfuncs(lua_State *L, const lq_Reg *regs, int box_idx, bool method) {
-  box_idx = lua_absindex(L, box_idx);
-  for (const lq_Reg *r = regs; r->name != NULL; r++) {
-    lua_pushvalue(L, box_idx);
-    lua_pushlightuserdata(L, (void *)r);
-    lua_pushboolean(L, method);
-    lua_pushcclosure(L, q_trampoline, 3);
-    lua_setfield(L, -2, r->name);
-  }
-}
-
-int lq_call_named(lua_State *L, lua_CFunction fn, int nargs, int nresults, const char *op,
-                  const char *what) {
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_pushcclosure(L, fn, 1);
-  lua_insert(L, -(nargs + 1));
-  int rc = lua_pcall(L, nargs, nresults, 0);
-  if (rc == LUA_ERRMEM) {
-    lua_pop(L, 1);
-    return luaL_error(L, "%s: not enough memory (%s)", op, what);
-  }
-  if (rc != LUA_OK) return lua_error(L);
-  return nresults;
-}
-
-/* The GC limit the bytes live now call for (see the header). The GPUs' memory sizes
-** are summed once per set of GPUs used, so this is cheap enough for every t:free(). */
-static int64_t q_pace(lq_state *st) {
-  int64_t live = atomic_load(&st->ctx->gpu_live_bytes);
-  if (st->total_of != st->gpus_used) {
-    int64_t total = 0;
-    for (int g = 0; g < 64; g++) {
-      if (!(st->gpus_used & ((uint64_t)1 << g))) continue;
-      qt_err err;
-      qt_memory_stats stats;
-      qt_device *dev = qt_gpu_device(g, &err);
-      if (dev != NULL && dev->iface->memory != NULL && dev->iface->memory(dev, &stats, &err) == 0)
-        total += stats.total;
-    }
-    st->total_bytes = total;
-    st->total_of = st->gpus_used;
-  }
-  int64_t allowance = live;
-  if (st->total_bytes > 0) {
-    int64_t room = st->total_bytes > live ? (st->total_bytes - live) / 2 : 0;
-    if (allowance > room) allowance = room;
-  }
-  if (allowance < LQ_GC_FLOOR) allowance = LQ_GC_FLOOR;
-  return live > INT64_MAX - allowance ? INT64_MAX : live + allowance;
-}
-
-static void q_repace(lq_state *st) {
-  st->ctx->gpu_gc_limit = q_pace(st);
-}
-
-void lq_gc_relax(lua_State *L) {
-  lq_state *st = lq_state_of(L);
-  if (st == NULL || st->ctx == NULL) return;
-  int64_t limit = q_pace(st);
-  if (limit < st->ctx->gpu_gc_limit) st->ctx->gpu_gc_limit = limit;
-}
-
-/* ctx->gc: called by the core from inside a binding call, on the thread that made it.
-** After an out-of-memory the core has emptied the failing device's cache *before*
-** asking for this collection, so the blocks the collection frees would only go back
-** to the caches; they are handed to the driver here too, so the core's retry can use
-** them whatever their sizes. */
-static void q_gc_callback(void *ud, int out_of_memory) {
-  lq_state *st = (lq_state *)ud;
-  if (st->ctx == NULL || st->running == NULL) return;
-  lua_gc(st->running, LUA_GCCOLLECT);  /* finalizers cannot release our operands (l_tensor.c) */
-  if (out_of_memory) {
-    for (int g = 0; g < 64; g++) {
-      if (!(st->gpus_used & ((uint64_t)1 << g))) continue;
-      qt_err err;
-      qt_device *dev = qt_gpu_device(g, &err);
-      if (dev != NULL && dev->iface->empty_cache != NULL) dev->iface->empty_cache(dev);
-    }
-  }
-  q_repace(st);
-}
-
-/* The box's __gc: at lua_close (or never before). */
-static int q_state_gc(lua_State *L) {
-  lq_state *st = (lq_state *)lua_touserdata(L, 1);
-  if (st != NULL && st->ctx != NULL) {
-    st->ctx->gc = NULL;
-    st->ctx->gc_ud = NULL;
-    qt_ctx_release(st->ctx);
-    st->ctx = NULL;
-  }
-  return 0;
-}
 
 /* ================================================================ creation */
 
@@ -630,8 +382,7 @@ static int q_memory(lua_State *L) {
 ** this state used, and the CPU device's (the pinned host buffers). */
 static int q_empty_cache(lua_State *L) {
   lq_ctx(L);
-  lua_gc(L, LUA_GCCOLLECT);
-  q_repace(lq_state_of(L));
+  lq_gc_collect(L);
   uint64_t used = lq_state_of(L)->gpus_used;
   for (int g = 0; g < 64; g++) {
     if (!(used & ((uint64_t)1 << g))) continue;
@@ -782,31 +533,7 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   ** take over the first one's tensors. A second call returns the same module. */
   if (lua_getfield(L, LUA_REGISTRYINDEX, "qlua.module") == LUA_TTABLE) return 1;
   lua_pop(L, 1);
-  lq_state *st = (lq_state *)lua_newuserdatauv(L, sizeof *st, 0);
-  st->ctx = NULL;
-  st->running = L;
-  st->gpus_used = 0;
-  st->total_of = 0;
-  st->total_bytes = 0;
-  st->deferred = 0;
-  st->calls = 0;
-  st->outer = NULL;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
-  st->main = lua_tothread(L, -1);
-  lua_pop(L, 1);
-  lua_createtable(L, 0, 2);
-  lua_pushcfunction(L, q_state_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_pushliteral(L, "qlua.state");
-  lua_setfield(L, -2, "__name");
-  lua_setmetatable(L, -2);
-  st->ctx = qt_ctx_new();
-  if (st->ctx == NULL) return luaL_error(L, "qlua: out of memory creating the tensor context");
-  st->ctx->gc = q_gc_callback;
-  st->ctx->gc_ud = st;
-  st->ctx->gpu_gc_limit = LQ_GC_FLOOR;
-  lua_pushvalue(L, -1);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, st);   /* anchored until lua_close */
+  lq_state_new(L);
   int box = lua_gettop(L);
 
   lq_open_tensor(L, box);

@@ -1,12 +1,7 @@
 /*
-** l_tensor.c — the qlua.Tensor userdata: its metatable, its methods, and the argument
-** parsing the module functions share (shapes, opts, devices, dtypes, numbers, tables).
-**
-** A tensor userdata is a bare qt_tensor (tensor.h) with the "qlua.Tensor" metatable.
-** Results are created first, empty (lq_newtensor), then filled by the core, as liolib
-** pushes a closed file before opening it: when the core fails it leaves the output
-** empty, the binding raises, and the collector reclaims an empty userdata. No owned
-** resource is ever held in a C local across a call that may raise.
+** l_tensor.c — the qlua.Tensor userdata's methods and metamethods, and lq_open_tensor,
+** which wires them into its metatable. The userdata's life is l_state.c's; the
+** argument parsing is l_args.c's.
 **
 ** Dims and positions are 1-based here and 0-based in the core; the conversions and the
 ** range checks (so that messages show the values the user wrote) are all in this file.
@@ -19,533 +14,7 @@
 
 #include "lqlua.h"
 
-/* ================================================================ the userdata */
-
-/* The one accessor every binding function goes through (DESIGN: keep tensor access
-** behind one function the embedding API shares). Borrowed pointer. */
-qt_tensor *qlua_checktensor(lua_State *L, int idx) {
-  return (qt_tensor *)luaL_checkudata(L, idx, QLUA_TENSOR);
-}
-
-qt_tensor *qlua_totensor(lua_State *L, int idx) {
-  return (qt_tensor *)luaL_testudata(L, idx, QLUA_TENSOR);
-}
-
-qt_tensor *lq_newtensor(lua_State *L) {
-  qt_tensor *t = (qt_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
-  qt_tensor_init(t);
-  luaL_setmetatable(L, QLUA_TENSOR);
-  return t;
-}
-
-/* Runs under lua_pcall for qlua_pushtensor: everything that can raise (the userdata's
-** allocation, a missing metatable) happens before the reference moves. */
-static int t_pushtensor_protected(lua_State *L) {
-  qt_tensor *src = (qt_tensor *)lua_touserdata(L, 1);
-  qt_tensor *t = (qt_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
-  qt_tensor_init(t);
-  if (luaL_getmetatable(L, QLUA_TENSOR) != LUA_TTABLE)
-    return luaL_error(L, "qlua_pushtensor: luaopen_qlua has not been called in this state");
-  lua_setmetatable(L, -2);
-  *t = *src;               /* the reference moves: nothing can raise from here on */
-  qt_tensor_init(src);
-  return 1;
-}
-
-int qlua_pushtensor(lua_State *L, qt_tensor *t) {
-  lua_pushcfunction(L, t_pushtensor_protected);
-  lua_pushlightuserdata(L, t);
-  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-    qt_tensor_release(t);  /* ownership passed to us; nobody else can give it back now */
-    return lua_error(L);
-  }
-  return 1;
-}
-
-qt_tensor *lq_checklive(lua_State *L, int idx, const char *op) {
-  qt_tensor *t = qlua_checktensor(L, idx);
-  if (t->storage == NULL || t->storage->freed)
-    luaL_error(L, "%s: tensor has been freed", op);
-  return t;
-}
-
-/* ---------------------------------------------------------------- releases that must wait
-** A binding call holds C pointers to its operands (the tensor structs inside their
-** userdata) for as long as it runs, and Lua code can run in the middle of it: a
-** collection the call starts (an allocation past the GC limit, q_gc_callback) or one Lua
-** starts by itself (any allocation) runs finalizers, and a finalizer may close, collect
-** by hand (getmetatable(t).__gc(t)) or free a tensor that is one of those operands. So a
-** release of a tensor that a binding call in progress holds on its stack waits: it is
-** queued, and the first binding call made once no call holds it carries it out
-** (lq_free_deferred). Everything else is released at once, which keeps a collection's
-** purpose: real garbage is never on a call's stack, so it always goes now. */
-
-/* The registry table of waiting releases: tensor userdata -> true for t:free() (the bytes
-** go back for every view), false for __gc/__close (this userdata's reference only). */
-static const char t_deferred_key = 0;
-
-/* Whether a binding call still running holds the tensor at idx on its stack, or (when s
-** is not NULL) any tensor whose storage is s: t:free() gives the bytes back for every
-** view, so a view held by the call counts too. The running thread's frames are searched
-** from `level` up (1 skips the function doing the release, which holds the tensor as its
-** argument; 0 searches the current call's stack too, up to slot `top`, where its own work
-** begins), then, when the outermost call in progress runs on another thread (a finalizer
-** or callback resumed a coroutine), that thread's frames. */
-static bool t_held_by_call(lua_State *L, int idx, const qt_storage *s, int level, int top) {
-  lq_state *st = lq_state_of(L);
-  if (st == NULL) return false;
-  const void *ud = lua_touserdata(L, idx);
-  bool held = false;
-  lq_binding_frames(L, st, level, top, ud, s, &held);
-  if (!held && st->calls > 0 && st->outer != NULL && st->outer != L)
-    lq_binding_frames(st->outer, st, 0, INT32_MAX, ud, s, &held);
-  return held;
-}
-
-/* Queues the release of the tensor at idx; `free_data` as for t:free(). Returns false
-** (nothing queued) when the queue cannot grow: the caller then releases at once. */
-static int t_queue_protected(lua_State *L) {
-  bool free_data = lua_toboolean(L, 2);
-  /* made once by lq_open_tensor: making it here could run a finalizer that queues too,
-  ** into a table this call would then replace */
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE)
-    return luaL_error(L, "qlua: the release queue is missing");
-  lua_pushvalue(L, 1);
-  if (lua_rawget(L, -2) == LUA_TBOOLEAN && lua_toboolean(L, -1)) return 0;  /* free wins */
-  lua_pop(L, 1);
-  lua_pushvalue(L, 1);
-  lua_pushboolean(L, free_data);
-  lua_rawset(L, -3);
-  return 0;
-}
-
-static bool t_defer(lua_State *L, int idx, bool free_data) {
-  lq_state *st = lq_state_of(L);
-  if (st == NULL) return false;
-  lua_pushvalue(L, lua_upvalueindex(1));     /* the closure keeps upvalue 1 for the check */
-  lua_pushcclosure(L, t_queue_protected, 1);
-  lua_pushvalue(L, idx);
-  lua_pushboolean(L, free_data);
-  if (lua_pcall(L, 2, 0, 0) != LUA_OK) {     /* out of memory growing the queue */
-    lua_pop(L, 1);
-    return false;
-  }
-  st->deferred = 1;
-  return true;
-}
-
-static void t_release_now(lua_State *L, qt_tensor *t, bool free_data) {
-  if (t->storage == NULL) return;
-  bool gpu = t->storage->device != NULL && t->storage->device->kind == QT_DEV_CUDA;
-  if (free_data) qt_storage_free_data(t->storage);
-  qt_tensor_release(t);
-  if (gpu) lq_gc_relax(L);
-}
-
-/* Whether this C function was called by the collector as a finalizer (Lua 5.4 names
-** such calls "__gc" metamethods), not by Lua code. */
-static bool t_called_as_finalizer(lua_State *L) {
-  lua_Debug ar;
-  if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "n", &ar)) return false;
-  return ar.namewhat != NULL && strcmp(ar.namewhat, "metamethod") == 0 && ar.name != NULL &&
-         strcmp(ar.name, "__gc") == 0;
-}
-
-/* __gc and __close: drop this userdata's reference. Never raises, whatever it is given,
-** and may run any number of times. A real finalization goes at once (garbage is held by
-** no call); an explicit call waits while a binding call holds the tensor. */
-static int t_gc(lua_State *L) {
-  qt_tensor *t = qlua_totensor(L, 1);
-  if (t == NULL || t->storage == NULL) return 0;
-  lq_state *st = lq_state_of(L);
-  /* no call in progress (the usual case: a scope's end, a plain collection): no search */
-  if (st != NULL && st->calls > 0 && !t_called_as_finalizer(L) &&
-      t_held_by_call(L, 1, NULL, 1, 0) && t_defer(L, 1, false))
-    return 0;
-  t_release_now(L, t, false);
-  return 0;
-}
-
-/* t:free(): the storage's bytes go back now, for every view sharing them, unless a
-** binding call in progress holds this tensor or a view of its storage. */
-static int t_free(lua_State *L) {
-  qt_tensor *t = qlua_checktensor(L, 1);
-  if (t->storage == NULL) return 0;
-  lq_state *st = lq_state_of(L);
-  /* calls counts this one (the trampoline): more means a call below it */
-  if (st != NULL && st->calls > 1 && t_held_by_call(L, 1, t->storage, 1, 0) &&
-      t_defer(L, 1, true))
-    return 0;
-  t_release_now(L, t, true);
-  return 0;
-}
-
-void lq_free_deferred(lua_State *L, lq_state *st) {
-  int top = lua_gettop(L);  /* the calling function's own slots end here */
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    st->deferred = 0;
-    return;
-  }
-  int queue = lua_gettop(L);
-  bool waiting = false;
-  lua_pushnil(L);
-  while (lua_next(L, queue) != 0) {
-    bool free_data = lua_toboolean(L, -1);
-    lua_pop(L, 1);                                /* the key stays for lua_next */
-    qt_tensor *t = qlua_totensor(L, -1);
-    /* level 0 too: the call draining the queue may already hold pointers into it */
-    if (t != NULL && t_held_by_call(L, -1, free_data ? t->storage : NULL, 0, top)) {
-      waiting = true;                             /* still held: a later call does it */
-      continue;
-    }
-    if (t != NULL) t_release_now(L, t, free_data);
-    lua_pushvalue(L, -1);
-    lua_pushnil(L);
-    lua_rawset(L, queue);                         /* clearing a field is allowed mid-walk */
-  }
-  st->deferred = waiting;
-  lua_pop(L, 1);
-}
-
-/* ================================================================ argument parsing */
-
-qt_dtype lq_dtype_by_name(lua_State *L, const char *op, const char *name) {
-  int d = qt_dtype_from_name(name);
-  if (d >= 0) return (qt_dtype)d;
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  for (int i = 0; i < QT_NDTYPES; i++) {
-    if (i > 0) luaL_addstring(&b, ", ");
-    luaL_addstring(&b, qt_dtypes[i].name);
-  }
-  luaL_pushresult(&b);
-  luaL_error(L, "%s: unknown dtype '%s' (%s)", op, name, lua_tostring(L, -1));
-  return QT_F32;  /* not reached */
-}
-
-qt_device *lq_gpu(lua_State *L, const char *op, int ordinal) {
-  lq_state *st = lq_state_of(L);
-  qt_err err;
-  qt_device *dev = qt_gpu_device(ordinal, &err);
-  if (dev == NULL) {
-    size_t n = strlen(op);
-    if (strncmp(err.msg, op, n) == 0 && err.msg[n] == ':')
-      luaL_error(L, "%s", err.msg);  /* already names the op ("gpu: no GPU available") */
-    luaL_error(L, "%s: %s", op, err.msg);
-  }
-  if (ordinal >= 0 && ordinal < 64) st->gpus_used |= (uint64_t)1 << ordinal;
-  return dev;
-}
-
-/* "gpu:N" with N a plain decimal ordinal; -1 when name is not of that form. */
-static int t_parse_gpu_ordinal(const char *name) {
-  if (strncmp(name, "gpu:", 4) != 0) return -1;
-  const char *p = name + 4;
-  if (*p == '\0' || strlen(p) > 6) return -1;
-  int n = 0;
-  for (; *p; p++) {
-    if (*p < '0' || *p > '9') return -1;
-    n = n * 10 + (*p - '0');
-  }
-  return n;
-}
-
-/* NULL when the name is not a device name at all (so `to` can try dtypes first). */
-static qt_device *t_device_by_name_or_null(lua_State *L, const char *op, const char *name) {
-  if (strcmp(name, "cpu") == 0) return qt_cpu_device();
-  if (strcmp(name, "gpu") == 0) return lq_gpu(L, op, lq_ctx(L)->current_gpu);
-  int ordinal = t_parse_gpu_ordinal(name);
-  if (ordinal >= 0) return lq_gpu(L, op, ordinal);
-  return NULL;
-}
-
-qt_device *lq_device_by_name(lua_State *L, const char *op, const char *name) {
-  qt_device *dev = t_device_by_name_or_null(L, op, name);
-  if (dev == NULL) luaL_error(L, "%s: unknown device '%s' (cpu, gpu, gpu:N)", op, name);
-  return dev;
-}
-
-qt_device *lq_checkdevice(lua_State *L, int arg, const char *op) {
-  if (lua_type(L, arg) == LUA_TNUMBER) {
-    lua_Integer n = luaL_checkinteger(L, arg);
-    if (n < 0 || n > INT32_MAX) luaL_error(L, "%s: GPU ordinal %I is negative or too large", op, n);
-    return lq_gpu(L, op, (int)n);
-  }
-  if (lua_type(L, arg) != LUA_TSTRING) luaL_typeerror(L, arg, "device name or GPU ordinal");
-  return lq_device_by_name(L, op, lua_tostring(L, arg));
-}
-
-void lq_checkopts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_device **dev) {
-  if (lua_isnoneornil(L, arg)) return;
-  luaL_checktype(L, arg, LUA_TTABLE);
-  arg = lua_absindex(L, arg);
-  lua_pushnil(L);
-  while (lua_next(L, arg) != 0) {
-    lua_pop(L, 1);
-    const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    if (key == NULL || (strcmp(key, "dtype") != 0 && strcmp(key, "device") != 0))
-      luaL_error(L, "%s: unknown option '%s' (dtype, device)", op, luaL_tolstring(L, -1, NULL));
-  }
-  if (lua_getfield(L, arg, "dtype") != LUA_TNIL) {
-    if (lua_type(L, -1) != LUA_TSTRING)
-      luaL_error(L, "%s: opts.dtype must be a string, got %s", op, luaL_typename(L, -1));
-    *dtype = lq_dtype_by_name(L, op, lua_tostring(L, -1));
-  }
-  lua_pop(L, 1);
-  if (lua_getfield(L, arg, "device") != LUA_TNIL) {
-    if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
-      luaL_error(L, "%s: opts.device must be a string, got %s", op, luaL_typename(L, -1));
-    *dev = lq_checkdevice(L, lua_gettop(L), op);
-  }
-  lua_pop(L, 1);
-}
-
-/* One size of a shape, at stack index idx (an argument or a table entry on top). */
-static int64_t t_checksize(lua_State *L, int idx, const char *op, int flags) {
-  int isint;
-  lua_Integer v = lua_tointegerx(L, idx, &isint);
-  if (!isint) {
-    if (lua_type(L, idx) == LUA_TNUMBER)
-      luaL_error(L, "%s: size %f is not an integer", op, lua_tonumber(L, idx));
-    luaL_error(L, "%s: size must be an integer, got %s", op, luaL_typename(L, idx));
-  }
-  if (v < 0 && !(v == -1 && (flags & LQ_SHAPE_INFER)))
-    luaL_error(L, "%s: size %I is negative", op, v);
-  return (int64_t)v;
-}
-
-int lq_checkshape(lua_State *L, int arg, const char *op, int flags, int *ndim, int64_t *size) {
-  int n = 0;
-  if (lua_type(L, arg) == LUA_TTABLE) {
-    lua_Unsigned len = lua_rawlen(L, arg);
-    if (len > QT_MAXDIM)
-      luaL_error(L, "%s: too many dimensions (%I, at most %d)", op, (lua_Integer)len, QT_MAXDIM);
-    for (int i = 1; i <= (int)len; i++) {
-      lua_rawgeti(L, arg, i);
-      size[n++] = t_checksize(L, -1, op, flags);
-      lua_pop(L, 1);
-    }
-    *ndim = n;
-    return arg + 1;
-  }
-  if (lua_type(L, arg) != LUA_TNUMBER) luaL_typeerror(L, arg, "shape (sizes or a table)");
-  while (lua_type(L, arg) == LUA_TNUMBER) {
-    if (n == QT_MAXDIM) luaL_error(L, "%s: too many dimensions (at most %d)", op, QT_MAXDIM);
-    size[n++] = t_checksize(L, arg, op, flags);
-    arg++;
-    if (flags & LQ_SHAPE_ONE) break;
-  }
-  *ndim = n;
-  return arg;
-}
-
-/* A Lua number as a qt_scalar; *is_float says which subtype it was. The int field of a
-** float is its truncation when that fits int64, else 0 (qt_scalar_f would be undefined
-** behaviour for NaN or out-of-range values). */
-static qt_scalar t_toscalar(lua_State *L, int idx, bool *is_float) {
-  if (lua_isinteger(L, idx)) {
-    *is_float = false;
-    return qt_scalar_i((int64_t)lua_tointeger(L, idx));
-  }
-  double d = lua_tonumber(L, idx);
-  qt_scalar s;
-  s.f = d;
-  s.i = (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? (int64_t)d : 0;
-  *is_float = true;
-  return s;
-}
-
-qt_scalar lq_checkstorable(lua_State *L, int idx, const char *op, qt_dtype dtype) {
-  if (lua_type(L, idx) != LUA_TNUMBER)
-    luaL_error(L, "%s: expected a number, got %s", op, luaL_typename(L, idx));
-  if (qt_is_float(dtype)) {
-    qt_scalar s;
-    s.f = lua_tonumber(L, idx);
-    s.i = lua_isinteger(L, idx) ? (int64_t)lua_tointeger(L, idx) : 0;
-    return s;
-  }
-  int isint;
-  lua_Integer v = lua_tointegerx(L, idx, &isint);
-  if (!isint)
-    luaL_error(L, "%s: cannot store %f in %s tensor", op, lua_tonumber(L, idx),
-               qt_dtypes[dtype].name);
-  if (dtype == QT_I32 && (v < INT32_MIN || v > INT32_MAX))
-    luaL_error(L, "%s: value %I out of range for int32", op, v);
-  return qt_scalar_i((int64_t)v);
-}
-
-void lq_pushscalar(lua_State *L, qt_dtype dtype, qt_scalar v) {
-  if (qt_is_float(dtype)) lua_pushnumber(L, (lua_Number)v.f);
-  else lua_pushinteger(L, (lua_Integer)v.i);
-}
-
-/* ================================================================ tensors from Lua tables */
-
-/* State of one conversion: the shape found by walking first elements, then checked
-** everywhere; path holds the 1-based position being visited, for messages. */
-typedef struct t_table_walk {
-  const char *op;
-  int ndim;
-  int64_t size[QT_MAXDIM];
-  int64_t path[QT_MAXDIM];
-  bool has_float;
-  bool as_index;
-  qt_dtype dtype;
-  char *out;          /* fill pass: next element */
-} t_table_walk;
-
-/* "2,3" for path[0..depth) */
-static const char *t_pathstr(const t_table_walk *w, int depth, char *buf, size_t len) {
-  size_t used = 0;
-  buf[0] = '\0';
-  for (int d = 0; d < depth && used < len; d++) {
-    int n = snprintf(buf + used, len - used, d ? ",%lld" : "%lld", (long long)w->path[d]);
-    if (n < 0) break;
-    used += (size_t)n;
-  }
-  return buf;
-}
-
-/* Pass 1 over the table on top of the stack, at depth `dim`: rectangular, numbers at
-** the leaves; notes whether any leaf is a float. */
-static void t_walk_check(lua_State *L, t_table_walk *w, int dim) {
-  char where[QT_MAXDIM * 21];
-  int64_t n = (int64_t)lua_rawlen(L, -1);
-  if (n != w->size[dim])
-    luaL_error(L, "%s: ragged nested table: row %s has %I elements, expected %I", w->op,
-               t_pathstr(w, dim, where, sizeof where), (lua_Integer)n,
-               (lua_Integer)w->size[dim]);
-  luaL_checkstack(L, 2, "nested table too deep");
-  for (int64_t i = 1; i <= n; i++) {
-    w->path[dim] = i;
-    int type = lua_rawgeti(L, -1, (lua_Integer)i);
-    if (dim == w->ndim - 1) {
-      if (type != LUA_TNUMBER) {
-        if (type == LUA_TTABLE)
-          luaL_error(L, "%s: ragged nested table: element %s is a table, expected a number",
-                     w->op, t_pathstr(w, dim + 1, where, sizeof where));
-        luaL_error(L, "%s: element %s is not a number (got %s)", w->op,
-                   t_pathstr(w, dim + 1, where, sizeof where), luaL_typename(L, -1));
-      }
-      if (!lua_isinteger(L, -1)) {
-        w->has_float = true;
-        if (w->as_index) {
-          lua_Number v = lua_tonumber(L, -1);
-          if (v != floor(v) || !(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
-            luaL_error(L, "%s: index %f is not an integer (at position %s)", w->op, v,
-                       t_pathstr(w, dim + 1, where, sizeof where));
-        }
-      }
-    } else {
-      if (type != LUA_TTABLE)
-        luaL_error(L, "%s: ragged nested table: row %s is a %s, expected a table of %I elements",
-                   w->op, t_pathstr(w, dim + 1, where, sizeof where), luaL_typename(L, -1),
-                   (lua_Integer)w->size[dim + 1]);
-      t_walk_check(L, w, dim + 1);
-    }
-    lua_pop(L, 1);
-  }
-}
-
-/* Stores the number at idx into w->out as w->dtype and advances; `flat` is the 1-based
-** row-major position, for messages. */
-static void t_store(lua_State *L, t_table_walk *w, int idx, int64_t flat) {
-  switch (w->dtype) {
-    case QT_F32: *(float *)w->out = (float)lua_tonumber(L, idx); break;
-    case QT_F64: *(double *)w->out = (double)lua_tonumber(L, idx); break;
-    case QT_I32:
-    case QT_I64: {
-      int isint;
-      lua_Integer v = lua_tointegerx(L, idx, &isint);
-      if (!isint)
-        luaL_error(L, "%s: value %f at element %I is not an integer (dtype %s)", w->op,
-                   lua_tonumber(L, idx), (lua_Integer)flat, qt_dtypes[w->dtype].name);
-      if (w->dtype == QT_I32) {
-        if (v < INT32_MIN || v > INT32_MAX)
-          luaL_error(L, "%s: value %I at element %I out of range for int32", w->op, v,
-                     (lua_Integer)flat);
-        *(int32_t *)w->out = (int32_t)v;
-      } else {
-        *(int64_t *)w->out = (int64_t)v;
-      }
-      break;
-    }
-    default: luaL_error(L, "%s: this dtype cannot be built from a table", w->op);
-  }
-  w->out += qt_elsize(w->dtype);
-}
-
-/* Pass 2: row-major fill; the shape is known to be right. */
-static void t_walk_fill(lua_State *L, t_table_walk *w, int dim, int64_t *flat) {
-  int64_t n = w->size[dim];
-  for (int64_t i = 1; i <= n; i++) {
-    lua_rawgeti(L, -1, (lua_Integer)i);
-    if (dim == w->ndim - 1) t_store(L, w, -1, ++*flat);
-    else t_walk_fill(L, w, dim + 1, flat);
-    lua_pop(L, 1);
-  }
-}
-
-/* Shape from first elements, then check, infer the dtype, fill a host buffer owned by a
-** userdata (so an error midway leaks nothing), and upload it with qt_from_host. */
-qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_device *dev,
-                        bool as_index) {
-  qt_ctx *ctx = lq_ctx(L);
-  t_table_walk w;
-  memset(&w, 0, sizeof w);
-  w.op = op;
-  w.as_index = as_index;
-  idx = lua_absindex(L, idx);
-
-  if (lua_type(L, idx) == LUA_TNUMBER) {  /* a 0-d tensor */
-    w.dtype = dtype >= 0 ? (qt_dtype)dtype : (lua_isinteger(L, idx) ? QT_I64 : QT_F32);
-    union { double f; int64_t i; } cell;
-    w.out = (char *)&cell;
-    t_store(L, &w, idx, 1);
-    qt_tensor *t = lq_newtensor(L);
-    if (qt_from_host(ctx, t, dev, w.dtype, 0, w.size, &cell) != 0)
-      lq_raise_as(L, ctx, "tensor", op);
-    return t;
-  }
-  if (lua_type(L, idx) != LUA_TTABLE) luaL_typeerror(L, idx, "table or number");
-
-  /* the shape along first elements */
-  luaL_checkstack(L, QT_MAXDIM + 4, "nested table too deep");
-  lua_pushvalue(L, idx);
-  int pushed = 1;
-  for (;;) {
-    if (w.ndim == QT_MAXDIM)
-      luaL_error(L, "%s: nested table deeper than %d dimensions", op, QT_MAXDIM);
-    int64_t n = (int64_t)lua_rawlen(L, -1);
-    w.size[w.ndim++] = n;
-    if (n == 0) break;
-    pushed++;
-    if (lua_rawgeti(L, -1, 1) != LUA_TTABLE) break;
-  }
-  lua_pop(L, pushed);
-
-  lua_pushvalue(L, idx);
-  t_walk_check(L, &w, 0);
-  lua_pop(L, 1);
-
-  w.dtype = dtype >= 0 ? (qt_dtype)dtype : (w.has_float ? QT_F32 : QT_I64);
-  int64_t numel = qt_contiguous_strides(w.ndim, w.size, NULL);
-  if (numel < 0) luaL_error(L, "%s: table too large", op);
-  if (dtype < 0 && numel == 0) w.dtype = QT_F32;  /* {} and {{}}: no values, float32 */
-  char *buffer = (char *)lua_newuserdatauv(L, (size_t)numel * qt_elsize(w.dtype), 0);
-  w.out = buffer;
-  int64_t flat = 0;
-  lua_pushvalue(L, idx);
-  t_walk_fill(L, &w, 0, &flat);
-  lua_pop(L, 1);
-
-  qt_tensor *t = lq_newtensor(L);
-  if (qt_from_host(ctx, t, dev, w.dtype, w.ndim, w.size, buffer) != 0)
-    lq_raise_as(L, ctx, "tensor", op);
-  lua_remove(L, -2);  /* the buffer: the collector takes it */
-  return t;
-}
+/* ================================================================ arguments of the methods */
 
 /* An index argument: a tensor as is, or a table converted to int64 on src's device
 ** (pushed on the stack, so the collector owns it). */
@@ -639,63 +108,6 @@ static int t_item(lua_State *L) {
   return 1;
 }
 
-/* Nested tables from a row-major host copy. */
-static void t_buildtable(lua_State *L, const qt_tensor *t, int dim, const char **p) {
-  int64_t n = t->size[dim];
-  lua_createtable(L, n < INT32_MAX ? (int)n : 0, 0);
-  for (int64_t i = 0; i < n; i++) {
-    if (dim == t->ndim - 1) {
-      lq_pushscalar(L, t->dtype, lq_load_element(t->dtype, *p));
-      *p += qt_elsize(t->dtype);
-    } else {
-      t_buildtable(L, t, dim + 1, p);
-    }
-    lua_rawseti(L, -2, (lua_Integer)(i + 1));
-  }
-}
-
-/* Lua tables hold at most 2^31 entries in their array part; refuse up front a tensor whose
-** tables (at any nesting level) would need more, rather than filling memory first. */
-static void t_checktablesize(lua_State *L, const qt_tensor *t) {
-  const int64_t limit = (int64_t)1 << 31;
-  int64_t entries = 1;  /* entries at this level: the product of the sizes so far */
-  for (int d = 0; d < t->ndim && entries > 0; d++) {
-    if (t->size[d] > limit / entries) {
-      char shape[128];
-      luaL_error(L, "totable: a %s tensor is too large for Lua tables (more than 2^31 entries)",
-                 qt_shape_str(t->ndim, t->size, shape, sizeof shape));
-    }
-    entries *= t->size[d];
-  }
-}
-
-/* The body of totable, run by lq_call_named so that running out of Lua memory midway (a
-** host copy and a table per row) says "totable: not enough memory". */
-static int t_totable_build(lua_State *L) {
-  qt_ctx *ctx = lq_ctx(L);
-  qt_tensor *t = lq_checklive(L, 1, "totable");
-  int64_t n = qt_numel(t);
-  char *host = (char *)lua_newuserdatauv(L, (size_t)n * qt_elsize(t->dtype), 0);
-  if (qt_read_all(ctx, t, host) != 0) return lq_raise_as(L, ctx, "read", "totable");
-  const char *p = host;
-  if (t->ndim == 0) {
-    lq_pushscalar(L, t->dtype, lq_load_element(t->dtype, p));
-    return 1;
-  }
-  luaL_checkstack(L, t->ndim + 2, "totable");
-  t_buildtable(L, t, 0, &p);
-  return 1;
-}
-
-static int t_totable(lua_State *L) {
-  qt_tensor *t = lq_checklive(L, 1, "totable");
-  t_checktablesize(L, t);
-  char shape[96], what[160];
-  snprintf(what, sizeof what, "for the tables of a %s %s tensor",
-           qt_shape_str(t->ndim, t->size, shape, sizeof shape), qt_dtypes[t->dtype].name);
-  lua_settop(L, 1);
-  return lq_call_named(L, t_totable_build, 1, 1, "totable", what);
-}
 
 /* ================================================================ views */
 
@@ -909,7 +321,7 @@ static int t_to(lua_State *L) {
     const char *name = luaL_checkstring(L, 2);
     int d = qt_dtype_from_name(name);
     if (d >= 0) dtype = (qt_dtype)d;
-    else if ((dev = t_device_by_name_or_null(L, "to", name)) == NULL)
+    else if ((dev = lq_device_by_name_or_null(L, "to", name)) == NULL)
       return luaL_error(L, "to: unknown dtype or device '%s' (float32, float64, int32, int64, "
                         "cpu, gpu, gpu:N)", name);
   }
@@ -1005,13 +417,13 @@ static int t_arith(lua_State *L, qt_binop op) {
     if (qt_binary(ctx, out, op, a, b) != 0) return lq_raise(L, ctx);
   } else if (a != NULL) {
     if (lua_type(L, 2) != LUA_TNUMBER) luaL_typeerror(L, 2, "qlua.Tensor or number");
-    qt_scalar s = t_toscalar(L, 2, &is_float);
+    qt_scalar s = lq_toscalar(L, 2, &is_float);
     out = lq_newtensor(L);
     if (qt_binary_scalar(ctx, out, op, a, s, is_float, false) != 0) return lq_raise(L, ctx);
   } else {
     if (b == NULL) luaL_typeerror(L, 2, "qlua.Tensor");
     if (lua_type(L, 1) != LUA_TNUMBER) luaL_typeerror(L, 1, "qlua.Tensor or number");
-    qt_scalar s = t_toscalar(L, 1, &is_float);
+    qt_scalar s = lq_toscalar(L, 1, &is_float);
     out = lq_newtensor(L);
     if (qt_binary_scalar(ctx, out, op, b, s, is_float, true) != 0) return lq_raise(L, ctx);
   }
@@ -1025,7 +437,7 @@ static int t_arith_(lua_State *L, qt_binop op, const char *name) {
   int rc;
   if (lua_type(L, 2) == LUA_TNUMBER) {
     bool is_float;
-    qt_scalar s = t_toscalar(L, 2, &is_float);
+    qt_scalar s = lq_toscalar(L, 2, &is_float);
     rc = qt_binary_scalar_(ctx, op, a, s, is_float);
   } else {
     qt_tensor *b = qlua_totensor(L, 2);
@@ -1306,7 +718,7 @@ static const lq_Reg t_methods[] = {
   /* inspection */
   {"shape", t_shape, 1}, {"size", t_size, 2}, {"stride", t_stride, 2}, {"dim", t_dim, 1},
   {"numel", t_numel, 1}, {"dtype", t_dtype, 1}, {"device", t_device, 1},
-  {"is_contiguous", t_is_contiguous, 1}, {"item", t_item, 1}, {"totable", t_totable, 1},
+  {"is_contiguous", t_is_contiguous, 1}, {"item", t_item, 1}, {"totable", lq_totable, 1},
   /* views */
   {"view", t_view, LQ_VARARGS}, {"reshape", t_reshape, LQ_VARARGS}, {"narrow", t_narrow, 4},
   {"select", t_select, 3}, {"transpose", t_transpose, 3}, {"t", t_t, 1},
@@ -1337,14 +749,14 @@ static const lq_Reg t_methods[] = {
   {"sum", t_sum, 2}, {"mean", t_mean, 2}, {"max", t_max, 2}, {"min", t_min, 2},
   {"argmax", t_argmax, 2}, {"argmin", t_argmin, 2}, {"matmul", t_matmul, 2},
   /* memory */
-  {"free", t_free, 1},
+  {"free", lq_tensor_free, 1},
   {NULL, NULL, 0}
 };
 
 /* __gc and __close release (and are not calls that hold operands); the others are ops,
 ** run through the trampoline like the methods (Lua passes them a fixed count). */
 static const luaL_Reg t_releases[] = {
-  {"__gc", t_gc}, {"__close", t_gc},
+  {"__gc", lq_tensor_gc}, {"__close", lq_tensor_gc},
   {NULL, NULL}
 };
 
@@ -1371,7 +783,5 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   lua_pushvalue(L, box_idx);
   luaL_setfuncs(L, t_releases, 1);
   lq_setfuncs(L, t_metamethods, box_idx, false);
-  lua_newtable(L);                              /* the queue of releases that wait */
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &t_deferred_key);
   lua_pop(L, 1);                                /* the metatable */
 }

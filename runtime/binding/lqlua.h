@@ -1,6 +1,21 @@
 /*
-** lqlua.h — internal header shared by the Lua binding's files (l_qlua.c, l_tensor.c,
-** l_print.c). Not installed; embedders use qlua.h.
+** lqlua.h — internal header shared by the Lua binding's files. Not installed; embedders
+** use qlua.h. The files build on each other one way, each using only those above it:
+**
+**     l_state.c   the state box and its context, raising, the binding calls in progress
+**                 (the trampoline, lq_setfuncs), the GC driving, and the tensor
+**                 userdata's life: creation, checks, __gc/__close/free and the
+**                 releases that wait
+**     l_args.c    Lua values to tensors and back: shapes, opts, devices, dtypes,
+**                 numbers, nested tables (lq_fromtable) and totable
+**     l_print.c   tostring(t)
+**     l_tensor.c  the methods and metamethods; lq_open_tensor wires the metatable
+**     l_qlua.c    the module functions and luaopen_qlua
+**
+** Who holds what: the state box (l_state.c) holds one reference to the qt_ctx and the
+** bookkeeping below; the registry anchors the box and the queue of releases that wait
+** (l_state.c); each tensor userdata holds one reference to its storage (tensor.h), given
+** back by its __gc/__close or by t:free() (l_state.c).
 **
 ** Every C function of the binding is a closure whose upvalue 1 is the state box (an
 ** lq_state userdata, also anchored in the registry), so finding this lua_State's tensor
@@ -32,7 +47,7 @@ typedef struct lq_state {
   uint64_t gpus_used;   /* bit n: gpu:n was handed out to this state (sync, empty_cache) */
   uint64_t total_of;    /* the gpus_used mask total_bytes was summed for */
   int64_t total_bytes;  /* device memory of those GPUs (GC pacing) */
-  /* Releases that wait (l_tensor.c): a finalizer run in the middle of a binding call
+  /* Releases that wait (l_state.c): a finalizer run in the middle of a binding call
   ** (by a collection the call or Lua started) closed, collected or freed a tensor that
   ** a call in progress holds. Set while the queue may be non-empty; lq_ctx drains it. */
   int deferred;
@@ -46,10 +61,13 @@ typedef struct lq_state {
   lua_State *main;      /* the state's main thread (always alive: never anchored) */
 } lq_state;
 
-/* The GC driving policy (l_qlua.c): at least this much garbage between collections. */
+/* The GC driving policy (l_state.c): at least this much garbage between collections. */
 #define LQ_GC_FLOOR ((int64_t)256 << 20)
 
-/* ---- l_qlua.c */
+/* ---- l_state.c: the state */
+/* Pushes the box of a new state (the context, the GC callback, the release queue),
+** anchored in the registry until lua_close; luaopen_qlua makes it once per state. */
+lq_state *lq_state_new(lua_State *L);
 /* A binding call begins / ends on L (the trampoline does this for every registered
 ** function; metamethods that run ops call them by hand). Cheap when no other call is in
 ** progress; never raise. */
@@ -64,14 +82,16 @@ int lq_binding_frames(lua_State *T, lq_state *st, int level, int top, const void
 lq_state *lq_state_of(lua_State *L);        /* upvalue 1 */
 qt_ctx *lq_ctx(lua_State *L);               /* upvalue 1's context; records L as running */
 int lq_raise(lua_State *L, qt_ctx *ctx);    /* luaL_error(L, "%s", ctx->err.msg) */
-/* After device memory was given back outside a collection (t:free(), a finalizer run by
-** Lua's own collector): lowers the GC limit if the live bytes now call for a lower one.
-** Never raises; a no-op once the state is closing. */
-void lq_gc_relax(lua_State *L);
 /* The same, for a core function serving a differently named Lua function: a message
 ** that starts with "<core_op>: " is raised as "<op>: ..." (zeros, built on qt_empty,
 ** says "zeros: shape ... is too large", not "empty: ..."). */
 int lq_raise_as(lua_State *L, qt_ctx *ctx, const char *core_op, const char *op);
+/* After device memory was given back outside a collection (t:free(), a finalizer run by
+** Lua's own collector): lowers the GC limit if the live bytes now call for a lower one.
+** Never raises; a no-op once the state is closing. */
+void lq_gc_relax(lua_State *L);
+/* A full collection, then the GC limit re-paced from what is left (qlua.empty_cache). */
+void lq_gc_collect(lua_State *L);
 
 /* A binding function with the most arguments it takes (a method counts self), so an
 ** argument too many is an error naming the function instead of silently ignored:
@@ -97,18 +117,19 @@ void lq_checkend(lua_State *L, int arg, const char *op, bool method);
 int lq_call_named(lua_State *L, lua_CFunction fn, int nargs, int nresults, const char *op,
                   const char *what);
 
-/* ---- l_tensor.c: tensor userdata */
+/* ---- l_state.c: the tensor userdata */
 /* Carries out the queued releases of tensors no binding call holds any more (lq_state). */
 void lq_free_deferred(lua_State *L, lq_state *st);
 /* Pushes a new userdata holding an empty tensor, metatable set; the core fills it. */
 qt_tensor *lq_newtensor(lua_State *L);
 /* The tensor at idx, live (not freed) or "<op>: tensor has been freed". */
 qt_tensor *lq_checklive(lua_State *L, int idx, const char *op);
-/* Creates the methods table and the "qlua.Tensor" metatable; upvalue 1 of every
-** function is the value at box_idx (the state box). Leaves the stack as it was. */
-void lq_open_tensor(lua_State *L, int box_idx);
+/* __gc and __close (one idempotent function that never raises), and t:free(): the
+** releases, which wait while a binding call in progress holds the tensor. */
+int lq_tensor_gc(lua_State *L);
+int lq_tensor_free(lua_State *L);
 
-/* ---- l_tensor.c: argument parsing shared with the module functions */
+/* ---- l_args.c: argument parsing shared by the module functions and the methods */
 /* Parses a shape starting at argument `arg`: either one table {2, 3} or consecutive
 ** numbers 2, 3 (sizes: integers >= 0, at most QT_MAXDIM). Returns the index of the
 ** first argument after the shape. Flags: */
@@ -120,12 +141,17 @@ int lq_checkshape(lua_State *L, int arg, const char *op, int flags, int *ndim, i
 void lq_checkopts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_device **dev);
 /* A device by name: "cpu", "gpu" (the current GPU), "gpu:N". */
 qt_device *lq_device_by_name(lua_State *L, const char *op, const char *name);
+/* The same, or NULL when name is not a device name at all (so `to` can try dtypes first). */
+qt_device *lq_device_by_name_or_null(lua_State *L, const char *op, const char *name);
 /* A device from a Lua value: a name, or an integer GPU ordinal. */
 qt_device *lq_checkdevice(lua_State *L, int arg, const char *op);
 /* The GPU with that ordinal, opened on first use; raises "<op>: <registry message>". */
 qt_device *lq_gpu(lua_State *L, const char *op, int ordinal);
 /* A dtype by name, or "<op>: unknown dtype 'x' (float32, float64, int32, int64)". */
 qt_dtype lq_dtype_by_name(lua_State *L, const char *op, const char *name);
+/* The Lua number at idx as a qt_scalar; *is_float says which subtype it was (the int
+** field of a float is its truncation when that fits int64, else 0). */
+qt_scalar lq_toscalar(lua_State *L, int idx, bool *is_float);
 /* The number at idx as a qt_scalar that dtype can hold exactly: an integer in range for
 ** int dtypes (an integral float is accepted), any number for float dtypes. */
 qt_scalar lq_checkstorable(lua_State *L, int idx, const char *op, qt_dtype dtype);
@@ -136,6 +162,8 @@ void lq_pushscalar(lua_State *L, qt_dtype dtype, qt_scalar v);
 ** ("<op>: index 2.5 is not an integer"). */
 qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_device *dev,
                         bool as_index);
+/* The totable method: nested tables of the tensor's values (a number for a 0-d one). */
+int lq_totable(lua_State *L);
 
 /* One element of dtype at p (host memory) as a qt_scalar. */
 static inline qt_scalar lq_load_element(qt_dtype dtype, const void *p) {
@@ -150,5 +178,10 @@ static inline qt_scalar lq_load_element(qt_dtype dtype, const void *p) {
 
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */
+
+/* ---- l_tensor.c */
+/* Creates the methods table and the "qlua.Tensor" metatable; upvalue 1 of every
+** function is the value at box_idx (the state box). Leaves the stack as it was. */
+void lq_open_tensor(lua_State *L, int box_idx);
 
 #endif
