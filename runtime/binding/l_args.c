@@ -41,7 +41,7 @@ qt_device *lq_gpu(lua_State *L, const char *op, int ordinal) {
 }
 
 /* "gpu:N" with N a plain decimal ordinal; -1 when name is not of that form. */
-static int t_parse_gpu_ordinal(const char *name) {
+static int a_parse_gpu_ordinal(const char *name) {
   if (strncmp(name, "gpu:", 4) != 0) return -1;
   const char *p = name + 4;
   if (*p == '\0' || strlen(p) > 6) return -1;
@@ -57,7 +57,7 @@ static int t_parse_gpu_ordinal(const char *name) {
 qt_device *lq_device_by_name_or_null(lua_State *L, const char *op, const char *name) {
   if (strcmp(name, "cpu") == 0) return qt_cpu_device();
   if (strcmp(name, "gpu") == 0) return lq_gpu(L, op, lq_ctx(L)->current_gpu);
-  int ordinal = t_parse_gpu_ordinal(name);
+  int ordinal = a_parse_gpu_ordinal(name);
   if (ordinal >= 0) return lq_gpu(L, op, ordinal);
   return NULL;
 }
@@ -104,7 +104,7 @@ void lq_checkopts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_dev
 }
 
 /* One size of a shape, at stack index idx (an argument or a table entry on top). */
-static int64_t t_checksize(lua_State *L, int idx, const char *op, int flags) {
+static int64_t a_checksize(lua_State *L, int idx, const char *op, int flags) {
   int isint;
   lua_Integer v = lua_tointegerx(L, idx, &isint);
   if (!isint) {
@@ -125,7 +125,7 @@ int lq_checkshape(lua_State *L, int arg, const char *op, int flags, int *ndim, i
       luaL_error(L, "%s: too many dimensions (%I, at most %d)", op, (lua_Integer)len, QT_MAXDIM);
     for (int i = 1; i <= (int)len; i++) {
       lua_rawgeti(L, arg, i);
-      size[n++] = t_checksize(L, -1, op, flags);
+      size[n++] = a_checksize(L, -1, op, flags);
       lua_pop(L, 1);
     }
     *ndim = n;
@@ -134,7 +134,7 @@ int lq_checkshape(lua_State *L, int arg, const char *op, int flags, int *ndim, i
   if (lua_type(L, arg) != LUA_TNUMBER) luaL_typeerror(L, arg, "shape (sizes or a table)");
   while (lua_type(L, arg) == LUA_TNUMBER) {
     if (n == QT_MAXDIM) luaL_error(L, "%s: too many dimensions (at most %d)", op, QT_MAXDIM);
-    size[n++] = t_checksize(L, arg, op, flags);
+    size[n++] = a_checksize(L, arg, op, flags);
     arg++;
     if (flags & LQ_SHAPE_ONE) break;
   }
@@ -186,7 +186,7 @@ void lq_pushscalar(lua_State *L, qt_dtype dtype, qt_scalar v) {
 
 /* State of one conversion: the shape found by walking first elements, then checked
 ** everywhere; path holds the 1-based position being visited, for messages. */
-typedef struct t_table_walk {
+typedef struct a_table_walk {
   const char *op;
   int ndim;
   int64_t size[QT_MAXDIM];
@@ -195,10 +195,10 @@ typedef struct t_table_walk {
   bool as_index;
   qt_dtype dtype;
   char *out;          /* fill pass: next element */
-} t_table_walk;
+} a_table_walk;
 
 /* "2,3" for path[0..depth) */
-static const char *t_pathstr(const t_table_walk *w, int depth, char *buf, size_t len) {
+static const char *a_pathstr(const a_table_walk *w, int depth, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = '\0';
   for (int d = 0; d < depth && used < len; d++) {
@@ -211,12 +211,12 @@ static const char *t_pathstr(const t_table_walk *w, int depth, char *buf, size_t
 
 /* Pass 1 over the table on top of the stack, at depth `dim`: rectangular, numbers at
 ** the leaves; notes whether any leaf is a float. */
-static void t_walk_check(lua_State *L, t_table_walk *w, int dim) {
+static void a_walk_check(lua_State *L, a_table_walk *w, int dim) {
   char where[QT_MAXDIM * 21];
   int64_t n = (int64_t)lua_rawlen(L, -1);
   if (n != w->size[dim])
     luaL_error(L, "%s: ragged nested table: row %s has %I elements, expected %I", w->op,
-               t_pathstr(w, dim, where, sizeof where), (lua_Integer)n,
+               a_pathstr(w, dim, where, sizeof where), (lua_Integer)n,
                (lua_Integer)w->size[dim]);
   luaL_checkstack(L, 2, "nested table too deep");
   for (int64_t i = 1; i <= n; i++) {
@@ -226,9 +226,9 @@ static void t_walk_check(lua_State *L, t_table_walk *w, int dim) {
       if (type != LUA_TNUMBER) {
         if (type == LUA_TTABLE)
           luaL_error(L, "%s: ragged nested table: element %s is a table, expected a number",
-                     w->op, t_pathstr(w, dim + 1, where, sizeof where));
+                     w->op, a_pathstr(w, dim + 1, where, sizeof where));
         luaL_error(L, "%s: element %s is not a number (got %s)", w->op,
-                   t_pathstr(w, dim + 1, where, sizeof where), luaL_typename(L, -1));
+                   a_pathstr(w, dim + 1, where, sizeof where), luaL_typename(L, -1));
       }
       if (!lua_isinteger(L, -1)) {
         w->has_float = true;
@@ -236,15 +236,15 @@ static void t_walk_check(lua_State *L, t_table_walk *w, int dim) {
           lua_Number v = lua_tonumber(L, -1);
           if (v != floor(v) || !(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
             luaL_error(L, "%s: index %f is not an integer (at position %s)", w->op, v,
-                       t_pathstr(w, dim + 1, where, sizeof where));
+                       a_pathstr(w, dim + 1, where, sizeof where));
         }
       }
     } else {
       if (type != LUA_TTABLE)
         luaL_error(L, "%s: ragged nested table: row %s is a %s, expected a table of %I elements",
-                   w->op, t_pathstr(w, dim + 1, where, sizeof where), luaL_typename(L, -1),
+                   w->op, a_pathstr(w, dim + 1, where, sizeof where), luaL_typename(L, -1),
                    (lua_Integer)w->size[dim + 1]);
-      t_walk_check(L, w, dim + 1);
+      a_walk_check(L, w, dim + 1);
     }
     lua_pop(L, 1);
   }
@@ -252,7 +252,7 @@ static void t_walk_check(lua_State *L, t_table_walk *w, int dim) {
 
 /* Stores the number at idx into w->out as w->dtype and advances; `flat` is the 1-based
 ** row-major position, for messages. */
-static void t_store(lua_State *L, t_table_walk *w, int idx, int64_t flat) {
+static void a_store(lua_State *L, a_table_walk *w, int idx, int64_t flat) {
   switch (w->dtype) {
     case QT_F32: *(float *)w->out = (float)lua_tonumber(L, idx); break;
     case QT_F64: *(double *)w->out = (double)lua_tonumber(L, idx); break;
@@ -279,12 +279,12 @@ static void t_store(lua_State *L, t_table_walk *w, int idx, int64_t flat) {
 }
 
 /* Pass 2: row-major fill; the shape is known to be right. */
-static void t_walk_fill(lua_State *L, t_table_walk *w, int dim, int64_t *flat) {
+static void a_walk_fill(lua_State *L, a_table_walk *w, int dim, int64_t *flat) {
   int64_t n = w->size[dim];
   for (int64_t i = 1; i <= n; i++) {
     lua_rawgeti(L, -1, (lua_Integer)i);
-    if (dim == w->ndim - 1) t_store(L, w, -1, ++*flat);
-    else t_walk_fill(L, w, dim + 1, flat);
+    if (dim == w->ndim - 1) a_store(L, w, -1, ++*flat);
+    else a_walk_fill(L, w, dim + 1, flat);
     lua_pop(L, 1);
   }
 }
@@ -294,7 +294,7 @@ static void t_walk_fill(lua_State *L, t_table_walk *w, int dim, int64_t *flat) {
 qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_device *dev,
                         bool as_index) {
   qt_ctx *ctx = lq_ctx(L);
-  t_table_walk w;
+  a_table_walk w;
   memset(&w, 0, sizeof w);
   w.op = op;
   w.as_index = as_index;
@@ -304,7 +304,7 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
     w.dtype = dtype >= 0 ? (qt_dtype)dtype : (lua_isinteger(L, idx) ? QT_I64 : QT_F32);
     union { double f; int64_t i; } cell;
     w.out = (char *)&cell;
-    t_store(L, &w, idx, 1);
+    a_store(L, &w, idx, 1);
     qt_tensor *t = lq_newtensor(L);
     if (qt_from_host(ctx, t, dev, w.dtype, 0, w.size, &cell) != 0)
       lq_raise_as(L, ctx, "tensor", op);
@@ -328,7 +328,7 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
   lua_pop(L, pushed);
 
   lua_pushvalue(L, idx);
-  t_walk_check(L, &w, 0);
+  a_walk_check(L, &w, 0);
   lua_pop(L, 1);
 
   w.dtype = dtype >= 0 ? (qt_dtype)dtype : (w.has_float ? QT_F32 : QT_I64);
@@ -339,7 +339,7 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
   w.out = buffer;
   int64_t flat = 0;
   lua_pushvalue(L, idx);
-  t_walk_fill(L, &w, 0, &flat);
+  a_walk_fill(L, &w, 0, &flat);
   lua_pop(L, 1);
 
   qt_tensor *t = lq_newtensor(L);
@@ -352,7 +352,7 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
 /* ================================================================ tensors to Lua tables */
 
 /* Nested tables from a row-major host copy. */
-static void t_buildtable(lua_State *L, const qt_tensor *t, int dim, const char **p) {
+static void a_buildtable(lua_State *L, const qt_tensor *t, int dim, const char **p) {
   int64_t n = t->size[dim];
   lua_createtable(L, n < INT32_MAX ? (int)n : 0, 0);
   for (int64_t i = 0; i < n; i++) {
@@ -360,7 +360,7 @@ static void t_buildtable(lua_State *L, const qt_tensor *t, int dim, const char *
       lq_pushscalar(L, t->dtype, lq_load_element(t->dtype, *p));
       *p += qt_elsize(t->dtype);
     } else {
-      t_buildtable(L, t, dim + 1, p);
+      a_buildtable(L, t, dim + 1, p);
     }
     lua_rawseti(L, -2, (lua_Integer)(i + 1));
   }
@@ -368,7 +368,7 @@ static void t_buildtable(lua_State *L, const qt_tensor *t, int dim, const char *
 
 /* Lua tables hold at most 2^31 entries in their array part; refuse up front a tensor whose
 ** tables (at any nesting level) would need more, rather than filling memory first. */
-static void t_checktablesize(lua_State *L, const qt_tensor *t) {
+static void a_checktablesize(lua_State *L, const qt_tensor *t) {
   const int64_t limit = (int64_t)1 << 31;
   int64_t entries = 1;  /* entries at this level: the product of the sizes so far */
   for (int d = 0; d < t->ndim && entries > 0; d++) {
@@ -383,7 +383,7 @@ static void t_checktablesize(lua_State *L, const qt_tensor *t) {
 
 /* The body of totable, run by lq_call_named so that running out of Lua memory midway (a
 ** host copy and a table per row) says "totable: not enough memory". */
-static int t_totable_build(lua_State *L) {
+static int a_totable_build(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, "totable");
   int64_t n = qt_numel(t);
@@ -395,16 +395,16 @@ static int t_totable_build(lua_State *L) {
     return 1;
   }
   luaL_checkstack(L, t->ndim + 2, "totable");
-  t_buildtable(L, t, 0, &p);
+  a_buildtable(L, t, 0, &p);
   return 1;
 }
 
 int lq_totable(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "totable");
-  t_checktablesize(L, t);
+  a_checktablesize(L, t);
   char shape[96], what[160];
   snprintf(what, sizeof what, "for the tables of a %s %s tensor",
            qt_shape_str(t->ndim, t->size, shape, sizeof shape), qt_dtypes[t->dtype].name);
   lua_settop(L, 1);
-  return lq_call_named(L, t_totable_build, 1, 1, "totable", what);
+  return lq_call_named(L, a_totable_build, 1, 1, "totable", what);
 }

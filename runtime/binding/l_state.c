@@ -13,9 +13,9 @@
 **
 ** GC driving: the Lua collector sees a tensor as a ~300-byte userdata, whatever device
 ** memory it holds. The core counts this state's device bytes (ctx->gpu_live_bytes)
-** and calls q_gc_callback when an allocation would pass ctx->gpu_gc_limit, or after an
+** and calls s_gc_callback when an allocation would pass ctx->gpu_gc_limit, or after an
 ** out-of-memory. The callback runs a full collection (finalising unreachable tensors,
-** which gives their device memory back) and then re-paces (q_repace), with live = the
+** which gives their device memory back) and then re-paces (s_repace), with live = the
 ** bytes still held after the collection:
 **     limit = live + max(LQ_GC_FLOOR, min(live, room))
 **     room  = (device memory of the GPUs this state uses - live) / 2
@@ -45,6 +45,8 @@ lq_state *lq_state_of(lua_State *L) {
   return (lq_state *)lua_touserdata(L, lua_upvalueindex(1));
 }
 
+static void s_free_deferred(lua_State *L, lq_state *st);  /* the releases that wait, below */
+
 qt_ctx *lq_ctx(lua_State *L) {
   lq_state *st = lq_state_of(L);
   if (st == NULL || st->ctx == NULL) {
@@ -52,7 +54,7 @@ qt_ctx *lq_ctx(lua_State *L) {
     return NULL;
   }
   st->running = L;
-  if (st->deferred && st->calls <= 1) lq_free_deferred(L, st);  /* none below this one */
+  if (st->deferred && st->calls <= 1) s_free_deferred(L, st);  /* none below this one */
   return st->ctx;
 }
 
@@ -68,7 +70,7 @@ int lq_raise_as(lua_State *L, qt_ctx *ctx, const char *core_op, const char *op) 
 /* ---------------------------------------------------------------- arguments too many */
 
 /* The extra argument as a message shows it: numbers, booleans and short strings by value. */
-static const char *q_argdesc(lua_State *L, int arg) {
+static const char *s_argdesc(lua_State *L, int arg) {
   switch (lua_type(L, arg)) {
     case LUA_TNUMBER: case LUA_TBOOLEAN:
       return lua_pushfstring(L, "%s %s", luaL_typename(L, arg), luaL_tolstring(L, arg, NULL));
@@ -80,13 +82,13 @@ static const char *q_argdesc(lua_State *L, int arg) {
   }
 }
 
-static void q_extra_argument(lua_State *L, int arg, const char *op, bool method, int takes) {
+static void s_extra_argument(lua_State *L, int arg, const char *op, bool method, int takes) {
   int top = lua_gettop(L);
   while (top >= arg && lua_isnil(L, top)) top--;  /* trailing nils are absent arguments */
   if (top < arg) return;
   while (lua_isnil(L, arg)) arg++;                /* name the first one given */
   int shown = method ? arg - 1 : arg;             /* as the user counts: after self */
-  const char *what = q_argdesc(L, arg);
+  const char *what = s_argdesc(L, arg);
   if (takes < 0) luaL_error(L, "%s: unexpected argument #%d (%s)", op, shown, what);
   if (method) takes--;
   luaL_error(L, "%s: unexpected argument #%d (%s): %s takes at most %d argument%s", op, shown,
@@ -94,13 +96,17 @@ static void q_extra_argument(lua_State *L, int arg, const char *op, bool method,
 }
 
 void lq_checkend(lua_State *L, int arg, const char *op, bool method) {
-  q_extra_argument(L, arg, op, method, -1);
+  s_extra_argument(L, arg, op, method, -1);
 }
 
 /* ---------------------------------------------------------------- calls in progress */
 
-int lq_binding_frames(lua_State *T, lq_state *st, int level, int top, const void *ud,
-                      const qt_storage *s, bool *held) {
+/* Walks T's frames from `level` up (at level 0, only the slots up to `top`) and returns
+** how many are binding calls of state st; *held is set when one of them holds, on its
+** stack, the userdata ud or (s not NULL) a tensor whose storage is s. T may be another
+** thread than the running one. */
+static int s_binding_frames(lua_State *T, lq_state *st, int level, int top,
+                            const void *ud, const qt_storage *s, bool *held) {
   lua_Debug ar;
   int frames = 0;
   if (!lua_checkstack(T, 3)) {  /* no room to look: count the worst case */
@@ -131,12 +137,12 @@ int lq_binding_frames(lua_State *T, lq_state *st, int level, int top, const void
   return frames;
 }
 
-static void q_enter(lua_State *L, lq_state *st) {
+static void s_enter(lua_State *L, lq_state *st) {
   if (st->calls > 0) {
     /* a call below this one, or one that raised and never left: the outermost thread's
     ** stack tells (the current frame, level 0 on L, is this call itself) */
     lua_State *T = st->outer != NULL ? st->outer : L;
-    if (lq_binding_frames(T, st, T == L ? 1 : 0, 0, NULL, NULL, NULL) == 0) st->calls = 0;
+    if (s_binding_frames(T, st, T == L ? 1 : 0, 0, NULL, NULL, NULL) == 0) st->calls = 0;
   }
   if (st->calls++ == 0) {
     st->outer = L;
@@ -149,7 +155,7 @@ static void q_enter(lua_State *L, lq_state *st) {
 
 void lq_enter(lua_State *L) {
   lq_state *st = lq_state_of(L);
-  if (st != NULL) q_enter(L, st);
+  if (st != NULL) s_enter(L, st);
 }
 
 void lq_leave(lua_State *L) {
@@ -159,12 +165,12 @@ void lq_leave(lua_State *L) {
 
 /* Every registered function runs through here: upvalue 2 is its lq_Reg entry, and the
 ** function is called directly, in this same frame, so its upvalue 1 is the box. */
-static int q_trampoline(lua_State *L) {
+static int s_trampoline(lua_State *L) {
   const lq_Reg *r = (const lq_Reg *)lua_touserdata(L, lua_upvalueindex(2));
   if (r->nargs != LQ_VARARGS && lua_gettop(L) > r->nargs)
-    q_extra_argument(L, r->nargs + 1, r->name, lua_toboolean(L, lua_upvalueindex(3)), r->nargs);
+    s_extra_argument(L, r->nargs + 1, r->name, lua_toboolean(L, lua_upvalueindex(3)), r->nargs);
   lq_state *st = lq_state_of(L);
-  q_enter(L, st);
+  s_enter(L, st);
   int n = r->func(L);
   if (st->calls > 0) st->calls--;
   return n;
@@ -176,7 +182,7 @@ void lq_setfuncs(lua_State *L, const lq_Reg *regs, int box_idx, bool method) {
     lua_pushvalue(L, box_idx);
     lua_pushlightuserdata(L, (void *)r);
     lua_pushboolean(L, method);
-    lua_pushcclosure(L, q_trampoline, 3);
+    lua_pushcclosure(L, s_trampoline, 3);
     lua_setfield(L, -2, r->name);
   }
 }
@@ -197,7 +203,7 @@ int lq_call_named(lua_State *L, lua_CFunction fn, int nargs, int nresults, const
 
 /* The GC limit the bytes live now call for (see the header). The GPUs' memory sizes
 ** are summed once per set of GPUs used, so this is cheap enough for every t:free(). */
-static int64_t q_pace(lq_state *st) {
+static int64_t s_pace(lq_state *st) {
   int64_t live = atomic_load(&st->ctx->gpu_live_bytes);
   if (st->total_of != st->gpus_used) {
     int64_t total = 0;
@@ -221,19 +227,19 @@ static int64_t q_pace(lq_state *st) {
   return live > INT64_MAX - allowance ? INT64_MAX : live + allowance;
 }
 
-static void q_repace(lq_state *st) {
-  st->ctx->gpu_gc_limit = q_pace(st);
+static void s_repace(lq_state *st) {
+  st->ctx->gpu_gc_limit = s_pace(st);
 }
 
 void lq_gc_collect(lua_State *L) {
   lua_gc(L, LUA_GCCOLLECT);
-  q_repace(lq_state_of(L));
+  s_repace(lq_state_of(L));
 }
 
 void lq_gc_relax(lua_State *L) {
   lq_state *st = lq_state_of(L);
   if (st == NULL || st->ctx == NULL) return;
-  int64_t limit = q_pace(st);
+  int64_t limit = s_pace(st);
   if (limit < st->ctx->gpu_gc_limit) st->ctx->gpu_gc_limit = limit;
 }
 
@@ -242,10 +248,10 @@ void lq_gc_relax(lua_State *L) {
 ** asking for this collection, so the blocks the collection frees would only go back
 ** to the caches; they are handed to the driver here too, so the core's retry can use
 ** them whatever their sizes. */
-static void q_gc_callback(void *ud, int out_of_memory) {
+static void s_gc_callback(void *ud, int out_of_memory) {
   lq_state *st = (lq_state *)ud;
   if (st->ctx == NULL || st->running == NULL) return;
-  lua_gc(st->running, LUA_GCCOLLECT);  /* finalizers cannot release our operands (l_tensor.c) */
+  lua_gc(st->running, LUA_GCCOLLECT);  /* finalizers cannot release our operands (below) */
   if (out_of_memory) {
     for (int g = 0; g < 64; g++) {
       if (!(st->gpus_used & ((uint64_t)1 << g))) continue;
@@ -254,11 +260,11 @@ static void q_gc_callback(void *ud, int out_of_memory) {
       if (dev != NULL && dev->iface->empty_cache != NULL) dev->iface->empty_cache(dev);
     }
   }
-  q_repace(st);
+  s_repace(st);
 }
 
 /* The box's __gc: at lua_close (or never before). */
-static int q_state_gc(lua_State *L) {
+static int s_state_gc(lua_State *L) {
   lq_state *st = (lq_state *)lua_touserdata(L, 1);
   if (st != NULL && st->ctx != NULL) {
     st->ctx->gc = NULL;
@@ -290,7 +296,7 @@ qt_tensor *lq_newtensor(lua_State *L) {
 
 /* Runs under lua_pcall for qlua_pushtensor: everything that can raise (the userdata's
 ** allocation, a missing metatable) happens before the reference moves. */
-static int t_pushtensor_protected(lua_State *L) {
+static int s_pushtensor_protected(lua_State *L) {
   qt_tensor *src = (qt_tensor *)lua_touserdata(L, 1);
   qt_tensor *t = (qt_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
   qt_tensor_init(t);
@@ -303,7 +309,7 @@ static int t_pushtensor_protected(lua_State *L) {
 }
 
 int qlua_pushtensor(lua_State *L, qt_tensor *t) {
-  lua_pushcfunction(L, t_pushtensor_protected);
+  lua_pushcfunction(L, s_pushtensor_protected);
   lua_pushlightuserdata(L, t);
   if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
     qt_tensor_release(t);  /* ownership passed to us; nobody else can give it back now */
@@ -322,17 +328,17 @@ qt_tensor *lq_checklive(lua_State *L, int idx, const char *op) {
 /* ---------------------------------------------------------------- releases that must wait
 ** A binding call holds C pointers to its operands (the tensor structs inside their
 ** userdata) for as long as it runs, and Lua code can run in the middle of it: a
-** collection the call starts (an allocation past the GC limit, q_gc_callback) or one Lua
+** collection the call starts (an allocation past the GC limit, s_gc_callback) or one Lua
 ** starts by itself (any allocation) runs finalizers, and a finalizer may close, collect
 ** by hand (getmetatable(t).__gc(t)) or free a tensor that is one of those operands. So a
 ** release of a tensor that a binding call in progress holds on its stack waits: it is
 ** queued, and the first binding call made once no call holds it carries it out
-** (lq_free_deferred). Everything else is released at once, which keeps a collection's
+** (s_free_deferred). Everything else is released at once, which keeps a collection's
 ** purpose: real garbage is never on a call's stack, so it always goes now. */
 
 /* The registry table of waiting releases: tensor userdata -> true for t:free() (the bytes
 ** go back for every view), false for __gc/__close (this userdata's reference only). */
-static const char t_deferred_key = 0;
+static const char s_deferred_key = 0;
 
 /* Whether a binding call still running holds the tensor at idx on its stack, or (when s
 ** is not NULL) any tensor whose storage is s: t:free() gives the bytes back for every
@@ -341,24 +347,24 @@ static const char t_deferred_key = 0;
 ** argument; 0 searches the current call's stack too, up to slot `top`, where its own work
 ** begins), then, when the outermost call in progress runs on another thread (a finalizer
 ** or callback resumed a coroutine), that thread's frames. */
-static bool t_held_by_call(lua_State *L, int idx, const qt_storage *s, int level, int top) {
+static bool s_held_by_call(lua_State *L, int idx, const qt_storage *s, int level, int top) {
   lq_state *st = lq_state_of(L);
   if (st == NULL) return false;
   const void *ud = lua_touserdata(L, idx);
   bool held = false;
-  lq_binding_frames(L, st, level, top, ud, s, &held);
+  s_binding_frames(L, st, level, top, ud, s, &held);
   if (!held && st->calls > 0 && st->outer != NULL && st->outer != L)
-    lq_binding_frames(st->outer, st, 0, INT32_MAX, ud, s, &held);
+    s_binding_frames(st->outer, st, 0, INT32_MAX, ud, s, &held);
   return held;
 }
 
 /* Queues the release of the tensor at idx; `free_data` as for t:free(). Returns false
 ** (nothing queued) when the queue cannot grow: the caller then releases at once. */
-static int t_queue_protected(lua_State *L) {
+static int s_queue_protected(lua_State *L) {
   bool free_data = lua_toboolean(L, 2);
-  /* made once by lq_open_tensor: making it here could run a finalizer that queues too,
+  /* made once by lq_state_new: making it here could run a finalizer that queues too,
   ** into a table this call would then replace */
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE)
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &s_deferred_key) != LUA_TTABLE)
     return luaL_error(L, "qlua: the release queue is missing");
   lua_pushvalue(L, 1);
   if (lua_rawget(L, -2) == LUA_TBOOLEAN && lua_toboolean(L, -1)) return 0;  /* free wins */
@@ -369,11 +375,11 @@ static int t_queue_protected(lua_State *L) {
   return 0;
 }
 
-static bool t_defer(lua_State *L, int idx, bool free_data) {
+static bool s_defer(lua_State *L, int idx, bool free_data) {
   lq_state *st = lq_state_of(L);
   if (st == NULL) return false;
   lua_pushvalue(L, lua_upvalueindex(1));     /* the closure keeps upvalue 1 for the check */
-  lua_pushcclosure(L, t_queue_protected, 1);
+  lua_pushcclosure(L, s_queue_protected, 1);
   lua_pushvalue(L, idx);
   lua_pushboolean(L, free_data);
   if (lua_pcall(L, 2, 0, 0) != LUA_OK) {     /* out of memory growing the queue */
@@ -384,7 +390,7 @@ static bool t_defer(lua_State *L, int idx, bool free_data) {
   return true;
 }
 
-static void t_release_now(lua_State *L, qt_tensor *t, bool free_data) {
+static void s_release_now(lua_State *L, qt_tensor *t, bool free_data) {
   if (t->storage == NULL) return;
   bool gpu = t->storage->device != NULL && t->storage->device->kind == QT_DEV_CUDA;
   if (free_data) qt_storage_free_data(t->storage);
@@ -394,7 +400,7 @@ static void t_release_now(lua_State *L, qt_tensor *t, bool free_data) {
 
 /* Whether this C function was called by the collector as a finalizer (Lua 5.4 names
 ** such calls "__gc" metamethods), not by Lua code. */
-static bool t_called_as_finalizer(lua_State *L) {
+static bool s_called_as_finalizer(lua_State *L) {
   lua_Debug ar;
   if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "n", &ar)) return false;
   return ar.namewhat != NULL && strcmp(ar.namewhat, "metamethod") == 0 && ar.name != NULL &&
@@ -409,10 +415,10 @@ int lq_tensor_gc(lua_State *L) {
   if (t == NULL || t->storage == NULL) return 0;
   lq_state *st = lq_state_of(L);
   /* no call in progress (the usual case: a scope's end, a plain collection): no search */
-  if (st != NULL && st->calls > 0 && !t_called_as_finalizer(L) &&
-      t_held_by_call(L, 1, NULL, 1, 0) && t_defer(L, 1, false))
+  if (st != NULL && st->calls > 0 && !s_called_as_finalizer(L) &&
+      s_held_by_call(L, 1, NULL, 1, 0) && s_defer(L, 1, false))
     return 0;
-  t_release_now(L, t, false);
+  s_release_now(L, t, false);
   return 0;
 }
 
@@ -423,16 +429,17 @@ int lq_tensor_free(lua_State *L) {
   if (t->storage == NULL) return 0;
   lq_state *st = lq_state_of(L);
   /* calls counts this one (the trampoline): more means a call below it */
-  if (st != NULL && st->calls > 1 && t_held_by_call(L, 1, t->storage, 1, 0) &&
-      t_defer(L, 1, true))
+  if (st != NULL && st->calls > 1 && s_held_by_call(L, 1, t->storage, 1, 0) &&
+      s_defer(L, 1, true))
     return 0;
-  t_release_now(L, t, true);
+  s_release_now(L, t, true);
   return 0;
 }
 
-void lq_free_deferred(lua_State *L, lq_state *st) {
+/* Carries out the queued releases of tensors no binding call holds any more (lq_state). */
+static void s_free_deferred(lua_State *L, lq_state *st) {
   int top = lua_gettop(L);  /* the calling function's own slots end here */
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &t_deferred_key) != LUA_TTABLE) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &s_deferred_key) != LUA_TTABLE) {
     lua_pop(L, 1);
     st->deferred = 0;
     return;
@@ -445,11 +452,11 @@ void lq_free_deferred(lua_State *L, lq_state *st) {
     lua_pop(L, 1);                                /* the key stays for lua_next */
     qt_tensor *t = qlua_totensor(L, -1);
     /* level 0 too: the call draining the queue may already hold pointers into it */
-    if (t != NULL && t_held_by_call(L, -1, free_data ? t->storage : NULL, 0, top)) {
+    if (t != NULL && s_held_by_call(L, -1, free_data ? t->storage : NULL, 0, top)) {
       waiting = true;                             /* still held: a later call does it */
       continue;
     }
-    if (t != NULL) t_release_now(L, t, free_data);
+    if (t != NULL) s_release_now(L, t, free_data);
     lua_pushvalue(L, -1);
     lua_pushnil(L);
     lua_rawset(L, queue);                         /* clearing a field is allowed mid-walk */
@@ -474,7 +481,7 @@ lq_state *lq_state_new(lua_State *L) {
   st->main = lua_tothread(L, -1);
   lua_pop(L, 1);
   lua_createtable(L, 0, 2);
-  lua_pushcfunction(L, q_state_gc);
+  lua_pushcfunction(L, s_state_gc);
   lua_setfield(L, -2, "__gc");
   lua_pushliteral(L, "qlua.state");
   lua_setfield(L, -2, "__name");
@@ -484,12 +491,12 @@ lq_state *lq_state_new(lua_State *L) {
     luaL_error(L, "qlua: out of memory creating the tensor context");
     return NULL;  /* not reached */
   }
-  st->ctx->gc = q_gc_callback;
+  st->ctx->gc = s_gc_callback;
   st->ctx->gc_ud = st;
   st->ctx->gpu_gc_limit = LQ_GC_FLOOR;
   lua_pushvalue(L, -1);
   lua_rawsetp(L, LUA_REGISTRYINDEX, st);   /* anchored until lua_close */
   lua_newtable(L);                              /* the queue of releases that wait */
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &t_deferred_key);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &s_deferred_key);
   return st;
 }

@@ -6,10 +6,8 @@
 ** Dims and positions are 1-based here and 0-based in the core; the conversions and the
 ** range checks (so that messages show the values the user wrote) are all in this file.
 */
-#include <float.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "lqlua.h"
@@ -471,11 +469,11 @@ T_BINARY(gt, QT_GT)
 T_BINARY(ge, QT_GE)
 
 /* The operators: either operand may be the number. */
-static int t_mm_add(lua_State *L) { return t_arith(L, QT_ADD); }
-static int t_mm_sub(lua_State *L) { return t_arith(L, QT_SUB); }
-static int t_mm_mul(lua_State *L) { return t_arith(L, QT_MUL); }
-static int t_mm_div(lua_State *L) { return t_arith(L, QT_DIV); }
-static int t_mm_pow(lua_State *L) { return t_arith(L, QT_POW); }
+static int t_meta_add(lua_State *L) { return t_arith(L, QT_ADD); }
+static int t_meta_sub(lua_State *L) { return t_arith(L, QT_SUB); }
+static int t_meta_mul(lua_State *L) { return t_arith(L, QT_MUL); }
+static int t_meta_div(lua_State *L) { return t_arith(L, QT_DIV); }
+static int t_meta_pow(lua_State *L) { return t_arith(L, QT_POW); }
 
 static int t_unary(lua_State *L, qt_unop op, const char *name, qt_scalar p1, qt_scalar p2) {
   qt_ctx *ctx = lq_ctx(L);
@@ -510,7 +508,7 @@ T_UNARY(tanh, QT_TANH)
 T_UNARY(sigmoid, QT_SIGMOID)
 T_UNARY(relu, QT_RELU)
 
-static int t_mm_unm(lua_State *L) {
+static int t_meta_unm(lua_State *L) {
   return t_unary(L, QT_NEG, "neg", qt_scalar_i(0), qt_scalar_i(0));
 }
 
@@ -762,10 +760,10 @@ static const luaL_Reg t_releases[] = {
 
 static const lq_Reg t_metamethods[] = {
   {"__newindex", t_newindex, LQ_VARARGS}, {"__tostring", lq_tostring, LQ_VARARGS},
-  {"__len", t_len, LQ_VARARGS}, {"__add", t_mm_add, LQ_VARARGS},
-  {"__sub", t_mm_sub, LQ_VARARGS}, {"__mul", t_mm_mul, LQ_VARARGS},
-  {"__div", t_mm_div, LQ_VARARGS}, {"__pow", t_mm_pow, LQ_VARARGS},
-  {"__unm", t_mm_unm, LQ_VARARGS},
+  {"__len", t_len, LQ_VARARGS}, {"__add", t_meta_add, LQ_VARARGS},
+  {"__sub", t_meta_sub, LQ_VARARGS}, {"__mul", t_meta_mul, LQ_VARARGS},
+  {"__div", t_meta_div, LQ_VARARGS}, {"__pow", t_meta_pow, LQ_VARARGS},
+  {"__unm", t_meta_unm, LQ_VARARGS},
   {NULL, NULL, 0}
 };
 

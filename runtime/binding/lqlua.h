@@ -73,12 +73,6 @@ lq_state *lq_state_new(lua_State *L);
 ** progress; never raise. */
 void lq_enter(lua_State *L);
 void lq_leave(lua_State *L);
-/* Walks T's frames from `level` up (at level 0, only the slots up to `top`) and returns
-** how many are binding calls of state st; *held is set when one of them holds, on its
-** stack, the userdata ud or (s not NULL) a tensor whose storage is s. T may be another
-** thread than the running one. */
-int lq_binding_frames(lua_State *T, lq_state *st, int level, int top, const void *ud,
-                      const qt_storage *s, bool *held);
 lq_state *lq_state_of(lua_State *L);        /* upvalue 1 */
 qt_ctx *lq_ctx(lua_State *L);               /* upvalue 1's context; records L as running */
 int lq_raise(lua_State *L, qt_ctx *ctx);    /* luaL_error(L, "%s", ctx->err.msg) */
@@ -118,8 +112,7 @@ int lq_call_named(lua_State *L, lua_CFunction fn, int nargs, int nresults, const
                   const char *what);
 
 /* ---- l_state.c: the tensor userdata */
-/* Carries out the queued releases of tensors no binding call holds any more (lq_state). */
-void lq_free_deferred(lua_State *L, lq_state *st);
+/* (qlua_checktensor, qlua_totensor and qlua_pushtensor, qlua.h, are defined there too.) */
 /* Pushes a new userdata holding an empty tensor, metatable set; the core fills it. */
 qt_tensor *lq_newtensor(lua_State *L);
 /* The tensor at idx, live (not freed) or "<op>: tensor has been freed". */
