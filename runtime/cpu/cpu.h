@@ -5,6 +5,7 @@
 ** other device: where host memory should be page-locked for fast GPU transfers, the
 ** registry hands it a host allocator (qt_cpu_set_host_allocator), as ggml's CUDA backend
 ** provides a host buffer type, so the dependency runs one way, registry -> CPU device.
+** The device's own files, one per op family, and what they share are in cpu_internal.h.
 */
 #ifndef QLUA_CPU_H
 #define QLUA_CPU_H

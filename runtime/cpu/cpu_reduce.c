@@ -1,0 +1,658 @@
+/*
+** cpu_reduce.c — the CPU device's reductions: sum, mean, max, min, argmax, argmin, over
+** one dimension or over everything.
+**
+** Two ways to fold, chosen per call (cpu_reduce_dim): a strided fold reduces one run of
+** elements (a row, or a column read with its stride) into one accumulator; a columns fold
+** takes one contiguous row of the source and folds element j into the accumulator of
+** reduction j, for when the reduced dimension is the outer one (sum over the rows of a
+** matrix), so memory is read in order. Float sums are pairwise and compensated, so the
+** result does not depend on which fold ran.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+#include "device.h"
+#include "tensor.h"
+
+/* ====================================================================== reductions */
+
+static const char *const cpu_redop_names[QT_NREDOPS] = {
+  "sum", "mean", "max", "min", "argmax", "argmin",
+};
+
+/* Running state of one reduction. Float sums: f plus a compensation c (Neumaier /
+** Kahan); integer sums: u (wrapping); max/min: f or i; arg ops: the best value and its
+** 1-based position, pos == 0 meaning "nothing seen yet". */
+typedef struct cpu_acc {
+  double f, c;
+  int64_t i;
+  uint64_t u;
+  int64_t pos;
+} cpu_acc;
+
+/* Adds x to (f, c) without losing the low-order bits of either (Neumaier's variant of
+** Kahan summation, correct also when x is larger than the running sum). */
+static inline void cpu_neumaier(cpu_acc *acc, double x) {
+  double t = acc->f + x;
+  if (fabs(acc->f) >= fabs(x)) acc->c += (acc->f - t) + x;
+  else acc->c += (x - t) + acc->f;
+  acc->f = t;
+}
+
+/* Pairwise summation of a strided run in double: error grows with log(n) instead of n.
+** The leaves sum 128 elements with 8 independent accumulators (also what keeps the
+** floating-point pipeline busy). */
+#define CPU_PAIRWISE(NAME, T)                                                     \
+  static double NAME(const T *x, int64_t n, int64_t s) {                          \
+    if (n <= 128) {                                                               \
+      double p0 = 0, p1 = 0, p2 = 0, p3 = 0, p4 = 0, p5 = 0, p6 = 0, p7 = 0;      \
+      int64_t i = 0;                                                              \
+      if (s == 1) {                                                               \
+        for (; i + 8 <= n; i += 8) {                                              \
+          p0 += x[i]; p1 += x[i + 1]; p2 += x[i + 2]; p3 += x[i + 3];             \
+          p4 += x[i + 4]; p5 += x[i + 5]; p6 += x[i + 6]; p7 += x[i + 7];         \
+        }                                                                         \
+      } else {                                                                    \
+        for (; i + 8 <= n; i += 8) {                                              \
+          p0 += x[i * s]; p1 += x[(i + 1) * s]; p2 += x[(i + 2) * s];             \
+          p3 += x[(i + 3) * s]; p4 += x[(i + 4) * s]; p5 += x[(i + 5) * s];       \
+          p6 += x[(i + 6) * s]; p7 += x[(i + 7) * s];                             \
+        }                                                                         \
+      }                                                                           \
+      for (; i < n; i++) p0 += x[i * s];                                          \
+      return ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7));                   \
+    }                                                                             \
+    int64_t half = (n / 2 + 7) / 8 * 8;                                           \
+    return NAME(x, half, s) + NAME(x + half * s, n - half, s);                    \
+  }
+
+CPU_PAIRWISE(cpu_pairwise_f32, float)
+CPU_PAIRWISE(cpu_pairwise_f64, double)
+
+/* A strided fold (cpu_strided_<op>_<dtype>) folds one run (n elements, stride s) into
+** *acc; base_pos is the 0-based position of the run's first element in the reduction.
+** A columns fold (cpu_columns_<op>_<dtype>) folds one contiguous row of n independent
+** reductions at once: column j's accumulator gets element j, which sits at 0-based
+** position pos of every reduction. It is used when the reduced dimension is the outer one
+** (sum over rows of a matrix), so the memory is read in order instead of one column at a
+** time. Its accumulators are a struct of arrays (cpu_columns_acc), so that the per-column
+** loops below vectorize. (Handing it columns in L1-sized blocks was tried and measured
+** 2x slower: short runs of each row defeat the hardware prefetcher.) */
+typedef struct cpu_columns_acc {
+  double *f, *c, *b;     /* float sums */
+  uint64_t *u;           /* integer sums */
+  void *best;            /* max/min/argmax/argmin: the best value so far, in the source dtype */
+  int32_t *at;           /* argmax/argmin: its 1-based row (needs len <= INT32_MAX) */
+} cpu_columns_acc;
+
+typedef void (*cpu_strided_fold_fn)(const char *p, int64_t n, int64_t s, int64_t base_pos,
+                                    cpu_acc *acc);
+typedef void (*cpu_columns_fold_fn)(const char *p, int64_t n, int64_t pos,
+                                    const cpu_columns_acc *columns);
+
+/* The section's loops are the kind GCC vectorizes only with its dynamic cost model (see
+** the elementwise section); and only without -ftrapping-math will it turn the selects
+** on float comparisons into branch-free code (nothing here reads the FP exception flags,
+** and the values computed are the same). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math")
+#endif
+
+/* ---- sums */
+/* Columns float sums add each row into b plainly (a loop that vectorizes); every
+** CPU_COLUMNS_SUM_BLOCK rows, and after the last, cpu_reduce_dim folds b into the
+** compensated (f, c) with cpu_columns_sum_flush. Plain double sums of at most 128 values
+** are as exact as the leaves of the strided pairwise sum. */
+#define CPU_COLUMNS_SUM_BLOCK 128
+#define CPU_SUM_FLOAT(SFX, T)                                                            \
+  static void cpu_strided_sum_##SFX(const char *p, int64_t n, int64_t s,                 \
+                                    int64_t base_pos, cpu_acc *acc) {                    \
+    (void)base_pos;                                                                      \
+    cpu_neumaier(acc, cpu_pairwise_##SFX((const T *)p, n, s));                           \
+  }                                                                                      \
+  static void cpu_columns_sum_##SFX(const char *p, int64_t n, int64_t pos,               \
+                                    const cpu_columns_acc *columns) {                    \
+    (void)pos;                                                                           \
+    const T *x = (const T *)p;                                                           \
+    double *restrict b = columns->b;                                                     \
+    for (int64_t j = 0; j < n; j++) b[j] += (double)x[j];                                \
+  }
+CPU_SUM_FLOAT(f32, float)
+CPU_SUM_FLOAT(f64, double)
+
+/* Folds the block sums b into (f, c) by Kahan's rule and clears b. An infinite sum has
+** nothing to compensate (inf - inf would turn it NaN). Kahan's c is subtracted,
+** Neumaier's added: cpu_reduce_dim hands -c to cpu_reduce_finish, which reads f + c. */
+static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
+  for (int64_t j = 0; j < n; j++) {
+    double y = columns->b[j] - columns->c[j];
+    double t = columns->f[j] + y;
+    columns->c[j] = isfinite(t) ? (t - columns->f[j]) - y : 0.0;
+    columns->f[j] = t;
+    columns->b[j] = 0;
+  }
+}
+
+#define CPU_SUM_INT(SFX, T)                                                              \
+  static void cpu_strided_sum_##SFX(const char *p, int64_t n, int64_t s,                 \
+                                    int64_t base_pos, cpu_acc *acc) {                    \
+    (void)base_pos;                                                                      \
+    const T *x = (const T *)p;                                                           \
+    uint64_t u = acc->u;                                                                 \
+    if (s == 1) for (int64_t i = 0; i < n; i++) u += (uint64_t)(int64_t)x[i];            \
+    else for (int64_t i = 0; i < n; i++) u += (uint64_t)(int64_t)x[i * s];               \
+    acc->u = u;                                                                          \
+  }                                                                                      \
+  static void cpu_columns_sum_##SFX(const char *p, int64_t n, int64_t pos,               \
+                                    const cpu_columns_acc *columns) {                    \
+    (void)pos;                                                                           \
+    const T *x = (const T *)p;                                                           \
+    uint64_t *restrict u = columns->u;                                                   \
+    for (int64_t j = 0; j < n; j++) u[j] += (uint64_t)(int64_t)x[j];                     \
+  }
+CPU_SUM_INT(i32, int32_t)
+CPU_SUM_INT(i64, int64_t)
+
+/* ---- max / min: NaN wins (the first NaN met is kept) */
+#define CPU_GT(x, b) ((x) > (b))
+#define CPU_LT(x, b) ((x) < (b))
+
+/* The best of a contiguous run (n >= 1) by BETTER, with eight independent lanes so the
+** comparisons do not wait on each other, and whether the run holds a NaN (then the best
+** is meaningless and the caller looks for the first NaN). */
+#define CPU_RUN_BEST(NAME, T, BETTER, HAS_NAN)                                           \
+  static T NAME(const T *x, int64_t n, int *has_nan) {                                   \
+    T m[8];                                                                              \
+    int bad = 0;                                                                         \
+    for (int k = 0; k < 8; k++) m[k] = x[0];                                             \
+    int64_t i = 0;                                                                       \
+    for (; i + 8 <= n; i += 8) {                                                         \
+      for (int k = 0; k < 8; k++) {                                                      \
+        T v = x[i + k];                                                                  \
+        m[k] = BETTER(v, m[k]) ? v : m[k];                                               \
+        if (HAS_NAN) bad |= v != v;                                                      \
+      }                                                                                  \
+    }                                                                                    \
+    for (; i < n; i++) {                                                                 \
+      T v = x[i];                                                                        \
+      m[0] = BETTER(v, m[0]) ? v : m[0];                                                 \
+      if (HAS_NAN) bad |= v != v;                                                        \
+    }                                                                                    \
+    for (int k = 1; k < 8; k++) m[0] = BETTER(m[k], m[0]) ? m[k] : m[0];                 \
+    *has_nan = bad;                                                                      \
+    return m[0];                                                                         \
+  }
+CPU_RUN_BEST(cpu_runmax_f32, float, CPU_GT, 1)
+CPU_RUN_BEST(cpu_runmax_f64, double, CPU_GT, 1)
+CPU_RUN_BEST(cpu_runmin_f32, float, CPU_LT, 1)
+CPU_RUN_BEST(cpu_runmin_f64, double, CPU_LT, 1)
+CPU_RUN_BEST(cpu_runmax_i32, int32_t, CPU_GT, 0)
+CPU_RUN_BEST(cpu_runmax_i64, int64_t, CPU_GT, 0)
+CPU_RUN_BEST(cpu_runmin_i32, int32_t, CPU_LT, 0)
+CPU_RUN_BEST(cpu_runmin_i64, int64_t, CPU_LT, 0)
+
+/* 0-based position of the first NaN of a contiguous run that has one. */
+#define CPU_FIRST_NAN(NAME, T)                                                           \
+  static int64_t NAME(const T *x, int64_t n) {                                           \
+    int64_t i = 0;                                                                       \
+    while (i < n - 1 && x[i] == x[i]) i++;                                               \
+    return i;                                                                            \
+  }
+CPU_FIRST_NAN(cpu_first_nan_f32, float)
+CPU_FIRST_NAN(cpu_first_nan_f64, double)
+
+/* 0-based position of the first element equal to v in a contiguous run that holds it. */
+#define CPU_FIRST_EQ(NAME, T)                                                            \
+  static int64_t NAME(const T *x, int64_t n, T v) {                                      \
+    int64_t i = 0;                                                                       \
+    while (i < n - 1 && x[i] != v) i++;                                                  \
+    return i;                                                                            \
+  }
+CPU_FIRST_EQ(cpu_first_eq_f32, float)
+CPU_FIRST_EQ(cpu_first_eq_f64, double)
+
+/* The first position of the best value of a contiguous run (1 <= n <= INT32_MAX) in one
+** pass: the run is read as rows of 16 lanes, each lane keeping its best and the row it
+** came from (strict comparison: a lane keeps its first); lanes are merged by value, then
+** by position, and the tail is folded in order. `take` is spelled (v == v) & BETTER so
+** GCC if-converts and vectorizes the lane loop. *has_nan says whether the run holds a
+** NaN (then the caller looks for the first NaN instead). */
+#define CPU_RUN_ARG(NAME, T, BETTER, HAS_NAN)                                            \
+  static int64_t NAME(const T *x, int64_t n, int *has_nan) {                             \
+    enum { W = 16 };                                                                     \
+    int32_t len = (int32_t)n, i = 0, best_at = 0;                                        \
+    T best = x[0];                                                                       \
+    int nan_seen = 0;                                                                    \
+    if (len >= W) {                                                                      \
+      T m[W];                                                                            \
+      int32_t at[W], bad[W];                                                             \
+      for (int k = 0; k < W; k++) m[k] = x[k], at[k] = 0, bad[k] = x[k] != x[k];         \
+      for (i = W; i <= len - W; i += W) {                                                \
+        for (int k = 0; k < W; k++) {                                                    \
+          T v = x[i + k], b = m[k];                                                      \
+          int32_t a = at[k];                                                             \
+          int32_t take = (v == v) & BETTER(v, b);                                        \
+          m[k] = take ? v : b;                                                           \
+          at[k] = take ? i : a;                                                          \
+          if (HAS_NAN) bad[k] |= v != v;                                                 \
+        }                                                                                \
+      }                                                                                  \
+      best = m[0];                                                                       \
+      best_at = at[0];                                                                   \
+      for (int k = 0; k < W; k++) {                                                      \
+        nan_seen |= bad[k];                                                              \
+        int32_t pos_k = at[k] + k;                                                       \
+        if (BETTER(m[k], best) || (m[k] == best && pos_k < best_at))                     \
+          best = m[k], best_at = pos_k;                                                  \
+      }                                                                                  \
+    }                                                                                    \
+    for (; i < len; i++) {                                                               \
+      T v = x[i];                                                                        \
+      if (BETTER(v, best)) best = v, best_at = i;                                        \
+      if (HAS_NAN) nan_seen |= v != v;                                                   \
+    }                                                                                    \
+    *has_nan = nan_seen;                                                                 \
+    return best_at;                                                                      \
+  }
+CPU_RUN_ARG(cpu_runargmax_f32, float, CPU_GT, 1)
+CPU_RUN_ARG(cpu_runargmax_f64, double, CPU_GT, 1)
+CPU_RUN_ARG(cpu_runargmin_f32, float, CPU_LT, 1)
+CPU_RUN_ARG(cpu_runargmin_f64, double, CPU_LT, 1)
+CPU_RUN_ARG(cpu_runargmax_i32, int32_t, CPU_GT, 0)
+CPU_RUN_ARG(cpu_runargmax_i64, int64_t, CPU_GT, 0)
+CPU_RUN_ARG(cpu_runargmin_i32, int32_t, CPU_LT, 0)
+CPU_RUN_ARG(cpu_runargmin_i64, int64_t, CPU_LT, 0)
+
+/* The columns max/min and argmax/argmin, one for every dtype: the NaN terms (v != v,
+** b == b) are constant for integers and compile away. A best that is NaN stays: no
+** comparison with it is true, and only another NaN, the same value, replaces it. */
+#define CPU_COLUMNS_MAXMIN(NAME, SFX, T, BETTER)                                         \
+  static void cpu_columns_##NAME##_##SFX(const char *p, int64_t n, int64_t pos,          \
+                                         const cpu_columns_acc *columns) {               \
+    const T *x = (const T *)p;                                                           \
+    T *restrict best = (T *)columns->best;                                               \
+    if (pos == 0) { memcpy(best, x, (size_t)n * sizeof(T)); return; }                    \
+    for (int64_t j = 0; j < n; j++) {                                                    \
+      T v = x[j], b = best[j];                                                           \
+      best[j] = (BETTER(v, b) | (v != v)) ? v : b;                                       \
+    }                                                                                    \
+  }
+#define CPU_COLUMNS_ARG(NAME, SFX, T, BETTER)                                            \
+  static void cpu_columns_arg##NAME##_##SFX(const char *p, int64_t n, int64_t pos,       \
+                                            const cpu_columns_acc *columns) {            \
+    const T *x = (const T *)p;                                                           \
+    T *restrict best = (T *)columns->best;                                               \
+    int32_t *restrict at = columns->at;                                                  \
+    if (pos == 0) {                                                                      \
+      for (int64_t j = 0; j < n; j++) { best[j] = x[j]; at[j] = 1; }                     \
+      return;                                                                            \
+    }                                                                                    \
+    const int32_t row = (int32_t)(pos + 1);                                              \
+    for (int64_t j = 0; j < n; j++) {                                                    \
+      T v = x[j], b = best[j];                                                           \
+      int take = (b == b) & (BETTER(v, b) | (v != v));                                   \
+      best[j] = take ? v : b;                                                            \
+      at[j] = take ? row : at[j];                                                        \
+    }                                                                                    \
+  }
+
+#define CPU_MAXMIN_FLOAT(NAME, SFX, T, BETTER)                                           \
+  static void cpu_strided_##NAME##_##SFX(const char *p, int64_t n, int64_t s,            \
+                                         int64_t base_pos, cpu_acc *acc) {               \
+    (void)base_pos;                                                                      \
+    const T *x = (const T *)p;                                                           \
+    double best = acc->f;                                                                \
+    if (best != best || n <= 0) return;                                                  \
+    if (s == 1) {                                                                        \
+      int has_nan;                                                                       \
+      T m = cpu_run##NAME##_##SFX(x, n, &has_nan);                                       \
+      /* a zero best takes the sign of the first zero, as the sequential loop would */   \
+      if (!has_nan && m == 0) m = x[cpu_first_eq_##SFX(x, n, m)];                        \
+      if (has_nan) acc->f = x[cpu_first_nan_##SFX(x, n)];                                \
+      else if (BETTER(m, best)) acc->f = m;                                              \
+      return;                                                                            \
+    }                                                                                    \
+    for (int64_t i = 0; i < n; i++) {                                                    \
+      T v = x[i * s];                                                                    \
+      if (v != v) { best = v; break; }                                                   \
+      if (BETTER(v, best)) best = v;                                                     \
+    }                                                                                    \
+    acc->f = best;                                                                       \
+  }                                                                                      \
+  CPU_COLUMNS_MAXMIN(NAME, SFX, T, BETTER)
+
+#define CPU_MAXMIN_INT(NAME, SFX, T, BETTER)                                             \
+  static void cpu_strided_##NAME##_##SFX(const char *p, int64_t n, int64_t s,            \
+                                         int64_t base_pos, cpu_acc *acc) {               \
+    (void)base_pos;                                                                      \
+    const T *x = (const T *)p;                                                           \
+    int64_t best = acc->i;                                                               \
+    if (n <= 0) return;                                                                  \
+    if (s == 1) {                                                                        \
+      int unused;                                                                        \
+      int64_t m = cpu_run##NAME##_##SFX(x, n, &unused);                                  \
+      if (BETTER(m, best)) acc->i = m;                                                   \
+      return;                                                                            \
+    }                                                                                    \
+    for (int64_t i = 0; i < n; i++) {                                                    \
+      int64_t v = x[i * s];                                                              \
+      if (BETTER(v, best)) best = v;                                                     \
+    }                                                                                    \
+    acc->i = best;                                                                       \
+  }                                                                                      \
+  CPU_COLUMNS_MAXMIN(NAME, SFX, T, BETTER)
+
+CPU_MAXMIN_FLOAT(max, f32, float, CPU_GT)
+CPU_MAXMIN_FLOAT(max, f64, double, CPU_GT)
+CPU_MAXMIN_FLOAT(min, f32, float, CPU_LT)
+CPU_MAXMIN_FLOAT(min, f64, double, CPU_LT)
+CPU_MAXMIN_INT(max, i32, int32_t, CPU_GT)
+CPU_MAXMIN_INT(max, i64, int64_t, CPU_GT)
+CPU_MAXMIN_INT(min, i32, int32_t, CPU_LT)
+CPU_MAXMIN_INT(min, i64, int64_t, CPU_LT)
+
+/* ---- argmax / argmin: strict comparison, so the first of equal values wins; the first
+** NaN wins over everything and nothing replaces it. Values are kept in f (floats) or i
+** (integers); pos is 1-based. A contiguous run is done in one pass (cpu_runarg*). */
+#define CPU_ARG_FLOAT(NAME, SFX, T, BETTER)                                              \
+  static void cpu_strided_arg##NAME##_##SFX(const char *p, int64_t n, int64_t s,         \
+                                            int64_t base_pos, cpu_acc *acc) {            \
+    const T *x = (const T *)p;                                                           \
+    if (n <= 0) return;                                                                  \
+    if (acc->pos != 0 && acc->f != acc->f) return;                                       \
+    if (s == 1 && n <= INT32_MAX) {                                                      \
+      int has_nan;                                                                       \
+      int64_t at = cpu_runarg##NAME##_##SFX(x, n, &has_nan);                             \
+      if (has_nan) at = cpu_first_nan_##SFX(x, n);                                       \
+      else if (acc->pos != 0 && !BETTER(x[at], acc->f)) return;                          \
+      acc->f = x[at];                                                                    \
+      acc->pos = base_pos + at + 1;                                                      \
+      return;                                                                            \
+    }                                                                                    \
+    int64_t i = 0;                                                                       \
+    if (acc->pos == 0) { acc->f = x[0]; acc->pos = base_pos + 1; i = 1; }                \
+    double best = acc->f;                                                                \
+    int64_t at = acc->pos;                                                               \
+    if (best == best) {                                                                  \
+      for (; i < n; i++) {                                                               \
+        T v = x[i * s];                                                                  \
+        if (v != v) { best = v; at = base_pos + i + 1; break; }                          \
+        if (BETTER(v, best)) { best = v; at = base_pos + i + 1; }                        \
+      }                                                                                  \
+    }                                                                                    \
+    acc->f = best;                                                                       \
+    acc->pos = at;                                                                       \
+  }                                                                                      \
+  CPU_COLUMNS_ARG(NAME, SFX, T, BETTER)
+
+#define CPU_ARG_INT(NAME, SFX, T, BETTER)                                                \
+  static void cpu_strided_arg##NAME##_##SFX(const char *p, int64_t n, int64_t s,         \
+                                            int64_t base_pos, cpu_acc *acc) {            \
+    const T *x = (const T *)p;                                                           \
+    if (n <= 0) return;                                                                  \
+    if (s == 1 && n <= INT32_MAX) {                                                      \
+      int unused;                                                                        \
+      int64_t at = cpu_runarg##NAME##_##SFX(x, n, &unused);                              \
+      if (acc->pos != 0 && !BETTER((int64_t)x[at], acc->i)) return;                      \
+      acc->i = x[at];                                                                    \
+      acc->pos = base_pos + at + 1;                                                      \
+      return;                                                                            \
+    }                                                                                    \
+    int64_t i = 0;                                                                       \
+    if (acc->pos == 0) { acc->i = x[0]; acc->pos = base_pos + 1; i = 1; }                \
+    int64_t best = acc->i, at = acc->pos;                                                \
+    for (; i < n; i++) {                                                                 \
+      int64_t v = x[i * s];                                                              \
+      if (BETTER(v, best)) { best = v; at = base_pos + i + 1; }                          \
+    }                                                                                    \
+    acc->i = best;                                                                       \
+    acc->pos = at;                                                                       \
+  }                                                                                      \
+  CPU_COLUMNS_ARG(NAME, SFX, T, BETTER)
+
+CPU_ARG_FLOAT(max, f32, float, CPU_GT)
+CPU_ARG_FLOAT(max, f64, double, CPU_GT)
+CPU_ARG_FLOAT(min, f32, float, CPU_LT)
+CPU_ARG_FLOAT(min, f64, double, CPU_LT)
+CPU_ARG_INT(max, i32, int32_t, CPU_GT)
+CPU_ARG_INT(max, i64, int64_t, CPU_GT)
+CPU_ARG_INT(min, i32, int32_t, CPU_LT)
+CPU_ARG_INT(min, i64, int64_t, CPU_LT)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+/* [dtype][op]; MEAN shares SUM's reducers. */
+#define CPU_RED_TABLE_ROW(P, SFX)                                                        \
+  { cpu_##P##sum_##SFX, cpu_##P##sum_##SFX, cpu_##P##max_##SFX, cpu_##P##min_##SFX,      \
+    cpu_##P##argmax_##SFX, cpu_##P##argmin_##SFX }
+static const cpu_strided_fold_fn cpu_strided_folds[QT_NDTYPES][QT_NREDOPS] = {
+  CPU_RED_TABLE_ROW(strided_, f32), CPU_RED_TABLE_ROW(strided_, f64),
+  CPU_RED_TABLE_ROW(strided_, i32), CPU_RED_TABLE_ROW(strided_, i64),
+};
+static const cpu_columns_fold_fn cpu_columns_folds[QT_NDTYPES][QT_NREDOPS] = {
+  CPU_RED_TABLE_ROW(columns_, f32), CPU_RED_TABLE_ROW(columns_, f64),
+  CPU_RED_TABLE_ROW(columns_, i32), CPU_RED_TABLE_ROW(columns_, i64),
+};
+
+static void cpu_acc_init(cpu_acc *acc, qt_redop op) {
+  memset(acc, 0, sizeof *acc);
+  if (op == QT_MAX) acc->f = -INFINITY, acc->i = INT64_MIN;
+  if (op == QT_MIN) acc->f = INFINITY, acc->i = INT64_MAX;
+}
+
+/* The dtype the result must have (device.h's table). */
+static qt_dtype cpu_reduce_dtype(qt_redop op, qt_dtype src) {
+  switch (op) {
+    case QT_SUM: return qt_is_float(src) ? src : QT_I64;
+    case QT_MEAN: case QT_MAX: case QT_MIN: return src;
+    default: return QT_I64;
+  }
+}
+
+/* A float sum's value: f plus its compensation, or f alone once f is infinite or NaN
+** (the compensation of an overflowed sum is inf - inf = NaN, which must not turn
+** 1 + inf into NaN: the GPU, summing plainly, gets inf). */
+static inline double cpu_acc_sum(const cpu_acc *acc) {
+  return isfinite(acc->f) ? acc->f + acc->c : acc->f;
+}
+
+/* Writes a finished reduction of `count` elements to out (the result dtype). */
+static void cpu_reduce_finish(const cpu_acc *acc, qt_redop op, qt_dtype src, int64_t count,
+                              char *out) {
+  switch (op) {
+    case QT_SUM:
+      if (src == QT_F32) *(float *)out = (float)cpu_acc_sum(acc);
+      else if (src == QT_F64) *(double *)out = cpu_acc_sum(acc);
+      else *(int64_t *)out = (int64_t)acc->u;
+      break;
+    case QT_MEAN: {
+      double m = count > 0 ? cpu_acc_sum(acc) / (double)count : NAN;
+      if (src == QT_F32) *(float *)out = (float)m;
+      else *(double *)out = m;
+      break;
+    }
+    case QT_MAX: case QT_MIN:  /* the source's dtype: floats kept in f, integers in i */
+      switch (src) {
+#define CPU_STORE_BEST_(E, name, T, size, is_float)              \
+        case E: *(T *)out = is_float ? (T)acc->f : (T)acc->i; break;
+        QT_DTYPE_LIST(CPU_STORE_BEST_)
+#undef CPU_STORE_BEST_
+        default: break;
+      }
+      break;
+    default:
+      *(int64_t *)out = acc->pos;
+      break;
+  }
+}
+
+/* Everything into one element: rows of the collapsed source in row-major order, so
+** positions count up across rows. */
+static void cpu_reduce_all(qt_redop op, const qt_view *dst, const qt_view *src) {
+  qt_view v = *src;
+  qt_view *vp = &v;
+  qt_views_collapse(&vp, 1);
+  cpu_acc acc;
+  cpu_acc_init(&acc, op);
+  cpu_strided_fold_fn fold = cpu_strided_folds[src->dtype][op];
+  int nd = v.ndim;
+  int64_t n = v.size[nd - 1], s = v.stride[nd - 1];
+  int64_t es = (int64_t)qt_elsize(v.dtype);
+  int64_t rows = v.numel / n;
+  int64_t idx[QT_MAXDIM] = {0};
+  const char *p = (const char *)v.data;
+  for (int64_t r = 0; r < rows; r++) {
+    fold(p, n, s, r * n, &acc);
+    for (int d = nd - 2; d >= 0; d--) {
+      p += v.stride[d] * es;
+      if (++idx[d] < v.size[d]) break;
+      idx[d] = 0;
+      p -= v.stride[d] * es * v.size[d];
+    }
+  }
+  cpu_reduce_finish(&acc, op, src->dtype, v.numel, (char *)dst->data);
+}
+
+/* Along dim: the "outer" views (dst, and src without dim) are collapsed together and
+** walked; each outer element reduces a run of `len` elements with stride `rstride`.
+** When the outer innermost dimension is contiguous in src and the reduced dimension
+** is not, whole rows are folded at once into an array of accumulators (a columns fold). */
+static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, int dim,
+                          qt_err *err) {
+  int64_t len = src->size[dim], rstride = src->stride[dim];
+  qt_view outer_dst, outer_src;
+  memset(&outer_src, 0, sizeof outer_src);
+  int k = 0;
+  for (int d = 0; d < src->ndim; d++) {
+    if (d == dim) continue;
+    outer_src.size[k] = src->size[d];
+    outer_src.stride[k] = src->stride[d];
+    k++;
+  }
+  outer_src.ndim = k;
+  outer_src.dtype = src->dtype;
+  outer_src.data = src->data;
+  outer_src.numel = cpu_view_numel(&outer_src);
+  for (int d = k; d < QT_MAXDIM; d++) outer_src.size[d] = 1, outer_src.stride[d] = 0;
+  cpu_view_make(&outer_dst, &outer_src, dst->data, dst->dtype, dst->stride);
+  if (outer_src.numel == 0) return 0;
+
+  qt_view *views[2] = { &outer_dst, &outer_src };
+  qt_views_collapse(views, 2);
+  int nd = outer_src.ndim;
+  int64_t n = outer_src.size[nd - 1];
+  int64_t es = (int64_t)qt_elsize(src->dtype), des = (int64_t)qt_elsize(dst->dtype);
+  int64_t rows = outer_src.numel / n;
+  int64_t s_in = outer_src.stride[nd - 1], d_in = outer_dst.stride[nd - 1];
+
+  void *columns_mem = NULL;
+  cpu_columns_acc columns;
+  bool by_columns = len > 1 && n > 1 && s_in == 1 && rstride != 1 && len <= INT32_MAX;
+  if (by_columns) {
+    columns_mem = (size_t)n <= SIZE_MAX / 44 ? malloc((size_t)n * 44) : NULL;
+    if (columns_mem == NULL) by_columns = false;  /* the strided folds need no memory */
+    else {
+      columns.f = (double *)columns_mem;
+      columns.c = columns.f + n;
+      columns.b = columns.c + n;
+      columns.u = (uint64_t *)(columns.b + n);
+      columns.best = columns.u + n;
+      columns.at = (int32_t *)((char *)columns.best + (size_t)n * 8);
+    }
+  }
+  cpu_strided_fold_fn fold_strided = cpu_strided_folds[src->dtype][op];
+  cpu_columns_fold_fn fold_columns = cpu_columns_folds[src->dtype][op];
+  int64_t idx[QT_MAXDIM] = {0};
+  const char *ps = (const char *)outer_src.data;
+  char *pd = (char *)outer_dst.data;
+  for (int64_t r = 0; r < rows; r++) {
+    if (by_columns) {
+      bool float_sum = (op == QT_SUM || op == QT_MEAN) && qt_is_float(src->dtype);
+      for (int64_t j = 0; j < n; j++)
+        columns.f[j] = 0, columns.c[j] = 0, columns.b[j] = 0, columns.u[j] = 0;
+      for (int64_t i = 0; i < len; i++) {
+        fold_columns(ps + i * rstride * es, n, i, &columns);
+        if (float_sum && ((i + 1) % CPU_COLUMNS_SUM_BLOCK == 0 || i + 1 == len))
+          cpu_columns_sum_flush(&columns, n);
+      }
+      for (int64_t j = 0; j < n; j++) {
+        cpu_acc acc;
+        memset(&acc, 0, sizeof acc);
+        if (op == QT_SUM || op == QT_MEAN) {
+          /* Kahan's -c -> f + c */
+          acc.f = columns.f[j], acc.c = -columns.c[j], acc.u = columns.u[j];
+        } else {
+          switch (src->dtype) {  /* floats into f, integers into i, as the strided folds */
+#define CPU_LOAD_BEST_(E, name, T, size, is_float)                                \
+            case E:                                                               \
+              if (is_float) acc.f = (double)((const T *)columns.best)[j];         \
+              else acc.i = (int64_t)((const T *)columns.best)[j];                 \
+              break;
+            QT_DTYPE_LIST(CPU_LOAD_BEST_)
+#undef CPU_LOAD_BEST_
+            default: break;
+          }
+          acc.pos = columns.at[j];
+        }
+        cpu_reduce_finish(&acc, op, src->dtype, len, pd + j * d_in * des);
+      }
+    } else {
+      for (int64_t j = 0; j < n; j++) {
+        cpu_acc acc;
+        cpu_acc_init(&acc, op);
+        if (len > 0) fold_strided(ps + j * s_in * es, len, rstride, 0, &acc);
+        cpu_reduce_finish(&acc, op, src->dtype, len, pd + j * d_in * des);
+      }
+    }
+    for (int d = nd - 2; d >= 0; d--) {
+      ps += outer_src.stride[d] * es;
+      pd += outer_dst.stride[d] * des;
+      if (++idx[d] < outer_src.size[d]) break;
+      idx[d] = 0;
+      ps -= outer_src.stride[d] * es * outer_src.size[d];
+      pd -= outer_dst.stride[d] * des * outer_src.size[d];
+    }
+  }
+  free(columns_mem);
+  (void)err;
+  return 0;
+}
+
+int cpu_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
+               qt_err *err) {
+  (void)dev;
+  if ((unsigned)op >= (unsigned)QT_NREDOPS) return qt_errorf(err, "reduce: unknown op %d", (int)op);
+  const char *name = cpu_redop_names[op];
+  if (!cpu_dtype_ok(src->dtype)) return qt_errorf(err, "%s: unsupported dtype", name);
+  if (op == QT_MEAN && !qt_is_float(src->dtype))
+    return qt_errorf(err, "mean: not defined for %s tensors (cast to a float dtype first)",
+                     qt_dtypes[src->dtype].name);
+  qt_dtype want = cpu_reduce_dtype(op, src->dtype);
+  if (dst->dtype != want)
+    return qt_errorf(err, "%s: result must be %s, got %s", name, qt_dtypes[want].name,
+                     qt_dtypes[dst->dtype].name);
+  if (dim < -1 || dim >= src->ndim)
+    return qt_errorf(err, "%s: dimension %d out of range for a %d-d tensor", name, dim, src->ndim);
+  int64_t len = dim == -1 ? cpu_view_numel(src) : src->size[dim];
+  if (len == 0 && op != QT_SUM && op != QT_MEAN)
+    return qt_errorf(err, "%s: empty tensor", name);
+  if (dim == -1) {
+    if (len == 0) {
+      cpu_acc acc;
+      cpu_acc_init(&acc, op);
+      cpu_reduce_finish(&acc, op, src->dtype, 0, (char *)dst->data);
+      return 0;
+    }
+    cpu_reduce_all(op, dst, src);
+    return 0;
+  }
+  return cpu_reduce_dim(op, dst, src, dim, err);
+}
+
