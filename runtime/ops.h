@@ -68,6 +68,16 @@ int qt_fill_(qt_ctx *ctx, qt_tensor *t, qt_scalar value);
 ** QT_RAND_INT. Advances ctx->rng_offset. */
 int qt_random_(qt_ctx *ctx, qt_tensor *t, qt_random_kind kind, qt_scalar lo, qt_scalar hi);
 
+/* qlua.range: exactly the values of Lua 5.4's `for i = first, last, step`. arg holds
+** first, last and step (both fields filled, as qt_scalar_i / a float's .f), is_float says
+** which were Lua floats. An integer first and step make an integer loop (a float last is
+** floored, ceiled for a negative step, and the count is exact); otherwise i starts at
+** first and i = i + step while i <= last (>= for a negative step), accumulated in double
+** as Lua does: range(0, 0.3, 0.1) is 0, 0.1, 0.2. Errors: step 0, a step too small to
+** move i, too many elements, values the dtype cannot hold. dev NULL: the CPU. */
+int qt_range(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, const qt_scalar *arg,
+             const bool *is_float);
+
 /* ---------------------------------------------------------------- views (no copies) */
 
 /* size may contain one -1 (inferred). view fails if the strides cannot express it;

@@ -81,32 +81,8 @@ static int q_full(lua_State *L) {
 }
 
 /* range(first, last [, step] [, opts]): inclusive, exactly the values of Lua 5.4's
-**     for i = first, last, step do ... end
-** An integer first and step make an integer loop (lvm.c forprep): a float last is
-** floored (ceiled for a negative step) and the count is exact, in unsigned arithmetic.
-** Otherwise the loop is a float one: i starts at first and i = i + step while
-** i <= last (>= for a negative step), accumulated in double as Lua does, so
-** range(0, 0.3, 0.1) is 0, 0.1, 0.2 (the fourth i is 0.30000000000000004 > 0.3), the 3
-** values the loop gives. int64 when all three are Lua integers, else float32. */
-/* range fills a CPU tensor in place (no separate host buffer), so a count too large for
-** memory fails in the allocator, with the op named, like every other allocation. */
-static char *q_range_buffer(lua_State *L, qt_ctx *ctx, qt_dtype dtype, int64_t n) {
-  qt_tensor *t = lq_newtensor(L);
-  int64_t size[1] = {n};
-  if (qt_empty(ctx, t, qt_cpu_device(), dtype, 1, size) != 0) lq_raise_as(L, ctx, "empty", "range");
-  return (char *)t->storage->data + (size_t)t->offset * qt_elsize(dtype);
-}
-
-/* The filled CPU tensor on top of the stack, moved to dev when that is not the CPU. */
-static int q_range_finish(lua_State *L, qt_ctx *ctx, qt_device *dev) {
-  if (dev == qt_cpu_device()) return 1;
-  qt_tensor *host = qlua_checktensor(L, -1);
-  qt_tensor *t = lq_newtensor(L);
-  if (qt_to_device(ctx, t, host, dev) != 0) return lq_raise_as(L, ctx, "to", "range");
-  qt_tensor_release(host);
-  return 1;
-}
-
+** `for i = first, last, step` (qt_range in the core says how). int64 when all three are
+** Lua integers, else float32, unless opts.dtype says. */
 static int q_range(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   luaL_checktype(L, 1, LUA_TNUMBER);
@@ -116,102 +92,27 @@ static int q_range(lua_State *L) {
   if (has_step) opts_arg = 4;
   else if (!lua_isnoneornil(L, 3) && lua_type(L, 3) != LUA_TTABLE)
     luaL_typeerror(L, 3, "number or table");
-  bool int_loop = lua_isinteger(L, 1) && (!has_step || lua_isinteger(L, 3));
-  bool all_int = int_loop && lua_isinteger(L, 2);
-  qt_dtype dtype = all_int ? QT_I64 : QT_F32;
+  qt_scalar arg[3];
+  bool is_float[3];
+  for (int a = 0; a < 3; a++) {
+    if (a == 2 && !has_step) {
+      arg[a] = qt_scalar_i(1);
+      is_float[a] = false;
+    } else if (lua_isinteger(L, a + 1)) {
+      arg[a] = qt_scalar_i((int64_t)lua_tointeger(L, a + 1));
+      is_float[a] = false;
+    } else {
+      arg[a].f = lua_tonumber(L, a + 1);
+      arg[a].i = 0;
+      is_float[a] = true;
+    }
+  }
+  qt_dtype dtype = (is_float[0] || is_float[1] || is_float[2]) ? QT_F32 : QT_I64;
   qt_device *dev = NULL;
   q_opts(L, opts_arg, "range", &dtype, &dev);
-
-  int64_t n;
-  if (int_loop) {
-    lua_Integer first = lua_tointeger(L, 1), last;
-    lua_Integer step = has_step ? lua_tointeger(L, 3) : 1;
-    if (step == 0) return luaL_error(L, "range: step is zero");
-    bool empty = false;
-    if (lua_isinteger(L, 2)) {
-      last = lua_tointeger(L, 2);
-    } else {  /* Lua's forlimit: a float limit floored (or ceiled), clipped to the integers */
-      double f = lua_tonumber(L, 2);
-      double r = step > 0 ? floor(f) : ceil(f);
-      if (r != r) empty = true;  /* NaN: the loop does not run */
-      else if (r >= 9223372036854775808.0) last = LUA_MAXINTEGER, empty = step < 0;
-      else if (r < -9223372036854775808.0) last = LUA_MININTEGER, empty = step > 0;
-      else last = (lua_Integer)r;
-      if (empty) last = first;
-    }
-    empty = empty || (step > 0 ? first > last : first < last);
-    if (empty) {
-      n = 0;
-    } else {
-      uint64_t span = step > 0 ? (uint64_t)last - (uint64_t)first : (uint64_t)first - (uint64_t)last;
-      uint64_t ustep = step > 0 ? (uint64_t)step : (uint64_t)0 - (uint64_t)step;
-      uint64_t count = span / ustep + 1;
-      if (count == 0 || count > (uint64_t)INT64_MAX / 8)
-        return luaL_error(L, "range: too many elements (%I to %I step %I)", first, last, step);
-      n = (int64_t)count;
-    }
-    if (!qt_is_float(dtype)) {  /* exact integer arithmetic */
-      char *host = q_range_buffer(L, ctx, dtype, n);
-      for (int64_t k = 0; k < n; k++) {
-        int64_t v = (int64_t)((uint64_t)first + (uint64_t)k * (uint64_t)step);
-        if (dtype == QT_I32) {
-          if (v < INT32_MIN || v > INT32_MAX)
-            return luaL_error(L, "range: value %I out of range for int32", (lua_Integer)v);
-          ((int32_t *)host)[k] = (int32_t)v;
-        } else {
-          ((int64_t *)host)[k] = v;
-        }
-      }
-      return q_range_finish(L, ctx, dev);
-    }
-    char *host = q_range_buffer(L, ctx, dtype, n);  /* a float dtype: the same integers */
-    for (int64_t k = 0; k < n; k++) {
-      double v = (double)(int64_t)((uint64_t)first + (uint64_t)k * (uint64_t)step);
-      if (dtype == QT_F32) ((float *)host)[k] = (float)v;
-      else ((double *)host)[k] = v;
-    }
-    return q_range_finish(L, ctx, dev);
-  }
-  double first = lua_tonumber(L, 1), last = lua_tonumber(L, 2);
-  double step = has_step ? lua_tonumber(L, 3) : 1.0;
-  if (step == 0) return luaL_error(L, "range: step is zero");
-  if (!isfinite(first) || !isfinite(last) || !isfinite(step))
-    return luaL_error(L, "range: first, last and step must be finite");
-  /* Count the loop's turns as it runs them. An estimate bounds the work first, and a step
-  ** too small to move i (i + step == i) is an error: Lua's loop would never end. */
-  double estimate = floor((last - first) / step) + 1;
-  if (estimate > (double)((int64_t)1 << 40))
-    return luaL_error(L, "range: too many elements (%f to %f step %f)", first, last, step);
-  n = 0;
-  for (double i = first; step > 0 ? i <= last : i >= last; i += step) {
-    if (i + step == i)
-      return luaL_error(L, "range: step %f does not move %f (the loop would never end)", step, i);
-    n++;
-  }
-  if (!qt_is_float(dtype))
-    for (int a = 1; a <= (has_step ? 3 : 2); a++)
-      if (!lua_isinteger(L, a) && lua_tonumber(L, a) != floor(lua_tonumber(L, a)))
-        return luaL_error(L, "range: %f is not an integer (dtype %s)", lua_tonumber(L, a),
-                          qt_dtypes[dtype].name);
-  char *host = q_range_buffer(L, ctx, dtype, n);
-  double v = first;
-  for (int64_t k = 0; k < n; k++, v += step) {
-    switch (dtype) {
-      case QT_F32: ((float *)host)[k] = (float)v; break;
-      case QT_F64: ((double *)host)[k] = v; break;
-      case QT_I32:
-        if (!(v >= INT32_MIN && v <= INT32_MAX))
-          return luaL_error(L, "range: value %f out of range for int32", v);
-        ((int32_t *)host)[k] = (int32_t)v;
-        break;
-      default:
-        if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
-          return luaL_error(L, "range: value %f out of range for int64", v);
-        ((int64_t *)host)[k] = (int64_t)v;
-        break;
-    }
-  }
-  return q_range_finish(L, ctx, dev);
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_range(ctx, t, dev, dtype, arg, is_float) != 0) return lq_raise(L, ctx);
+  return 1;
 }
 
 /* ================================================================ random numbers */

@@ -19,21 +19,18 @@
 ** 0666 & ~umask. A FIFO or a device (/dev/null, /dev/stdout's pipe) is written in place
 ** and never removed; a FIFO whose reader has gone is an error (EPIPE), never a SIGPIPE.
 ** A directory is refused.
-**
-** qt_ctx is declared here (C11 allows the repeated typedef) so this header does not need
-** ops.h.
 */
 #ifndef QLUA_NPY_H
 #define QLUA_NPY_H
 
 #include "device.h"
+#include "ops.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct qt_ctx qt_ctx;
 
 /* Saves any tensor (any strides, any device: GPU tensors are read back first). */
 int qt_npy_save(qt_ctx *ctx, const char *path, const qt_tensor *t);

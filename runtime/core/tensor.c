@@ -1,10 +1,9 @@
 /*
-** tensor.c — dtypes, errors, storages, tensors and shape/stride math.
+** tensor.c — dtypes, errors, tensors and shape/stride math.
 **
 ** The plain-C foundation every other layer links against (see tensor.h for the
-** ownership rules). Nothing here touches Lua or CUDA; giving bytes back goes through
-** the owning device's iface (device.h), and the per-state byte accounting through
-** qt_ctx (ops.h), whose lifetime functions live in ops.c.
+** ownership rules). Nothing here touches Lua or CUDA, devices or contexts: storages are
+** made and given back by storage.c.
 */
 #include "tensor.h"
 
@@ -14,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
-#include "ops.h"  /* qt_ctx, for the owner accounting */
 
 /* ------------------------------------------------------------------ dtypes */
 
@@ -68,81 +65,7 @@ int qt_err_rename(qt_err *err, const char *from, const char *to) {
   return -1;
 }
 
-/* ------------------------------------------------------------------ storage */
-
-/* Retaining needs no ordering: the caller holds a reference, so the count is >= 1 and
-** the storage cannot go away meanwhile (the usual refcount argument). */
-void qt_storage_retain(qt_storage *s) {
-  if (s != NULL) atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed);
-}
-
-/* Gives s's bytes back to whoever owns them (the embedder's release callback, or the
-** device) and uncharges the owning state for device memory. Leaves s->data NULL. */
-static void storage_give_back(qt_storage *s) {
-  if (s->freed) return;
-  if (s->release != NULL) {
-    s->release(s->release_ud, s->data);
-  } else if (s->device != NULL && s->device->iface != NULL && s->device->iface->free != NULL) {
-    s->device->iface->free(s->device, s->data, s->nbytes);
-  }
-  if (s->owner != NULL && s->device != NULL && s->device->kind == QT_DEV_CUDA)
-    atomic_fetch_sub(&s->owner->gpu_live_bytes, (int64_t)s->nbytes);
-  s->data = NULL;
-  s->freed = true;
-}
-
-/* The last reference frees the bytes (unless t:free() already did), then drops the
-** storage's reference on its owning state, then the struct. */
-qt_storage *qt_storage_wrap(struct qt_device *dev, void *data, size_t nbytes,
-                            void (*release)(void *release_ud, void *data), void *release_ud) {
-  qt_storage *s = (qt_storage *)calloc(1, sizeof *s);
-  if (s == NULL) return NULL;
-  atomic_init(&s->refcount, 1);
-  s->device = dev;
-  s->data = data;
-  s->nbytes = nbytes;
-  s->owner = NULL;  /* not the runtime's memory: charged to no state */
-  s->release = release;
-  s->release_ud = release_ud;
-  return s;
-}
-
-/* The decrement is acquire-release: every holder's release publishes its uses of the
-** storage (release), and the one that sees the count reach 0, the only one that frees,
-** acquires them all before giving the bytes back and freeing the struct, whichever
-** thread it runs on. */
-void qt_storage_release(qt_storage *s) {
-  if (s == NULL) return;
-  if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) > 1) return;
-  storage_give_back(s);
-  if (s->owner != NULL) qt_ctx_release(s->owner);
-  free(s);
-}
-
-void qt_storage_free_data(qt_storage *s) {
-  if (s != NULL) storage_give_back(s);
-}
-
 /* ------------------------------------------------------------------ tensor */
-
-void qt_tensor_init(qt_tensor *t) {
-  memset(t, 0, sizeof *t);
-  t->storage = NULL;
-  t->dtype = QT_F32;
-  t->ndim = 0;
-}
-
-void qt_tensor_release(qt_tensor *t) {
-  if (t == NULL) return;
-  qt_storage *s = t->storage;
-  qt_tensor_init(t);
-  qt_storage_release(s);
-}
-
-void qt_tensor_share(qt_tensor *dst, const qt_tensor *src) {
-  *dst = *src;
-  qt_storage_retain(dst->storage);
-}
 
 int qt_tensor_check(const qt_tensor *t, const char *op, qt_err *err) {
   if (t == NULL || t->storage == NULL || t->storage->freed)

@@ -1,0 +1,357 @@
+/*
+** ops_arith.c — elementwise arithmetic: binary ops with broadcasting and NumPy promotion,
+** tensor-scalar ops, unary ops and clamp, in place or not.
+*/
+#include "ops_internal.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================================================================== arithmetic */
+
+/* The dtype a binary op computes in and returns, for two tensors. */
+static qt_dtype ops_binary_dtype(qt_binop op, qt_dtype a, qt_dtype b) {
+  qt_dtype d = qt_promote(a, b);
+  if (op == QT_DIV && !qt_is_float(d)) d = QT_F64;
+  return d;
+}
+
+/* For a tensor and a Lua number: the dtype the device computes in (*compute) and the
+** result's dtype (*result), and the scalar as the device should see it.
+**   - a float number with an integer tensor, and `/` of an integer tensor: float64;
+**   - otherwise the tensor's dtype;
+**   - an int32 tensor with an integer outside int32's range: comparisons are computed in
+**     int64 (exact, as NumPy 2 compares out-of-bounds Python integers); any other op is
+**     an error, as in NumPy 2, since int32 cannot hold the number (it never wraps);
+**   - an integer raised to a negative integer power is an error, as in NumPy (the
+**     answer is not an integer).
+** scalar_first: the number is the left operand (2 ^ t: then t holds the exponents, and
+** the caller checks them). Returns 0, or -1 with the message. */
+static int ops_scalar_dtypes(qt_ctx *ctx, const char *name, qt_binop op, qt_dtype a,
+                             qt_scalar *s, bool s_is_float, bool scalar_first,
+                             qt_dtype *compute, qt_dtype *result) {
+  qt_dtype d = a;
+  if (!qt_is_float(a) && (s_is_float || op == QT_DIV)) d = QT_F64;
+  *compute = *result = d;
+  if (s_is_float) *s = ops_scalar_from_double(s->f);
+  else *s = qt_scalar_i(s->i);
+  if (d == QT_I32 && (s->i < INT32_MIN || s->i > INT32_MAX)) {
+    if (!ops_is_comparison(op))
+      return qt_errorf(&ctx->err, "%s: %lld is out of range for an int32 tensor (convert it "
+                       "with :to(\"int64\") first)", name, (long long)s->i);
+    *compute = QT_I64;
+  }
+  if (op == QT_POW && !qt_is_float(d) && !scalar_first && s->i < 0)
+    return qt_errorf(&ctx->err, "%s: integers to negative integer powers are not allowed "
+                     "(exponent %lld)", name, (long long)s->i);
+  return 0;
+}
+
+/* An integer power's exponents, when they come from a tensor: all >= 0 (one min
+** reduction, on the exponents' device). */
+static int ops_check_exponents(qt_ctx *ctx, const char *name, const qt_tensor *e) {
+  if (qt_is_float(e->dtype) || qt_numel(e) == 0) return 0;
+  qt_tensor m;
+  qt_tensor_init(&m);
+  int64_t pos[QT_MAXDIM] = {0};
+  qt_scalar v;
+  int rc = qt_reduce(ctx, &m, QT_MIN, e, -1);
+  if (rc == 0) rc = qt_get(ctx, &m, pos, &v);
+  qt_tensor_release(&m);
+  if (rc != 0) return qt_err_rename(&ctx->err, "min", name);
+  if (v.i < 0)
+    return qt_errorf(&ctx->err, "%s: integers to negative integer powers are not allowed "
+                     "(exponent %lld)", name, (long long)v.i);
+  return 0;
+}
+
+static int ops_check_binop(qt_ctx *ctx, qt_binop op) {
+  if ((int)op < 0 || (int)op >= QT_NBINOPS)
+    return qt_errorf(&ctx->err, "binary: unknown op %d", (int)op);
+  return 0;
+}
+
+/* The in-place name of an op ("add" -> "add_"), for messages. */
+static const char *ops_inplace_name(const char *name, char *buf, size_t len) {
+  snprintf(buf, len, "%s_", name);
+  return buf;
+}
+
+/* An in-place op may store a wider result of its own kind (float64 into float32, int64
+** into int32, by conversion) but not a float into an integer tensor; comparisons give 1
+** or 0, which every dtype holds. */
+static int ops_check_storable(qt_ctx *ctx, const char *op, bool is_comparison, qt_dtype result,
+                              qt_dtype target) {
+  if (!is_comparison && qt_is_float(result) && !qt_is_float(target))
+    return qt_errorf(&ctx->err, "%s: cannot store %s result in %s tensor", op,
+                     qt_dtypes[result].name, qt_dtypes[target].name);
+  return 0;
+}
+
+int qt_binary(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *a, const qt_tensor *b) {
+  if (ops_check_binop(ctx, op)) return -1;
+  const char *name = ops_binop_names[op];
+  if (ops_live(ctx, name, a) || ops_live(ctx, name, b) || ops_same_device(ctx, name, a, b))
+    return -1;
+  qt_device *dev = ops_device(a);
+  if (dev->iface->binary == NULL) return ops_unsupported(ctx, name, dev);
+  int ndim = 0;
+  int64_t size[QT_MAXDIM];
+  if (ops_broadcast_shape(ctx, name, a, b, &ndim, size)) return -1;
+  qt_dtype dtype = ops_binary_dtype(op, a->dtype, b->dtype);
+  if (op == QT_POW && !qt_is_float(dtype) && ops_check_exponents(ctx, name, b)) return -1;
+
+  int rc = -1;
+  qt_tensor ca, cb, res;
+  qt_tensor_init(&ca);
+  qt_tensor_init(&cb);
+  qt_tensor_init(&res);
+  if (ops_cast(ctx, name, &ca, a, dtype) || ops_cast(ctx, name, &cb, b, dtype)) goto cleanup;
+  if (ops_alloc(ctx, name, &res, dev, dtype, ndim, size)) goto cleanup;
+  if (qt_numel(&res) > 0) {
+    qt_view dv, av, bv;
+    qt_view_of(&dv, &res);
+    ops_view_expanded(&av, &ca, ndim, size);
+    ops_view_expanded(&bv, &cb, ndim, size);
+    if (dev->iface->binary(dev, op, &dv, &av, &bv, &ctx->err)) goto cleanup;
+  }
+  *out = res;
+  qt_tensor_init(&res);
+  rc = 0;
+cleanup:
+  qt_tensor_release(&ca);
+  qt_tensor_release(&cb);
+  qt_tensor_release(&res);
+  return rc;
+}
+
+/* a = a op b. When a's dtype is the compute dtype, the device writes into a directly
+** (b is read from a copy if it shares a's storage with another geometry); otherwise the
+** op runs in a temporary of the compute dtype, converted back into a at the end. */
+int qt_binary_(qt_ctx *ctx, qt_binop op, qt_tensor *a, const qt_tensor *b) {
+  if (ops_check_binop(ctx, op)) return -1;
+  char name[24];
+  ops_inplace_name(ops_binop_names[op], name, sizeof name);
+  if (ops_live(ctx, name, a) || ops_live(ctx, name, b) || ops_same_device(ctx, name, a, b))
+    return -1;
+  qt_device *dev = ops_device(a);
+  if (dev->iface->binary == NULL) return ops_unsupported(ctx, name, dev);
+  qt_dtype dtype = ops_binary_dtype(op, a->dtype, b->dtype);
+  if (ops_check_storable(ctx, name, ops_is_comparison(op), dtype, a->dtype)) return -1;
+  if (op == QT_POW && !qt_is_float(dtype) && ops_check_exponents(ctx, name, b)) return -1;
+  int64_t stride[QT_MAXDIM];
+  if (!ops_expand_strides(b, a->ndim, a->size, stride)) {
+    char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+    return qt_errorf(&ctx->err, "%s: shape %s cannot be broadcast to %s", name, ops_shape(b, s1),
+                     ops_shape(a, s2));
+  }
+  if (ops_check_writable(ctx, name, a)) return -1;
+  if (qt_numel(a) == 0) return 0;
+
+  int rc = -1;
+  qt_tensor cb, work;
+  qt_tensor_init(&cb);
+  qt_tensor_init(&work);
+  if (a->dtype == dtype && ops_may_overlap(a, b) && b->dtype == dtype) {
+    if (ops_copy_new(ctx, name, &cb, b, dtype)) goto cleanup;
+  } else if (ops_cast(ctx, name, &cb, b, dtype)) {
+    goto cleanup;
+  }
+  const qt_tensor *target = a;
+  if (a->dtype != dtype) {
+    if (ops_copy_new(ctx, name, &work, a, dtype)) goto cleanup;
+    target = &work;
+  }
+  qt_view dv, bv;
+  qt_view_of(&dv, target);
+  ops_view_expanded(&bv, &cb, a->ndim, a->size);
+  if (dev->iface->binary(dev, op, &dv, &dv, &bv, &ctx->err)) goto cleanup;
+  if (target == &work) {
+    qt_view av;
+    qt_view_of(&av, a);
+    if (ops_copy_views(ctx, name, dev, &av, &dv)) goto cleanup;
+  }
+  rc = 0;
+cleanup:
+  qt_tensor_release(&cb);
+  qt_tensor_release(&work);
+  return rc;
+}
+
+int qt_binary_scalar(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *a, qt_scalar s,
+                     bool s_is_float, bool scalar_first) {
+  if (ops_check_binop(ctx, op)) return -1;
+  const char *name = ops_binop_names[op];
+  if (ops_live(ctx, name, a)) return -1;
+  qt_device *dev = ops_device(a);
+  if (dev->iface->binary_scalar == NULL) return ops_unsupported(ctx, name, dev);
+  qt_dtype compute, result;
+  if (ops_scalar_dtypes(ctx, name, op, a->dtype, &s, s_is_float, scalar_first, &compute,
+                        &result))
+    return -1;
+  if (op == QT_POW && scalar_first && !qt_is_float(compute) && ops_check_exponents(ctx, name, a))
+    return -1;
+
+  int rc = -1;
+  qt_tensor ca, work, res;
+  qt_tensor_init(&ca);
+  qt_tensor_init(&work);
+  qt_tensor_init(&res);
+  if (ops_cast(ctx, name, &ca, a, compute)) goto cleanup;
+  if (ops_alloc_like(ctx, name, &res, a, result)) goto cleanup;
+  if (qt_numel(&res) > 0) {
+    qt_tensor *target = &res;
+    if (compute != result) {
+      if (ops_alloc_like(ctx, name, &work, a, compute)) goto cleanup;
+      target = &work;
+    }
+    qt_view dv, av;
+    qt_view_of(&dv, target);
+    qt_view_of(&av, &ca);
+    if (dev->iface->binary_scalar(dev, op, &dv, &av, s, scalar_first, &ctx->err)) goto cleanup;
+    if (target == &work) {
+      qt_view rv;
+      qt_view_of(&rv, &res);
+      if (ops_copy_views(ctx, name, dev, &rv, &dv)) goto cleanup;
+    }
+  }
+  *out = res;
+  qt_tensor_init(&res);
+  rc = 0;
+cleanup:
+  qt_tensor_release(&ca);
+  qt_tensor_release(&work);
+  qt_tensor_release(&res);
+  return rc;
+}
+
+int qt_binary_scalar_(qt_ctx *ctx, qt_binop op, qt_tensor *a, qt_scalar s, bool s_is_float) {
+  if (ops_check_binop(ctx, op)) return -1;
+  char name[24];
+  ops_inplace_name(ops_binop_names[op], name, sizeof name);
+  if (ops_live(ctx, name, a)) return -1;
+  qt_device *dev = ops_device(a);
+  if (dev->iface->binary_scalar == NULL) return ops_unsupported(ctx, name, dev);
+  qt_dtype compute, result;
+  if (ops_scalar_dtypes(ctx, name, op, a->dtype, &s, s_is_float, false, &compute, &result))
+    return -1;
+  if (ops_check_storable(ctx, name, ops_is_comparison(op), result, a->dtype) ||
+      ops_check_writable(ctx, name, a))
+    return -1;
+  if (qt_numel(a) == 0) return 0;
+
+  int rc = -1;
+  qt_tensor work;
+  qt_tensor_init(&work);
+  const qt_tensor *target = a;
+  if (compute != a->dtype) {
+    if (ops_copy_new(ctx, name, &work, a, compute)) goto cleanup;
+    target = &work;
+  }
+  qt_view dv;
+  qt_view_of(&dv, target);
+  if (dev->iface->binary_scalar(dev, op, &dv, &dv, s, false, &ctx->err)) goto cleanup;
+  if (target == &work) {
+    qt_view av;
+    qt_view_of(&av, a);
+    if (ops_copy_views(ctx, name, dev, &av, &dv)) goto cleanup;
+  }
+  rc = 0;
+cleanup:
+  qt_tensor_release(&work);
+  return rc;
+}
+
+static bool ops_unop_wants_float(qt_unop op) {
+  return op == QT_EXP || op == QT_LOG || op == QT_SQRT || op == QT_TANH || op == QT_SIGMOID;
+}
+
+/* The slot's clamp bounds for dtype: the binding passes INT64_MIN/INT64_MAX for a missing
+** integer bound, which an int32 device would truncate to garbage; bounds beyond int32's
+** range clamp nothing, so they are saturated to it. */
+static void ops_unop_params(qt_unop op, qt_dtype dtype, qt_scalar *p1, qt_scalar *p2) {
+  if (op != QT_CLAMP || dtype != QT_I32) return;
+  if (p1->i < INT32_MIN) p1->i = INT32_MIN;
+  if (p1->i > INT32_MAX) p1->i = INT32_MAX;
+  if (p2->i < INT32_MIN) p2->i = INT32_MIN;
+  if (p2->i > INT32_MAX) p2->i = INT32_MAX;
+}
+
+static int ops_check_unop(qt_ctx *ctx, qt_unop op) {
+  if ((int)op < 0 || (int)op >= QT_NUNOPS)
+    return qt_errorf(&ctx->err, "unary: unknown op %d", (int)op);
+  return 0;
+}
+
+/* float_params: p1/p2 are float numbers (clamp bounds), so an integer tensor computes in
+** float64, as with a float scalar in a binary op. */
+static int ops_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar p1,
+                     qt_scalar p2, bool float_params) {
+  if (ops_check_unop(ctx, op)) return -1;
+  const char *name = ops_unop_names[op];
+  if (ops_live(ctx, name, a)) return -1;
+  qt_device *dev = ops_device(a);
+  if (dev->iface->unary == NULL) return ops_unsupported(ctx, name, dev);
+  bool wants_float = ops_unop_wants_float(op) || float_params;
+  qt_dtype dtype = (wants_float && !qt_is_float(a->dtype)) ? QT_F64 : a->dtype;
+  ops_unop_params(op, dtype, &p1, &p2);
+
+  int rc = -1;
+  qt_tensor ca, res;
+  qt_tensor_init(&ca);
+  qt_tensor_init(&res);
+  if (ops_cast(ctx, name, &ca, a, dtype) || ops_alloc_like(ctx, name, &res, a, dtype))
+    goto cleanup;
+  if (qt_numel(&res) > 0) {
+    qt_view dv, sv;
+    qt_view_of(&dv, &res);
+    qt_view_of(&sv, &ca);
+    if (dev->iface->unary(dev, op, &dv, &sv, p1, p2, &ctx->err)) goto cleanup;
+  }
+  *out = res;
+  qt_tensor_init(&res);
+  rc = 0;
+cleanup:
+  qt_tensor_release(&ca);
+  qt_tensor_release(&res);
+  return rc;
+}
+
+int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar p1,
+             qt_scalar p2) {
+  return ops_unary(ctx, out, op, a, p1, p2, false);
+}
+
+static int ops_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2,
+                      bool float_params) {
+  if (ops_check_unop(ctx, op)) return -1;
+  char name[24];
+  ops_inplace_name(ops_unop_names[op], name, sizeof name);
+  if (ops_live(ctx, name, a)) return -1;
+  qt_device *dev = ops_device(a);
+  if (dev->iface->unary == NULL) return ops_unsupported(ctx, name, dev);
+  if ((ops_unop_wants_float(op) || float_params) && !qt_is_float(a->dtype))
+    return ops_check_storable(ctx, name, false, QT_F64, a->dtype);
+  if (ops_check_writable(ctx, name, a)) return -1;
+  if (qt_numel(a) == 0) return 0;
+  ops_unop_params(op, a->dtype, &p1, &p2);
+  qt_view v;
+  qt_view_of(&v, a);
+  return dev->iface->unary(dev, op, &v, &v, p1, p2, &ctx->err);
+}
+
+int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2) {
+  return ops_unary_(ctx, op, a, p1, p2, false);
+}
+
+int qt_clamp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, qt_scalar lo, qt_scalar hi,
+             bool float_bounds) {
+  return ops_unary(ctx, out, QT_CLAMP, a, lo, hi, float_bounds);
+}
+
+int qt_clamp_(qt_ctx *ctx, qt_tensor *a, qt_scalar lo, qt_scalar hi, bool float_bounds) {
+  return ops_unary_(ctx, QT_CLAMP, a, lo, hi, float_bounds);
+}

@@ -1,0 +1,251 @@
+/*
+** ops_common.c — the helpers every op of the tensor core shares (ops_internal.h):
+** operand checks, the allocation of results, casts and copies through the device slots,
+** and NumPy broadcasting.
+*/
+#include "ops_internal.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================================================================== small helpers */
+
+const char *const ops_binop_names[QT_NBINOPS] = {
+  "add", "sub", "mul", "div", "pow", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum",
+};
+const char *const ops_unop_names[QT_NUNOPS] = {
+  "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "clamp",
+};
+const char *const ops_redop_names[QT_NREDOPS] = {
+  "sum", "mean", "max", "min", "argmax", "argmin",
+};
+
+qt_device *ops_device(const qt_tensor *t) { return t->storage->device; }
+
+const char *ops_shape(const qt_tensor *t, char *buf) {
+  return qt_shape_str(t->ndim, t->size, buf, OPS_SHAPE_LEN);
+}
+
+bool ops_is_comparison(qt_binop op) {
+  return op == QT_EQ || op == QT_NE || op == QT_LT || op == QT_LE || op == QT_GT || op == QT_GE;
+}
+
+int ops_live(qt_ctx *ctx, const char *op, const qt_tensor *t) {
+  return qt_tensor_check(t, op, &ctx->err);
+}
+
+int ops_same_device(qt_ctx *ctx, const char *op, const qt_tensor *a, const qt_tensor *b) {
+  if (ops_device(a) != ops_device(b))
+    return qt_errorf(&ctx->err, "%s: tensors on %s and %s", op, ops_device(a)->name,
+                     ops_device(b)->name);
+  return 0;
+}
+
+int ops_unsupported(qt_ctx *ctx, const char *op, const qt_device *dev) {
+  return qt_errorf(&ctx->err, "%s: not supported on %s", op, dev->name);
+}
+
+/* A 0-based dim against a tensor of ndim dims; the message is 1-based. */
+int ops_check_dim(qt_ctx *ctx, const char *op, int dim, int ndim) {
+  if (dim >= 0 && dim < ndim) return 0;
+  if (ndim == 0)
+    return qt_errorf(&ctx->err, "%s: dim %d out of range (the tensor is 0-d)", op, dim + 1);
+  return qt_errorf(&ctx->err, "%s: dim %d out of range (1..%d)", op, dim + 1, ndim);
+}
+
+int ops_check_dtype(qt_ctx *ctx, const char *op, qt_dtype dtype) {
+  if ((int)dtype < 0 || (int)dtype >= QT_NDTYPES)
+    return qt_errorf(&ctx->err, "%s: unknown dtype %d", op, (int)dtype);
+  return 0;
+}
+
+int ops_check_index_dtype(qt_ctx *ctx, const char *op, const qt_tensor *index) {
+  if (index->dtype != QT_I32 && index->dtype != QT_I64)
+    return qt_errorf(&ctx->err, "%s: index must be int32 or int64, got %s", op,
+                     qt_dtypes[index->dtype].name);
+  return 0;
+}
+
+/* In-place targets: a dimension of stride 0 and size > 1 (an expanded view) would make
+** several elements one memory location, and a parallel device would race on it. */
+int ops_check_writable(qt_ctx *ctx, const char *op, const qt_tensor *t) {
+  for (int d = 0; d < t->ndim; d++)
+    if (t->stride[d] == 0 && t->size[d] > 1)
+      return qt_errorf(&ctx->err,
+                       "%s: cannot write into an expanded tensor (dim %d has stride 0)", op,
+                       d + 1);
+  return 0;
+}
+
+bool ops_same_geometry(const qt_tensor *a, const qt_tensor *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset) return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->size[d] != b->size[d] || a->stride[d] != b->stride[d]) return false;
+  return true;
+}
+
+/* Conservative aliasing test for a write into dst while reading src: sharing a storage
+** with any other geometry counts as overlapping (the caller then reads from a copy). */
+bool ops_may_overlap(const qt_tensor *dst, const qt_tensor *src) {
+  return dst->storage == src->storage && !ops_same_geometry(dst, src);
+}
+
+bool ops_same_shape(const qt_tensor *a, const qt_tensor *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->size[d] != b->size[d]) return false;
+  return true;
+}
+
+/* A scalar whose integer field is always defined: (int64_t) of a NaN or out-of-range
+** double is undefined behaviour in C, so such values get a saturated .i instead. */
+qt_scalar ops_scalar_from_double(double f) {
+  qt_scalar s;
+  s.f = f;
+  if (f != f) s.i = 0;
+  else if (f >= 9223372036854775807.0) s.i = INT64_MAX;
+  else if (f <= -9223372036854775808.0) s.i = INT64_MIN;
+  else s.i = (int64_t)f;
+  return s;
+}
+
+/* A new contiguous tensor; `op` names the operation in messages. */
+int ops_alloc(qt_ctx *ctx, const char *op, qt_tensor *out, qt_device *dev, qt_dtype dtype,
+                     int ndim, const int64_t *size) {
+  char shape[OPS_SHAPE_LEN];
+  if (dev == NULL || dev->iface == NULL) return qt_errorf(&ctx->err, "%s: no device", op);
+  if (ops_check_dtype(ctx, op, dtype)) return -1;
+  if (ndim < 0 || ndim > QT_MAXDIM)
+    return qt_errorf(&ctx->err, "%s: %d dimensions (at most %d)", op, ndim, QT_MAXDIM);
+  for (int d = 0; d < ndim; d++)
+    if (size[d] < 0)
+      return qt_errorf(&ctx->err, "%s: negative size %lld in shape %s", op, (long long)size[d],
+                       qt_shape_str(ndim, size, shape, sizeof shape));
+  int64_t stride[QT_MAXDIM];
+  int64_t numel = qt_contiguous_strides(ndim, size, stride);
+  if (numel < 0)
+    return qt_errorf(&ctx->err, "%s: shape %s is too large", op,
+                     qt_shape_str(ndim, size, shape, sizeof shape));
+  qt_storage *s;
+  if (ops_storage_new(ctx, op, dev, (size_t)numel * qt_elsize(dtype), &s)) return -1;
+  qt_tensor_init(out);
+  out->storage = s;
+  out->dtype = dtype;
+  out->ndim = ndim;
+  out->offset = 0;
+  for (int d = 0; d < ndim; d++) {
+    out->size[d] = size[d];
+    out->stride[d] = stride[d];
+  }
+  return 0;
+}
+
+int ops_alloc_like(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_tensor *t,
+                          qt_dtype dtype) {
+  return ops_alloc(ctx, op, out, ops_device(t), dtype, t->ndim, t->size);
+}
+
+/* ================================================================== device slot wrappers */
+
+/* dst = src (converting dtype) on one device; nothing to do for no elements. */
+int ops_copy_views(qt_ctx *ctx, const char *op, qt_device *dev, const qt_view *dst,
+                          const qt_view *src) {
+  if (dev->iface->copy == NULL) return ops_unsupported(ctx, op, dev);
+  if (dst->numel == 0) return 0;
+  return dev->iface->copy(dev, dst, src, &ctx->err);
+}
+
+int ops_fill_view(qt_ctx *ctx, const char *op, qt_device *dev, const qt_view *dst,
+                         qt_scalar value) {
+  if (dev->iface->fill == NULL) return ops_unsupported(ctx, op, dev);
+  if (dst->numel == 0) return 0;
+  return dev->iface->fill(dev, dst, value, &ctx->err);
+}
+
+/* A new contiguous copy of t in `dtype` on t's device. */
+int ops_copy_new(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_tensor *t,
+                        qt_dtype dtype) {
+  qt_tensor res;
+  qt_tensor_init(&res);
+  if (ops_alloc_like(ctx, op, &res, t, dtype)) return -1;
+  qt_view dv, sv;
+  qt_view_of(&dv, &res);
+  qt_view_of(&sv, t);
+  if (ops_copy_views(ctx, op, ops_device(t), &dv, &sv)) {
+    qt_tensor_release(&res);
+    return -1;
+  }
+  *out = res;
+  return 0;
+}
+
+/* *out = t as `dtype`: a share of t when it already is, else a contiguous copy. For
+** operands that are only read. */
+int ops_cast(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_tensor *t,
+                    qt_dtype dtype) {
+  if (t->dtype == dtype) {
+    qt_tensor_share(out, t);
+    return 0;
+  }
+  return ops_copy_new(ctx, op, out, t, dtype);
+}
+
+/* ================================================================== broadcasting */
+
+/* NumPy's rule: align shapes on the right; each pair equal, or one of them 1. */
+int ops_broadcast_shape(qt_ctx *ctx, const char *op, const qt_tensor *a,
+                               const qt_tensor *b, int *ndim, int64_t *size) {
+  int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+  for (int d = n - 1; d >= 0; d--) {
+    int da = d - (n - a->ndim), db = d - (n - b->ndim);
+    int64_t sa = da >= 0 ? a->size[da] : 1, sb = db >= 0 ? b->size[db] : 1;
+    if (sa != sb && sa != 1 && sb != 1) {
+      char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+      return qt_errorf(&ctx->err, "%s: shapes %s and %s cannot be broadcast", op,
+                       ops_shape(a, s1), ops_shape(b, s2));
+    }
+    size[d] = sa == 1 ? sb : sa;
+  }
+  *ndim = n;
+  return 0;
+}
+
+/* Strides of t viewed with shape (ndim, size): t's dims aligned on the right, size-1
+** dims and missing dims broadcast with stride 0. False when t does not fit. */
+bool ops_expand_strides(const qt_tensor *t, int ndim, const int64_t *size,
+                               int64_t *stride) {
+  if (ndim < t->ndim) return false;
+  for (int d = ndim - 1; d >= 0; d--) {
+    int td = d - (ndim - t->ndim);
+    if (td < 0) {
+      if (size[d] < 0) return false;
+      stride[d] = 0;
+    } else if (t->size[td] == size[d]) {
+      stride[d] = t->stride[td];
+    } else if (t->size[td] == 1 && size[d] >= 0) {
+      stride[d] = 0;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The device view of t broadcast to (ndim, size); the caller checked it fits. */
+void ops_view_expanded(qt_view *v, const qt_tensor *t, int ndim, const int64_t *size) {
+  qt_view_of(v, t);
+  int64_t stride[QT_MAXDIM];
+  ops_expand_strides(t, ndim, size, stride);
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    v->size[d] = size[d];
+    v->stride[d] = stride[d];
+    numel *= size[d];
+  }
+  for (int d = ndim; d < QT_MAXDIM; d++) v->size[d] = 1, v->stride[d] = 0;
+  v->ndim = ndim;
+  v->numel = numel;
+}
