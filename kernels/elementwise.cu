@@ -415,12 +415,6 @@ __global__ void ew_copy_transpose(TD *dst, const TS *src, ew_transpose_geometry 
 
 /* ------------------------------------------------------------------ host side */
 
-static const char *const ew_binop_names[QT_NBINOPS] = {
-  "add", "sub", "mul", "div", "pow", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum",
-};
-static const char *const ew_unop_names[QT_NUNOPS] = {
-  "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "clamp",
-};
 
 /* The collapsed views of one call, and what the launchers need to know about them. */
 template <int NV>
@@ -488,7 +482,7 @@ static void ew_binary_launch(qt_device *dev, int op, const ew_plan<3> &p) {
 extern "C" int qt_cuda_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
                               const qt_view *b, qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NBINOPS) return qt_errorf(err, "binary: unknown op %d", (int)op);
-  const char *name = ew_binop_names[op];
+  const char *name = qt_binop_name(op);
   if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || a->dtype != dst->dtype || b->dtype != dst->dtype)
     return qt_errorf(err, "%s: operands must have the result's dtype", name);
   if (qt_cuda_enter(dev, name, err) != 0) return -1;
@@ -530,7 +524,7 @@ extern "C" int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view 
                                      const qt_view *a, qt_scalar s, bool scalar_first,
                                      qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NBINOPS) return qt_errorf(err, "binary: unknown op %d", (int)op);
-  const char *name = ew_binop_names[op];
+  const char *name = qt_binop_name(op);
   if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || a->dtype != dst->dtype)
     return qt_errorf(err, "%s: operands must have the result's dtype", name);
   if (qt_cuda_enter(dev, name, err) != 0) return -1;
@@ -551,16 +545,16 @@ extern "C" int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view 
 /* ---- unary */
 
 template <typename T>
-static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p, qt_scalar p1, qt_scalar p2) {
+static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p, qt_scalar lo, qt_scalar hi) {
   cudaStream_t stream = qt_cuda_context(dev)->stream;
   ew_unary_params<T> params;
   params.lo_f = params.hi_f = T(0);
   if constexpr (std::is_floating_point<T>::value) {  /* ints use lo_i/hi_i only */
-    params.lo_f = (T)p1.f;
-    params.hi_f = (T)p2.f;
+    params.lo_f = (T)lo.f;
+    params.hi_f = (T)hi.f;
   }
-  params.lo_i = p1.i;
-  params.hi_i = p2.i;
+  params.lo_i = lo.i;
+  params.hi_i = hi.i;
   T *d = (T *)p.view[0].data;
   const T *a = (const T *)p.view[1].data;
   if (p.contiguous) {
@@ -577,9 +571,9 @@ static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p, qt_scal
 }
 
 extern "C" int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-                             qt_scalar p1, qt_scalar p2, qt_err *err) {
+                             qt_scalar lo, qt_scalar hi, qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NUNOPS) return qt_errorf(err, "unary: unknown op %d", (int)op);
-  const char *name = ew_unop_names[op];
+  const char *name = qt_unop_name(op);
   if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || src->dtype != dst->dtype)
     return qt_errorf(err, "%s: source and result must have one dtype", name);
   bool float_only = op == QT_EXP || op == QT_LOG || op == QT_SQRT || op == QT_TANH ||
@@ -593,10 +587,10 @@ extern "C" int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, con
   ew_plan<2> plan;
   ew_plan_make<2>(&plan, views);
   switch (dst->dtype) {
-    case QT_F32: ew_unary_launch<float>(dev, op, plan, p1, p2); break;
-    case QT_F64: ew_unary_launch<double>(dev, op, plan, p1, p2); break;
-    case QT_I32: ew_unary_launch<int32_t>(dev, op, plan, p1, p2); break;
-    case QT_I64: ew_unary_launch<int64_t>(dev, op, plan, p1, p2); break;
+    case QT_F32: ew_unary_launch<float>(dev, op, plan, lo, hi); break;
+    case QT_F64: ew_unary_launch<double>(dev, op, plan, lo, hi); break;
+    case QT_I32: ew_unary_launch<int32_t>(dev, op, plan, lo, hi); break;
+    case QT_I64: ew_unary_launch<int64_t>(dev, op, plan, lo, hi); break;
     default: break;
   }
   return qt_cuda_check_launch(dev, name, err);

@@ -606,7 +606,6 @@ static int red_go(qt_device *dev, const char *name, const qt_view *dst, const qt
 
 /* ------------------------------------------------------------------ the slot */
 
-static const char *const red_names[QT_NREDOPS] = {"sum", "mean", "max", "min", "argmax", "argmin"};
 
 static qt_dtype red_result_dtype(qt_redop op, qt_dtype src) {
   switch (op) {
@@ -633,7 +632,7 @@ static int red_dispatch_op(qt_device *dev, qt_redop op, const char *name, const 
 extern "C" int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src,
                               int dim, qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NREDOPS) return qt_errorf(err, "reduce: unknown op %d", (int)op);
-  const char *name = red_names[op];
+  const char *name = qt_redop_name(op);
   if (qt_cuda_enter(dev, name, err)) return -1;
   if ((unsigned)src->dtype >= (unsigned)QT_NDTYPES)
     return qt_errorf(err, "%s: unsupported dtype", name);

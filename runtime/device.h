@@ -36,25 +36,49 @@ extern "C" {
 
 typedef enum qt_device_kind { QT_DEV_CPU, QT_DEV_CUDA } qt_device_kind;
 
-/* Elementwise binary ops. Comparisons produce 1 or 0 in the output dtype. */
-typedef enum qt_binop {
-  QT_ADD, QT_SUB, QT_MUL, QT_DIV, QT_POW,
-  QT_EQ, QT_NE, QT_LT, QT_LE, QT_GT, QT_GE,
-  QT_MAXIMUM, QT_MINIMUM,
-  QT_NBINOPS
-} qt_binop;
+/* The op enums, each made with its one name table from a list: X(ENUM, name). The
+** names are the Lua API's (messages of every layer use them: qt_binop_name(op)). */
 
-/* Elementwise unary ops. QT_CLAMP uses p1 = lo, p2 = hi. */
-typedef enum qt_unop {
-  QT_NEG, QT_ABS, QT_EXP, QT_LOG, QT_SQRT, QT_TANH, QT_SIGMOID, QT_RELU, QT_CLAMP,
-  QT_NUNOPS
-} qt_unop;
+/* Elementwise binary ops. Comparisons produce 1 or 0 in the output dtype. */
+#define QT_BINOP_LIST(X)                                                           \
+  X(QT_ADD, "add") X(QT_SUB, "sub") X(QT_MUL, "mul") X(QT_DIV, "div") X(QT_POW, "pow") \
+  X(QT_EQ, "eq") X(QT_NE, "ne") X(QT_LT, "lt") X(QT_LE, "le") X(QT_GT, "gt")          \
+  X(QT_GE, "ge") X(QT_MAXIMUM, "maximum") X(QT_MINIMUM, "minimum")
+
+/* Elementwise unary ops. QT_CLAMP uses the two parameters as lo and hi. */
+#define QT_UNOP_LIST(X)                                                              \
+  X(QT_NEG, "neg") X(QT_ABS, "abs") X(QT_EXP, "exp") X(QT_LOG, "log") X(QT_SQRT, "sqrt") \
+  X(QT_TANH, "tanh") X(QT_SIGMOID, "sigmoid") X(QT_RELU, "relu") X(QT_CLAMP, "clamp")
 
 /* Reductions. Result dtypes (the core allocates dst accordingly):
 **   SUM: float -> same, int -> int64;  MEAN: float only (core casts ints to float64);
 **   MAX, MIN: same dtype (NaN propagates);  ARGMAX, ARGMIN: int64, 1-based, first
 **   occurrence wins ties, a NaN counts as the maximum and as the minimum. */
-typedef enum qt_redop { QT_SUM, QT_MEAN, QT_MAX, QT_MIN, QT_ARGMAX, QT_ARGMIN, QT_NREDOPS } qt_redop;
+#define QT_REDOP_LIST(X)                                                           \
+  X(QT_SUM, "sum") X(QT_MEAN, "mean") X(QT_MAX, "max") X(QT_MIN, "min")             \
+  X(QT_ARGMAX, "argmax") X(QT_ARGMIN, "argmin")
+
+#define QT_OP_ENUM_(E, name) E,
+#define QT_OP_NAME_(E, name) name,
+typedef enum qt_binop { QT_BINOP_LIST(QT_OP_ENUM_) QT_NBINOPS } qt_binop;
+typedef enum qt_unop { QT_UNOP_LIST(QT_OP_ENUM_) QT_NUNOPS } qt_unop;
+typedef enum qt_redop { QT_REDOP_LIST(QT_OP_ENUM_) QT_NREDOPS } qt_redop;
+
+/* The op's name, or "?" for a value outside the enum. */
+static inline const char *qt_binop_name(qt_binop op) {
+  static const char *const names[] = { QT_BINOP_LIST(QT_OP_NAME_) };
+  return (unsigned)op < (unsigned)QT_NBINOPS ? names[op] : "?";
+}
+static inline const char *qt_unop_name(qt_unop op) {
+  static const char *const names[] = { QT_UNOP_LIST(QT_OP_NAME_) };
+  return (unsigned)op < (unsigned)QT_NUNOPS ? names[op] : "?";
+}
+static inline const char *qt_redop_name(qt_redop op) {
+  static const char *const names[] = { QT_REDOP_LIST(QT_OP_NAME_) };
+  return (unsigned)op < (unsigned)QT_NREDOPS ? names[op] : "?";
+}
+#undef QT_OP_ENUM_
+#undef QT_OP_NAME_
 
 /* Random distributions. Element k (row-major, 0-based) of a call with (seed, offset)
 ** is computed from the counter offset + k by Philox4x32-10 (runtime/philox.h), so
@@ -105,7 +129,7 @@ typedef struct qt_device_iface {
   /* dst = op(src); one dtype (the core casts ints to float64 first for exp, log, sqrt,
   ** tanh, sigmoid). */
   int (*unary)(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-               qt_scalar p1, qt_scalar p2, qt_err *err);
+               qt_scalar lo, qt_scalar hi, qt_err *err);
   /* Along dim (0-based): dst has src's shape without dim. dim == -1: over all
   ** elements into a one-element dst (ndim 0). Float32 sums accumulate in float64. */
   int (*reduce)(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,

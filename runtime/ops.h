@@ -129,9 +129,9 @@ int qt_binary_scalar(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *
 int qt_binary_(qt_ctx *ctx, qt_binop op, qt_tensor *a, const qt_tensor *b);
 int qt_binary_scalar_(qt_ctx *ctx, qt_binop op, qt_tensor *a, qt_scalar s, bool s_is_float);
 /* exp/log/sqrt/tanh/sigmoid of integer tensors give float64; the rest keep the dtype. */
-int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar p1,
-             qt_scalar p2);
-int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2);
+int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar lo,
+             qt_scalar hi);
+int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar lo, qt_scalar hi);
 /* clamp(lo, hi): float_bounds says a bound was a Lua float, so an integer tensor gives a
 ** float64 result (and clamp_ of an integer tensor refuses), as a float scalar does in
 ** a binary op. A missing bound is -inf/+inf (.f) and INT64_MIN/INT64_MAX (.i). */

@@ -475,18 +475,18 @@ static int t_meta_mul(lua_State *L) { return t_arith(L, QT_MUL); }
 static int t_meta_div(lua_State *L) { return t_arith(L, QT_DIV); }
 static int t_meta_pow(lua_State *L) { return t_arith(L, QT_POW); }
 
-static int t_unary(lua_State *L, qt_unop op, const char *name, qt_scalar p1, qt_scalar p2) {
+static int t_unary(lua_State *L, qt_unop op, const char *name, qt_scalar lo, qt_scalar hi) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *a = lq_checklive(L, 1, name);
   qt_tensor *out = lq_newtensor(L);
-  if (qt_unary(ctx, out, op, a, p1, p2) != 0) return lq_raise(L, ctx);
+  if (qt_unary(ctx, out, op, a, lo, hi) != 0) return lq_raise(L, ctx);
   return 1;
 }
 
-static int t_unary_(lua_State *L, qt_unop op, const char *name, qt_scalar p1, qt_scalar p2) {
+static int t_unary_(lua_State *L, qt_unop op, const char *name, qt_scalar lo, qt_scalar hi) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *a = lq_checklive(L, 1, name);
-  if (qt_unary_(ctx, op, a, p1, p2) != 0) return lq_raise(L, ctx);
+  if (qt_unary_(ctx, op, a, lo, hi) != 0) return lq_raise(L, ctx);
   lua_settop(L, 1);
   return 1;
 }

@@ -93,7 +93,7 @@ static int ops_check_storable(qt_ctx *ctx, const char *op, bool is_comparison, q
 
 int qt_binary(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *a, const qt_tensor *b) {
   if (ops_check_binop(ctx, op)) return -1;
-  const char *name = ops_binop_names[op];
+  const char *name = qt_binop_name(op);
   if (ops_live(ctx, name, a) || ops_live(ctx, name, b) || ops_same_device(ctx, name, a, b))
     return -1;
   qt_device *dev = ops_device(a);
@@ -134,7 +134,7 @@ cleanup:
 int qt_binary_(qt_ctx *ctx, qt_binop op, qt_tensor *a, const qt_tensor *b) {
   if (ops_check_binop(ctx, op)) return -1;
   char name[24];
-  ops_inplace_name(ops_binop_names[op], name, sizeof name);
+  ops_inplace_name(qt_binop_name(op), name, sizeof name);
   if (ops_live(ctx, name, a) || ops_live(ctx, name, b) || ops_same_device(ctx, name, a, b))
     return -1;
   qt_device *dev = ops_device(a);
@@ -184,7 +184,7 @@ cleanup:
 int qt_binary_scalar(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *a, qt_scalar s,
                      bool s_is_float, bool scalar_first) {
   if (ops_check_binop(ctx, op)) return -1;
-  const char *name = ops_binop_names[op];
+  const char *name = qt_binop_name(op);
   if (ops_live(ctx, name, a)) return -1;
   qt_device *dev = ops_device(a);
   if (dev->iface->binary_scalar == NULL) return ops_unsupported(ctx, name, dev);
@@ -231,7 +231,7 @@ cleanup:
 int qt_binary_scalar_(qt_ctx *ctx, qt_binop op, qt_tensor *a, qt_scalar s, bool s_is_float) {
   if (ops_check_binop(ctx, op)) return -1;
   char name[24];
-  ops_inplace_name(ops_binop_names[op], name, sizeof name);
+  ops_inplace_name(qt_binop_name(op), name, sizeof name);
   if (ops_live(ctx, name, a)) return -1;
   qt_device *dev = ops_device(a);
   if (dev->iface->binary_scalar == NULL) return ops_unsupported(ctx, name, dev);
@@ -272,12 +272,12 @@ static bool ops_unop_wants_float(qt_unop op) {
 /* The slot's clamp bounds for dtype: the binding passes INT64_MIN/INT64_MAX for a missing
 ** integer bound, which an int32 device would truncate to garbage; bounds beyond int32's
 ** range clamp nothing, so they are saturated to it. */
-static void ops_unop_params(qt_unop op, qt_dtype dtype, qt_scalar *p1, qt_scalar *p2) {
+static void ops_unop_params(qt_unop op, qt_dtype dtype, qt_scalar *lo, qt_scalar *hi) {
   if (op != QT_CLAMP || dtype != QT_I32) return;
-  if (p1->i < INT32_MIN) p1->i = INT32_MIN;
-  if (p1->i > INT32_MAX) p1->i = INT32_MAX;
-  if (p2->i < INT32_MIN) p2->i = INT32_MIN;
-  if (p2->i > INT32_MAX) p2->i = INT32_MAX;
+  if (lo->i < INT32_MIN) lo->i = INT32_MIN;
+  if (lo->i > INT32_MAX) lo->i = INT32_MAX;
+  if (hi->i < INT32_MIN) hi->i = INT32_MIN;
+  if (hi->i > INT32_MAX) hi->i = INT32_MAX;
 }
 
 static int ops_check_unop(qt_ctx *ctx, qt_unop op) {
@@ -286,18 +286,18 @@ static int ops_check_unop(qt_ctx *ctx, qt_unop op) {
   return 0;
 }
 
-/* float_params: p1/p2 are float numbers (clamp bounds), so an integer tensor computes in
+/* float_params: lo/hi are float numbers (clamp bounds), so an integer tensor computes in
 ** float64, as with a float scalar in a binary op. */
-static int ops_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar p1,
-                     qt_scalar p2, bool float_params) {
+static int ops_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar lo,
+                     qt_scalar hi, bool float_params) {
   if (ops_check_unop(ctx, op)) return -1;
-  const char *name = ops_unop_names[op];
+  const char *name = qt_unop_name(op);
   if (ops_live(ctx, name, a)) return -1;
   qt_device *dev = ops_device(a);
   if (dev->iface->unary == NULL) return ops_unsupported(ctx, name, dev);
   bool wants_float = ops_unop_wants_float(op) || float_params;
   qt_dtype dtype = (wants_float && !qt_is_float(a->dtype)) ? QT_F64 : a->dtype;
-  ops_unop_params(op, dtype, &p1, &p2);
+  ops_unop_params(op, dtype, &lo, &hi);
 
   int rc = -1;
   qt_tensor ca, res;
@@ -309,7 +309,7 @@ static int ops_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a
     qt_view dv, sv;
     qt_view_of(&dv, &res);
     qt_view_of(&sv, &ca);
-    if (dev->iface->unary(dev, op, &dv, &sv, p1, p2, &ctx->err)) goto cleanup;
+    if (dev->iface->unary(dev, op, &dv, &sv, lo, hi, &ctx->err)) goto cleanup;
   }
   *out = res;
   qt_tensor_init(&res);
@@ -320,16 +320,16 @@ cleanup:
   return rc;
 }
 
-int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar p1,
-             qt_scalar p2) {
-  return ops_unary(ctx, out, op, a, p1, p2, false);
+int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar lo,
+             qt_scalar hi) {
+  return ops_unary(ctx, out, op, a, lo, hi, false);
 }
 
-static int ops_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2,
+static int ops_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar lo, qt_scalar hi,
                       bool float_params) {
   if (ops_check_unop(ctx, op)) return -1;
   char name[24];
-  ops_inplace_name(ops_unop_names[op], name, sizeof name);
+  ops_inplace_name(qt_unop_name(op), name, sizeof name);
   if (ops_live(ctx, name, a)) return -1;
   qt_device *dev = ops_device(a);
   if (dev->iface->unary == NULL) return ops_unsupported(ctx, name, dev);
@@ -337,14 +337,14 @@ static int ops_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_sc
     return ops_check_storable(ctx, name, false, QT_F64, a->dtype);
   if (ops_check_writable(ctx, name, a)) return -1;
   if (qt_numel(a) == 0) return 0;
-  ops_unop_params(op, a->dtype, &p1, &p2);
+  ops_unop_params(op, a->dtype, &lo, &hi);
   qt_view v;
   qt_view_of(&v, a);
-  return dev->iface->unary(dev, op, &v, &v, p1, p2, &ctx->err);
+  return dev->iface->unary(dev, op, &v, &v, lo, hi, &ctx->err);
 }
 
-int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar p1, qt_scalar p2) {
-  return ops_unary_(ctx, op, a, p1, p2, false);
+int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar lo, qt_scalar hi) {
+  return ops_unary_(ctx, op, a, lo, hi, false);
 }
 
 int qt_clamp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, qt_scalar lo, qt_scalar hi,

@@ -13,15 +13,6 @@
 
 /* ================================================================== small helpers */
 
-const char *const ops_binop_names[QT_NBINOPS] = {
-  "add", "sub", "mul", "div", "pow", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum",
-};
-const char *const ops_unop_names[QT_NUNOPS] = {
-  "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "clamp",
-};
-const char *const ops_redop_names[QT_NREDOPS] = {
-  "sum", "mean", "max", "min", "argmax", "argmin",
-};
 
 qt_device *ops_device(const qt_tensor *t) { return t->storage->device; }
 

@@ -35,10 +35,6 @@
 
 #define OPS_SHAPE_LEN 400  /* QT_MAXDIM sizes of up to 20 digits plus separators */
 
-/* The op names of the device.h enums, for messages (one table per enum). */
-extern const char *const ops_binop_names[QT_NBINOPS];
-extern const char *const ops_unop_names[QT_NUNOPS];
-extern const char *const ops_redop_names[QT_NREDOPS];
 
 /* ---- storage.c */
 /* The one way storages are made: charges the bytes to ctx, paces the collector, and on an

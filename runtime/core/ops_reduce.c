@@ -17,7 +17,7 @@
 int qt_reduce(qt_ctx *ctx, qt_tensor *out, qt_redop op, const qt_tensor *t, int dim) {
   if ((int)op < 0 || (int)op >= QT_NREDOPS)
     return qt_errorf(&ctx->err, "reduce: unknown op %d", (int)op);
-  const char *name = ops_redop_names[op];
+  const char *name = qt_redop_name(op);
   if (ops_live(ctx, name, t)) return -1;
   if (dim != -1 && ops_check_dim(ctx, name, dim, t->ndim)) return -1;
   qt_device *dev = ops_device(t);

@@ -127,10 +127,6 @@ int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
 
 /* ====================================================================== binary ops */
 
-static const char *const cpu_binop_names[QT_NBINOPS] = {
-  "add", "sub", "mul", "div", "pow", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum",
-};
-
 /* Integer division truncates toward zero like C, but never traps: x / 0 gives 0 and
 ** INT_MIN / -1 wraps to INT_MIN (the CUDA device does the same). */
 static inline int32_t cpu_intdiv_i32(int32_t x, int32_t y) {
@@ -252,7 +248,7 @@ int cpu_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a
   (void)dev;
   if ((unsigned)op >= (unsigned)QT_NBINOPS) return qt_errorf(err, "binary: unknown op %d", (int)op);
   if (!cpu_dtype_ok(dst->dtype) || a->dtype != dst->dtype || b->dtype != dst->dtype)
-    return qt_errorf(err, "%s: operands must have the result's dtype", cpu_binop_names[op]);
+    return qt_errorf(err, "%s: operands must have the result's dtype", qt_binop_name(op));
   const qt_view *views[3] = { dst, a, b };
   cpu_walk(views, 3, cpu_binary_rows[dst->dtype][op], NULL);
   return 0;
@@ -279,10 +275,6 @@ int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_
 #pragma GCC push_options
 #pragma GCC optimize("no-math-errno")
 #endif
-
-static const char *const cpu_unop_names[QT_NUNOPS] = {
-  "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "clamp",
-};
 
 #define CPU_UNARY_ROW(NAME, T, EXPR)                                                     \
   static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
@@ -427,21 +419,21 @@ static const cpu_row_fn cpu_unary_rows[QT_NDTYPES][QT_NUNOPS] = {
 };
 
 int cpu_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-              qt_scalar p1, qt_scalar p2, qt_err *err) {
+              qt_scalar lo, qt_scalar hi, qt_err *err) {
   (void)dev;
   if ((unsigned)op >= (unsigned)QT_NUNOPS) return qt_errorf(err, "unary: unknown op %d", (int)op);
   if (!cpu_dtype_ok(dst->dtype) || src->dtype != dst->dtype)
-    return qt_errorf(err, "%s: source and result must have one dtype", cpu_unop_names[op]);
+    return qt_errorf(err, "%s: source and result must have one dtype", qt_unop_name(op));
   cpu_row_fn row = cpu_unary_rows[dst->dtype][op];
   if (row == NULL)
     return qt_errorf(err, "%s: not defined for %s tensors (cast to a float dtype first)",
-                     cpu_unop_names[op], qt_dtypes[dst->dtype].name);
+                     qt_unop_name(op), qt_dtypes[dst->dtype].name);
   cpu_args args;
   memset(&args, 0, sizeof args);
-  args.lo_f = p1.f;
-  args.hi_f = p2.f;
-  args.lo_i = p1.i;
-  args.hi_i = p2.i;
+  args.lo_f = lo.f;
+  args.hi_f = hi.f;
+  args.lo_i = lo.i;
+  args.hi_i = hi.i;
   const qt_view *views[2] = { dst, src };
   cpu_walk(views, 2, row, &args);
   return 0;

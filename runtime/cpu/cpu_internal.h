@@ -136,7 +136,7 @@ int cpu_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a
 int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
                       qt_scalar s, bool scalar_first, qt_err *err);
 int cpu_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-              qt_scalar p1, qt_scalar p2, qt_err *err);
+              qt_scalar lo, qt_scalar hi, qt_err *err);
 /* cpu_reduce.c */
 int cpu_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
                qt_err *err);

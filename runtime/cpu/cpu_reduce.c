@@ -20,10 +20,6 @@
 
 /* ====================================================================== reductions */
 
-static const char *const cpu_redop_names[QT_NREDOPS] = {
-  "sum", "mean", "max", "min", "argmax", "argmin",
-};
-
 /* Running state of one reduction. Float sums: f plus a compensation c (Neumaier /
 ** Kahan); integer sums: u (wrapping); max/min: f or i; arg ops: the best value and its
 ** 1-based position, pos == 0 meaning "nothing seen yet". */
@@ -629,7 +625,7 @@ int cpu_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *s
                qt_err *err) {
   (void)dev;
   if ((unsigned)op >= (unsigned)QT_NREDOPS) return qt_errorf(err, "reduce: unknown op %d", (int)op);
-  const char *name = cpu_redop_names[op];
+  const char *name = qt_redop_name(op);
   if (!cpu_dtype_ok(src->dtype)) return qt_errorf(err, "%s: unsupported dtype", name);
   if (op == QT_MEAN && !qt_is_float(src->dtype))
     return qt_errorf(err, "mean: not defined for %s tensors (cast to a float dtype first)",
