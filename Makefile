@@ -71,7 +71,7 @@ QNVCCFLAGS := -std=c++17 -DQLUA_CUDA $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra
 
 # runtime/ is layered in folders (docs/ARCHITECTURE.md); the host program (the command
 # line and the REPL) is what the executable adds to the library the module is built from.
-HOST_SRC    := $(wildcard runtime/host/*.c) $(wildcard runtime/qlua.c)
+HOST_SRC    := $(wildcard runtime/host/*.c)
 RUNTIME_SRC := $(filter-out $(HOST_SRC),$(wildcard runtime/*.c runtime/*/*.c))
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/obj/%.o)
 HOST_OBJ    := $(HOST_SRC:%.c=$(BUILD)/obj/%.o)
@@ -250,7 +250,7 @@ valgrind: cpu-build
 	done; rm -f $$log $$log.out; \
 	echo "make valgrind: $$([ $$failed = 0 ] && echo clean || echo FAILED)"; exit $$failed
 
-# The embedding example: the runtime objects (not the host's qlua.o) linked into a C program.
+# The embedding example: the runtime objects (not the host program's) linked into a C program.
 $(EMBED): samples/embed.c $(RUNTIME_OBJ) $(KERNEL_OBJ) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(QCFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ samples/embed.c $(RUNTIME_OBJ) $(KERNEL_OBJ) \
