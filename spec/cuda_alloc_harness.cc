@@ -15,12 +15,19 @@
 **      else largest first) down to 1.5x the recent peak of allocated memory, never on a
 **      hit, never below the 256 MiB floor, never with work queued; pools do not lend to
 **      each other; a big request splits nothing more than 4 times its size;
-**   3. out of memory: a cached block too large to split in normal times is split, else the
-**      cache is emptied and the request retried once; what cannot be had is reported with
-**      oom = 1 and a message;
+**   3. out of memory: a cached block too large to split in normal times is split, a free
+**      block of another pool is lent (a 4 MiB request from the big pool's free tail), else
+**      the cache is emptied and the request retried once; what cannot be had is reported
+**      with oom = 1 and a message; lent blocks go back to their segment when freed;
+**      steady steps (1 GiB, then 3 x 200 MiB, 150 x 4 MiB, 700 x 1 MiB, or a chain of
+**      blocks each too small to split the one before) make no driver call after warm-up,
+**      while a cache idle for two periods still goes back; a failed sync or cudaFree in a
+**      trim fails the allocation with its message, leaves reserved equal to what the
+**      driver holds, and a sticky one marks the device broken;
 **   4. samples/soak.lua replayed (the same steps, the collector paced as l_qlua.c paces
 **      it): the highest reserved over the run within 2x the peak of allocated;
-**   5. host time of a 1 MiB alloc + free (printed, not checked: specs do not assert on time).
+**   5. a cached 1 MiB (and 64 MiB) alloc + free makes no runtime call and reads no clock;
+**      its host time is printed, not checked (specs do not assert on time).
 **
 ** Built and run by spec/cuda_alloc_spec.lua (make test); by hand, from the project root:
 **   c++ -std=c++17 -O2 -Iruntime -I/usr/local/cuda/include spec/cuda_alloc_harness.cc \
@@ -70,6 +77,11 @@ bool queued = false;                   /* work may be queued on the stream */
 long mallocs = 0, frees = 0, syncs = 0;
 long free_while_queued = 0, bad_frees = 0;
 cudaError_t last_error = cudaSuccess;
+/* failures to inject: what cudaStreamSynchronize and cudaFree return while set (the
+** memory of a failed cudaFree stays with the driver) */
+cudaError_t fail_sync = cudaSuccess, fail_free = cudaSuccess;
+/* every runtime call and every read of the allocator's clock */
+long calls = 0, clock_reads = 0;
 int stream_object, event_object;
 void *fatbin_handle[4];
 /* the allocator's clock (CLOCK_MONOTONIC), in model time: tests move it by hand */
@@ -82,6 +94,7 @@ static const uint64_t SECOND = 1000000000u;
 ** allocator's object. Other clocks (the harness's own timing) go to the kernel. */
 extern "C" int clock_gettime(clockid_t clock, struct timespec *ts) noexcept {
   if (clock == CLOCK_MONOTONIC) {
+    fake::clock_reads++;
     ts->tv_sec = (time_t)(fake::now_ns / SECOND);
     ts->tv_nsec = (long)(fake::now_ns % SECOND);
     return 0;
@@ -91,6 +104,7 @@ extern "C" int clock_gettime(clockid_t clock, struct timespec *ts) noexcept {
 
 extern "C" {
 cudaError_t cudaMalloc(void **ptr, size_t size) {
+  fake::calls++;
   if (size > fake::capacity - fake::used) {
     fake::last_error = cudaErrorMemoryAllocation;
     return cudaErrorMemoryAllocation;
@@ -107,7 +121,12 @@ cudaError_t cudaMalloc(void **ptr, size_t size) {
 }
 
 cudaError_t cudaFree(void *ptr) {
+  fake::calls++;
   if (ptr == NULL) return cudaSuccess;
+  if (fake::fail_free != cudaSuccess) {
+    fake::last_error = fake::fail_free;
+    return fake::fail_free;
+  }
   auto it = fake::segments.find((uintptr_t)ptr);
   if (it == fake::segments.end()) {
     fake::bad_frees++;
@@ -122,33 +141,50 @@ cudaError_t cudaFree(void *ptr) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  fake::calls++;
+  if (fake::fail_sync != cudaSuccess) {
+    fake::last_error = fake::fail_sync;
+    return fake::fail_sync;
+  }
   fake::syncs++;
   fake::queued = false;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetLastError(void) {
+  fake::calls++;
   cudaError_t e = fake::last_error;
   fake::last_error = cudaSuccess;
   return e;
 }
 
 const char *cudaGetErrorString(cudaError_t e) {
-  return e == cudaErrorMemoryAllocation ? "out of memory"
-         : e == cudaSuccess ? "no error" : "error";
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorInvalidValue: return "invalid argument";
+    default: return "unknown error";
+  }
 }
 const char *cudaGetErrorName(cudaError_t e) {
-  return e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
-         : e == cudaSuccess ? "cudaSuccess" : "cudaErrorUnknown";
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    default: return "cudaErrorUnknown";
+  }
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+  fake::calls++;
   *free_bytes = fake::capacity - fake::used;
   *total = fake::capacity;
   return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaSetDevice(int) { fake::calls++; return cudaSuccess; }
 cudaError_t cudaGetDeviceCount(int *count) { *count = 1; return cudaSuccess; }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int) {
   memset(prop, 0, sizeof *prop);
@@ -553,6 +589,240 @@ static void test_out_of_memory(void) {
          "once; failures reported with oom = 1\n");
 }
 
+/* ============================================= 3b. steady steps: no driver calls after warm-up */
+
+/*
+** A program whose every step makes the same requests must, once the cache has warmed up,
+** be served by the cache alone: the bound (1.5x the recent peak) must not evict, step
+** after step, what the same step needs again. The pools do not lend to each other and a
+** big request does not split a block more than 4x its size while there is room under the
+** bound; these layouts need more reserved memory than that, and must not thrash.
+*/
+typedef void (*step_fn)(qt_device *dev);
+
+static void step_1g_then(qt_device *dev, size_t each, int count) {
+  give(dev, take(dev, 1 * GiB));
+  std::vector<void *> held;
+  for (int i = 0; i < count; i++) held.push_back(take(dev, each));
+  for (void *p : held) give(dev, p);
+}
+/* the review's case: 1 GiB, then three 200 MiB at once (1024 / 4 > 200) */
+static void step_big_big(qt_device *dev) { step_1g_then(dev, 200 * MiB, 3); }
+/* 1 GiB, then 600 MiB of 4 MiB (mid) tensors at once */
+static void step_big_mid(qt_device *dev) { step_1g_then(dev, 4 * MiB, 150); }
+/* 1 GiB, then 700 MiB of 1 MiB (small) tensors at once */
+static void step_big_small(qt_device *dev) { step_1g_then(dev, 1 * MiB, 700); }
+/* 1 GiB, then 4 x 255 MiB, then 16 x 63 MiB: each too small to split the one before */
+static void step_chain(qt_device *dev) {
+  give(dev, take(dev, 1 * GiB));
+  std::vector<void *> held;
+  for (int i = 0; i < 4; i++) held.push_back(take(dev, 255 * MiB));
+  for (void *p : held) give(dev, p);
+  held.clear();
+  for (int i = 0; i < 16; i++) held.push_back(take(dev, 63 * MiB));
+  for (void *p : held) give(dev, p);
+}
+
+static void steady_case(const char *name, step_fn step) {
+  qt_device dev = open_device();
+  size_t max_used_before = fake::max_used;
+  fake::max_used = fake::used;
+  for (int i = 0; i < 3; i++) {  /* warm-up */
+    step(&dev);
+    fake::now_ns += 300 * 1000000u;
+  }
+  long mallocs = fake::mallocs, frees = fake::frees, syncs = fake::syncs;
+  for (int i = 0; i < 40; i++) {  /* 12 s: the bound's periods roll over twice */
+    step(&dev);
+    fake::now_ns += 300 * 1000000u;
+  }
+  qt_memory_stats st = stats_of(&dev);
+  double ratio = (double)fake::max_used / (double)st.peak;
+  printf("steady steps (%s): after warm-up, per 40 steps cudaMalloc %ld, cudaFree %ld, "
+         "syncs %ld; reserved %.2f GiB, %.2fx the peak allocated\n", name,
+         fake::mallocs - mallocs, fake::frees - frees, fake::syncs - syncs,
+         (double)fake::max_used / GiB, ratio);
+  CHECK(fake::mallocs == mallocs && fake::frees == frees && fake::syncs == syncs,
+        "steady steps (%s): the cache thrashes: %ld cudaMalloc, %ld cudaFree, %ld syncs in "
+        "40 steps after warm-up", name, fake::mallocs - mallocs, fake::frees - frees,
+        fake::syncs - syncs);
+  CHECK(ratio <= 2.0, "steady steps (%s): reserved %.2fx the peak allocated", name, ratio);
+  check_empty(&dev, name);
+  fake::max_used = std::max(max_used_before, fake::max_used);
+}
+
+static void test_steady(void) {
+  steady_case("1 GiB, 3 x 200 MiB", step_big_big);
+  steady_case("1 GiB, 150 x 4 MiB", step_big_mid);
+  steady_case("1 GiB, 700 x 1 MiB", step_big_small);
+  steady_case("1 GiB, 4 x 255 MiB, 16 x 63 MiB", step_chain);
+  /* what keeps those steps cached (a block lent over the split limit or across pools
+  ** rather than a segment of the step evicted) does not keep a stale cache: 4 GiB and
+  ** 3 GiB cached and idle for two periods, 100 MiB asked (only oversize blocks fit): both
+  ** go back and the request gets a segment of its own, as when nothing was lent */
+  qt_device dev = open_device();
+  void *a = take(&dev, 4 * GiB), *b = take(&dev, 3 * GiB);
+  give(&dev, a), give(&dev, b);
+  fake::now_ns += 6 * SECOND;
+  give(&dev, take(&dev, 512 * KiB));
+  fake::now_ns += 6 * SECOND;
+  long mallocs = fake::mallocs, frees = fake::frees;
+  void *c = take(&dev, 100 * MiB);
+  CHECK(fake::mallocs == mallocs + 1 && fake::frees == frees + 2 &&
+            stats_of(&dev).reserved == (int64_t)(102 * MiB),
+        "stale cache: %ld cudaMalloc, %ld cudaFree, reserved %lld MiB (want the idle 4 and "
+        "3 GiB segments handed back, not split)", fake::mallocs - mallocs,
+        fake::frees - frees, (long long)(stats_of(&dev).reserved / (int64_t)MiB));
+  give(&dev, c);
+  check_empty(&dev, "stale cache");
+}
+
+/* ======================================== 3c. out of memory: any pool's free memory serves */
+
+static void *try_take(qt_device *dev, size_t n, int *rc, int *oom, qt_err *err) {
+  void *p = NULL;
+  *oom = 0;
+  *rc = qt_cuda_alloc(dev, n, &p, oom, err);
+  if (*rc == 0) fake::queued = true;
+  return p;
+}
+
+static void test_oom_lending(void) {
+  size_t saved = fake::capacity;
+  int rc, oom;
+  qt_err err;
+  {
+    /* the review's case: 120 GiB reserved in one segment, 40 GiB of it live, its 80 GiB
+    ** tail free; 4 MiB (mid), 64 KiB (small) and 2 MiB requests are served from the tail */
+    fake::capacity = 120 * GiB;
+    qt_device dev = open_device();
+    give(&dev, take(&dev, 120 * GiB));
+    void *y = take(&dev, 40 * GiB);
+    long mallocs = fake::mallocs;
+    void *m = try_take(&dev, 4 * MiB, &rc, &oom, &err);
+    CHECK(rc == 0, "oom lending: 4 MiB with 80 GiB free in the big pool: %s", err.msg);
+    void *s = try_take(&dev, 64 * KiB, &rc, &oom, &err);
+    CHECK(rc == 0, "oom lending: 64 KiB with 80 GiB free in the big pool: %s", err.msg);
+    void *t = try_take(&dev, 2 * MiB, &rc, &oom, &err);
+    CHECK(rc == 0, "oom lending: 2 MiB with 80 GiB free in the big pool: %s", err.msg);
+    qt_memory_stats st = stats_of(&dev);
+    CHECK(st.allocated == (int64_t)(40 * GiB + 6 * MiB + 64 * KiB) &&
+              st.reserved == (int64_t)(120 * GiB) && st.reserved == (int64_t)fake::used,
+          "oom lending: allocated %lld, reserved %lld, driver %zu", (long long)st.allocated,
+          (long long)st.reserved, fake::used);
+    std::vector<live_block> live = {{(char *)y, 40 * GiB}};
+    if (m != NULL) live.push_back({(char *)m, 4 * MiB});
+    if (s != NULL) live.push_back({(char *)s, 64 * KiB});
+    if (t != NULL) live.push_back({(char *)t, 2 * MiB});
+    check_layout(live);
+    /* freed, the lent blocks go back to the big segment: it is whole again, and serves
+    ** 120 GiB with no driver call */
+    for (void *q : {m, s, t, y})
+      if (q != NULL) give(&dev, q);
+    CHECK(stats_of(&dev).allocated == 0, "oom lending: allocated %lld after the frees",
+          (long long)stats_of(&dev).allocated);
+    void *all = try_take(&dev, 120 * GiB, &rc, &oom, &err);
+    CHECK(rc == 0 && fake::mallocs == mallocs,
+          "oom lending: the 120 GiB segment is not whole after the lent blocks came back "
+          "(rc %d, %ld cudaMalloc)", rc, fake::mallocs - mallocs);
+    if (all != NULL) give(&dev, all);
+    check_empty(&dev, "oom lending");
+  }
+  {
+    /* a big request from a mid segment's free tail, a small one from a mid segment */
+    fake::capacity = 20 * MiB;
+    qt_device dev = open_device();
+    void *m = take(&dev, 4 * MiB);  /* a 20 MiB mid segment (all there is), 16 MiB free */
+    void *b = try_take(&dev, 12 * MiB, &rc, &oom, &err);
+    CHECK(rc == 0, "oom lending: 12 MiB with 16 MiB free in the mid pool: %s", err.msg);
+    void *s = try_take(&dev, 256 * KiB, &rc, &oom, &err);
+    CHECK(rc == 0, "oom lending: 256 KiB with 4 MiB free in the mid pool: %s", err.msg);
+    qt_memory_stats st = stats_of(&dev);
+    CHECK(st.allocated == (int64_t)(16 * MiB + 256 * KiB) && st.reserved == (int64_t)(20 * MiB),
+          "oom lending (mid): allocated %lld, reserved %lld", (long long)st.allocated,
+          (long long)st.reserved);
+    for (void *q : {m, b, s})
+      if (q != NULL) give(&dev, q);
+    check_empty(&dev, "oom lending (mid)");
+  }
+  fake::capacity = saved;
+  printf("out of memory: mid, small and big requests served from free blocks of any pool\n");
+}
+
+/* ============================================ 3d. failed syncs and frees are not swallowed */
+
+/* What a dead context's memory does when the process ends: goes with it. */
+static void forget_segments(void) {
+  fake::segments.clear();
+  fake::used = 0;
+}
+
+static void test_failures(void) {
+  int rc, oom;
+  qt_err err;
+  {
+    /* the sync before a trim fails (not a sticky error): the allocation fails with its
+    ** message, nothing is handed back; once the stream is fine it works */
+    qt_device dev = open_device();
+    give(&dev, take(&dev, 1 * GiB));
+    fake::fail_sync = cudaErrorUnknown;
+    long frees = fake::frees;
+    void *p = try_take(&dev, 3 * GiB / 2, &rc, &oom, &err);
+    fake::fail_sync = cudaSuccess;
+    CHECK(rc == -1 && oom == 0 && strstr(err.msg, "unknown error (cudaErrorUnknown)") != NULL,
+          "failed trim sync: rc %d oom %d \"%s\"", rc, oom, rc == 0 ? "" : err.msg);
+    CHECK(fake::frees == frees && stats_of(&dev).reserved == (int64_t)fake::used,
+          "failed trim sync: %ld segments handed back, reserved %lld, driver %zu",
+          fake::frees - frees, (long long)stats_of(&dev).reserved, fake::used);
+    if (p != NULL) give(&dev, p);
+    p = try_take(&dev, 3 * GiB / 2, &rc, &oom, &err);
+    CHECK(rc == 0, "failed trim sync: the next try failed: %s", err.msg);
+    if (p != NULL) give(&dev, p);
+    check_empty(&dev, "failed trim sync");
+  }
+  {
+    /* a sticky error from that sync: the allocation fails with it, and the device then
+    ** refuses everything with the same message */
+    qt_device dev = open_device();
+    give(&dev, take(&dev, 1 * GiB));
+    fake::fail_sync = cudaErrorIllegalAddress;
+    void *p = try_take(&dev, 3 * GiB / 2, &rc, &oom, &err);
+    CHECK(rc == -1 && oom == 0 && strstr(err.msg, "illegal memory access") != NULL,
+          "sticky trim sync: rc %d oom %d \"%s\"", rc, oom, rc == 0 ? "" : err.msg);
+    void *q = try_take(&dev, 1 * GiB, &rc, &oom, &err);
+    CHECK(rc == -1 && strstr(err.msg, "unusable after an earlier error") != NULL &&
+              strstr(err.msg, "illegal memory access") != NULL,
+          "sticky trim sync: the device is not refused: rc %d \"%s\"", rc,
+          rc == 0 ? "" : err.msg);
+    fake::fail_sync = cudaSuccess;
+    (void)p, (void)q;
+    forget_segments();
+  }
+  {
+    /* cudaFree fails in a trim: the segment stays counted (reserved is what the driver
+    ** holds), the allocation reports the error; empty_cache later gives it back */
+    qt_device dev = open_device();
+    give(&dev, take(&dev, 1 * GiB));
+    fake::fail_free = cudaErrorUnknown;
+    void *p = try_take(&dev, 3 * GiB / 2, &rc, &oom, &err);
+    CHECK(rc == -1 && oom == 0 && strstr(err.msg, "unknown error") != NULL,
+          "failed cudaFree in a trim: rc %d oom %d \"%s\"", rc, oom, rc == 0 ? "" : err.msg);
+    CHECK(stats_of(&dev).reserved == (int64_t)fake::used,
+          "failed cudaFree in a trim: reserved %lld, driver %zu",
+          (long long)stats_of(&dev).reserved, fake::used);
+    if (p != NULL) give(&dev, p);
+    qt_cuda_empty_cache(&dev);
+    CHECK(stats_of(&dev).reserved == (int64_t)fake::used,
+          "failed cudaFree in empty_cache: reserved %lld, driver %zu",
+          (long long)stats_of(&dev).reserved, fake::used);
+    fake::fail_free = cudaSuccess;
+    check_empty(&dev, "failed cudaFree");
+    if (!fake::segments.empty()) forget_segments();  /* so later cases start clean */
+  }
+  printf("failures: a failed trim sync or cudaFree is reported, reserved stays what the "
+         "driver holds, a sticky error marks the device broken\n");
+}
+
 /* ================================================================ 4. the soak, replayed */
 
 /*
@@ -699,6 +969,20 @@ static void time_small_path(void) {
   qt_err err;
   qt_cuda_alloc(&dev, MiB, &p, &oom, &err);  /* the segment, once */
   qt_cuda_free(&dev, p, MiB);
+  qt_cuda_alloc(&dev, 64 * MiB, &p, &oom, &err);
+  qt_cuda_free(&dev, p, 64 * MiB);
+  /* a cache hit (create + free of 1 MiB, as alloc_1m does; and of 64 MiB) makes no runtime
+  ** call and reads no clock */
+  long calls = fake::calls, clock_reads = fake::clock_reads;
+  for (int i = 0; i < 1000; i++) {
+    qt_cuda_alloc(&dev, MiB, &p, &oom, &err);
+    qt_cuda_free(&dev, p, MiB);
+    qt_cuda_alloc(&dev, 64 * MiB, &p, &oom, &err);
+    qt_cuda_free(&dev, p, 64 * MiB);
+  }
+  CHECK(fake::calls == calls && fake::clock_reads == clock_reads,
+        "cache hits: %ld runtime calls, %ld clock reads in 1000 x (1 MiB + 64 MiB)",
+        fake::calls - calls, fake::clock_reads - clock_reads);
   double best = 1e9;
   for (int run = 0; run < 5; run++) {
     double t0 = seconds_now();
@@ -731,6 +1015,9 @@ int main(int argc, char **argv) {
   test_random_mix(2);
   test_bound();
   test_out_of_memory();
+  test_steady();
+  test_oom_lending();
+  test_failures();
   double worst = 0;
   /* the soak as the issue measured it, then as it is now; 2 ms an iteration is a guess at
   ** the H200's pace (fill of 2 GiB on average, a collection, a cudaMalloc now and then),
