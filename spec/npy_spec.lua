@@ -345,7 +345,7 @@ end
 local function stat(fmt, p) return capture("stat -c " .. fmt .. " " .. P.quote(p)) end
 
 -- The names in directory d (hidden ones too), sorted, as one string.
-local function listing(d) return capture("ls -A " .. P.quote(d) .. " | sort | tr '\\n' ' '") end
+local function listing(d) return capture("ls -A " .. P.quote(d) .. " | LC_ALL=C sort | tr '\\n' ' '") end
 
 local function fresh_dir(name)
   local d = path(name)

@@ -54,7 +54,7 @@ local OPS = {
   add = "return x + b",
   exp = "return x:exp()",
   sum = "return x:sum(1)",
-  scatter_ = "return x:scatter_(1, idx, b64)",
+  scatter_ = "return x:scatter_(1, perm, b64)",   -- distinct rows per column: one winner
   index_add_ = "return x:index_add_(1, rows, b64:narrow(1, 1, 64))",
   take = "return x:take(flat)",
   gather = "return x:gather(1, idx)",
@@ -83,6 +83,7 @@ local xv = x:view(x:is_contiguous() and -1 or {x:size(1), x:size(2)})
 local b = qlua.rand(x:size(1), x:size(2), {device = dev})
 local b64 = b:to("float64")
 local idx = qlua.randint(1, x:size(1), {x:size(1), x:size(2)}, {device = dev})
+local perm = qlua.range(x:size(1), 1, -1, {device = dev}):view(-1, 1):expand(x:size(1), x:size(2)):contiguous()
 local rows = qlua.randint(1, x:size(1), 64, {device = dev})
 local flat = qlua.randint(1, x:numel(), 4096, {device = dev})
 local w = qlua.rand(x:size(2), 8, {device = dev})

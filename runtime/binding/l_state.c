@@ -167,8 +167,12 @@ void lq_leave(lua_State *L) {
 ** function is called directly, in this same frame, so its upvalue 1 is the box. */
 static int s_trampoline(lua_State *L) {
   const lq_Reg *r = (const lq_Reg *)lua_touserdata(L, lua_upvalueindex(2));
-  if (r->nargs != LQ_VARARGS && lua_gettop(L) > r->nargs)
-    s_extra_argument(L, r->nargs + 1, r->name, lua_toboolean(L, lua_upvalueindex(3)), r->nargs);
+  int nargs = r->nargs;
+  bool uncounted = nargs != LQ_VARARGS && (nargs & LQ_UNCOUNTED);
+  if (uncounted) nargs &= ~LQ_UNCOUNTED;
+  if (nargs != LQ_VARARGS && lua_gettop(L) > nargs)
+    s_extra_argument(L, nargs + 1, r->name, lua_toboolean(L, lua_upvalueindex(3)), nargs);
+  if (uncounted) return r->func(L);
   lq_state *st = lq_state_of(L);
   s_enter(L, st);
   int n = r->func(L);

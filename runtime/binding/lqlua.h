@@ -94,9 +94,12 @@ void lq_gc_collect(lua_State *L);
 typedef struct lq_Reg {
   const char *name;
   lua_CFunction func;
-  int nargs;
+  int nargs;            /* or LQ_VARARGS; | LQ_UNCOUNTED */
 } lq_Reg;
 #define LQ_VARARGS (-1)
+/* Not a call in progress while it runs (qlua.bench: it holds no tensor, and the ops its
+** Lua function makes must see no call below them, or each would search the stack). */
+#define LQ_UNCOUNTED 0x10000
 /* Like luaL_setfuncs into the table on top, with the box at box_idx as upvalue 1 of
 ** every function; method: self is argument 1 (messages count the arguments after it). */
 void lq_setfuncs(lua_State *L, const lq_Reg *regs, int box_idx, bool method);
