@@ -18,7 +18,7 @@
 ** instructions per element, and it keeps the number of instantiations (and compile time)
 ** small: dtype x layout, not op x dtype x layout.
 **
-** Semantics are the CPU device's (runtime/cpu.c), element for element: integer arithmetic
+** Semantics are the CPU device's (runtime/cpu/), element for element: integer arithmetic
 ** wraps, integer division truncates with x/0 = 0 and INT_MIN/-1 = INT_MIN, integer powers
 ** by squaring (negative exponents: 1 for base 1, +-1 for base -1, else 0), comparisons
 ** give 1/0, maximum/minimum propagate NaN, float -> int conversion saturates with NaN -> 0.

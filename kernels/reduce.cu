@@ -2,7 +2,7 @@
 ** reduce.cu — the reduce slot of the CUDA device: sum, mean, max, min, argmax, argmin over
 ** all elements (dim == -1) or along one dim, for the four dtypes and any strides.
 **
-** Results are those of the CPU device (runtime/cpu.c): int sums wrap in int64, float sums and
+** Results are those of the CPU device (runtime/cpu/): int sums wrap in int64, float sums and
 ** means accumulate in float64, max/min propagate NaN, argmax/argmin give the 1-based first
 ** position of the best value with a NaN counting as both the largest and the smallest (the
 ** first NaN wins). Empty input: sum 0, mean NaN, the others an error ("max: empty tensor").

@@ -2,8 +2,8 @@
 ** device.h — the device interface and the registry.
 **
 ** A device is { iface, context } as in ggml's backends: a table of function pointers
-** that the tensor core (ops.c) calls, and the device's own state behind a void *.
-** The CPU device (cpu.c) fills every slot and is the reference; the CUDA device
+** that the tensor core (runtime/core/) calls, and the device's own state behind a void *.
+** The CPU device (runtime/cpu/) fills every slot and is the reference; the CUDA device
 ** (kernels/cuda_device.cu) fills the same slots with launchers. A NULL slot means
 ** "not supported on this device" and becomes a clear Lua error in the core.
 **

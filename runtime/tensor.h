@@ -2,7 +2,7 @@
 ** tensor.h — storages, tensors, dtypes and shape/stride math.
 **
 ** No Lua and no CUDA in here: this header is shared by the Lua binding (the runtime/l_ files),
-** the tensor core (runtime/ops.c), the CPU device (runtime/cpu.c) and the CUDA device
+** the tensor core (runtime/core/), the CPU device (runtime/cpu/) and the CUDA device
 ** (the kernels/ .cu files, compiled as C++), so it is plain C with an extern "C" guard.
 **
 ** Ownership in one paragraph: a qt_storage is a refcounted block of bytes owned by one
@@ -28,8 +28,8 @@
 ** (the kernels/ .cu files, a C++ embedder) sees std::atomic<int>, the type C++23's
 ** <stdatomic.h> itself defines _Atomic(int) as: the same size, alignment and lock-free
 ** representation (the asserts below), so both languages read one struct layout and C++
-** code could even use the count correctly. Nobody outside tensor.c and ops.c's
-** qt_ctx_* touches it: take and drop references with the functions. (An opaque plain
+** code could even use the count correctly. Nobody outside storage.c (its qt_storage_* and
+** qt_ctx_* functions) touches it: take and drop references with the functions. (An opaque plain
 ** int for C++ would also lay out the same, but would let C++ code race on it silently.)
 ** The extern "C++" keeps <atomic> compiling when a C++ program includes this header,
 ** or qlua.h, inside its own extern "C" { } block. */

@@ -17,7 +17,7 @@
 #define DEVICE_MAX_GPUS 64
 
 static qt_device device_cpu = {
-  /* .iface   = */ NULL,  /* filled on first use: cpu.c's table is not a constant expression here */
+  /* .iface   = */ NULL,  /* filled on first use: the CPU device's table is not a constant expression here */
   /* .context = */ NULL,
   /* .kind    = */ QT_DEV_CPU,
   /* .ordinal = */ 0,

@@ -195,7 +195,7 @@ static void ops_cpu_gc_pace(qt_ctx *ctx, size_t nbytes) {
 ** crossing the soft limit asks the binding for a collection first (gc(ud, 0)): the Lua
 ** GC does not see device memory by itself (host memory: ops_cpu_gc_pace). An out-of-memory empties the device's cache,
 ** asks for a full collection (gc(ud, 1)) and retries once. The storage holds a reference
-** on ctx (storage->owner); tensor.c's release gives it and the byte count back. */
+** on ctx (storage->owner); the last qt_storage_release (above) gives it and the byte count back. */
 int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t nbytes,
                            qt_storage **out) {
   *out = NULL;
