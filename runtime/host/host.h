@@ -1,9 +1,9 @@
 /*
-** host.h — what the host program's two files share: qlua.c (main, the command line,
-** messages and protected calls, as in Lua's lua.c) and repl.c (the interactive loop).
+** host.h — what the host program's files share: call.c (messages and protected calls,
+** as in Lua's lua.c), used by qlua.c (main, the command line) and repl.c (the loop).
 ** Nothing outside runtime/host/ includes it; none of it is in qlua.so.
 **
-** Ownership: qlua.c owns qh_progname and the SIGINT-to-hook machinery behind
+** Ownership: call.c owns qh_progname and the SIGINT-to-hook machinery behind
 ** qh_docall; repl.c owns readline, completion and history, and sets qh_progname to
 ** NULL while the REPL runs (errors there are reported without a program name, like
 ** lua.c's).
@@ -16,6 +16,7 @@
 
 #include "lua.h"
 
+/* ---- call.c */
 /* program name for messages: argv[0], or NULL inside the REPL */
 extern const char *qh_progname;
 
@@ -31,7 +32,7 @@ void qh_setsignal (int sig, void (*handler)(int), struct sigaction *saved);
 /* lua_pcall with a traceback message handler and SIGINT turned into an interrupt */
 int qh_docall (lua_State *L, int narg, int nres);
 
-/* the read-eval-print loop (repl.c), until end of input */
+/* ---- repl.c: the read-eval-print loop, until end of input */
 void qh_repl (lua_State *L);
 
 #endif

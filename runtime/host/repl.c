@@ -17,7 +17,7 @@
 ** Three sections, each using only those above it: tab completion; reading lines
 ** (readline setup, Ctrl-C at the prompt, history); the loop itself (qh_repl, the one
 ** entry point). Statements run through qh_docall and errors are shown through
-** qh_report and qh_message, which qlua.c provides.
+** qh_report and qh_message, which call.c provides.
 */
 
 #include <errno.h>
