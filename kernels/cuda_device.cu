@@ -31,8 +31,9 @@
 #include <set>
 #include <vector>
 
-/* device.h declares the qt_cuda_* entry points only under QLUA_CUDA, which the Makefile
-** defines for runtime/ but not for kernels/: this file is where they are defined. */
+/* device.h declares the qt_cuda_* entry points defined here only under QLUA_CUDA. The
+** Makefile defines it for every kernels/ file (QNVCCFLAGS), and for runtime/ when it builds
+** the CUDA device (CUDA=1); the fallback is for compiling this file by hand. */
 #ifndef QLUA_CUDA
 #define QLUA_CUDA 1
 #endif
@@ -852,19 +853,12 @@ extern "C" int qt_cuda_sync(qt_device *dev, qt_err *err) {
 ** stream, so they are ordered after the kernels queued before the transfer.
 */
 
-static int staging_workers_wanted = 0;  /* 0 = decide from the core count; < 0 = never stage */
-
-/* Test hook (not in kernels.h): how many threads stage a pageable transfer. */
-extern "C" void qt_cuda_set_staging_workers(int workers) { staging_workers_wanted = workers; }
-
+/* How many threads stage a pageable transfer of nbytes. */
 static int staging_worker_count(size_t nbytes) {
-  int want = staging_workers_wanted;
-  if (want <= 0) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    /* Measured on the H200 host (16 cores), 256 MiB pageable: 1 thread ~9.5 GB/s,
-    ** 4 ~30, 8 ~40-45 (pinned: 55). Each thread copies at roughly memcpy speed. */
-    want = cores >= 16 ? 8 : (cores >= 8 ? 4 : (cores >= 4 ? 2 : 1));
-  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  /* Measured on the H200 host (16 cores), 256 MiB pageable: 1 thread ~9.5 GB/s,
+  ** 4 ~30, 8 ~40-45 (pinned: 55). Each thread copies at roughly memcpy speed. */
+  int want = cores >= 16 ? 8 : (cores >= 8 ? 4 : (cores >= 4 ? 2 : 1));
   if (want > CUDA_STAGING_MAX_WORKERS) want = CUDA_STAGING_MAX_WORKERS;
   size_t chunks = (nbytes + CUDA_STAGING_CHUNK - 1) / CUDA_STAGING_CHUNK;
   if ((size_t)want > chunks / 2) want = (int)(chunks / 2);
@@ -981,7 +975,6 @@ static int cuda_transfer_staged(qt_device *dev, bool upload, void *device_ptr, v
                                 size_t nbytes, const char *op, qt_err *err) {
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
   qt_cuda_allocator *a = ctx->allocator;
-  if (staging_workers_wanted < 0) return 1;
   if (pthread_mutex_trylock(&a->staging_lock) != 0) return 1;
   int workers = staging_worker_count(nbytes);
   for (int w = 0; w < workers; w++) {
