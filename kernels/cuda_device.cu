@@ -18,7 +18,7 @@
 ** them back in empty_cache, when an allocation would otherwise fail, and when a new segment
 ** would take the cache past its bound (see the allocator's section). The pinned host
 ** cache owns page-locked blocks handed to the CPU device (qt_cuda_host_alloc); the staging
-** buffers for pageable transfers belong to the device's allocator struct.
+** buffers for pageable transfers belong to the device's staging struct (ctx->staging).
 */
 #include <pthread.h>
 #include <stdio.h>
@@ -229,17 +229,6 @@ struct cuda_block_order {
 
 typedef std::set<cuda_block *, cuda_block_order> cuda_block_set;
 
-/* Pinned staging buffers for pageable transfers (see cuda_transfer_staged). */
-#define CUDA_STAGING_MAX_WORKERS 8
-#define CUDA_STAGING_CHUNK ((size_t)4 << 20)
-#define CUDA_STAGING_MIN ((size_t)4 << 20)   /* below this, the driver's own path */
-
-typedef struct cuda_staging_slot {
-  void *buffer[2];
-  cudaEvent_t done[2];
-  bool ready;
-} cuda_staging_slot;
-
 struct qt_cuda_allocator {
   pthread_mutex_t lock;
   /* small pool */
@@ -262,9 +251,6 @@ struct qt_cuda_allocator {
   int64_t window_peak[2];
   uint64_t window_start_ns;
   uint32_t period;  /* periods so far (stamps whole free segments; see alloc_is_stale) */
-  /* staging for pageable transfers: one transfer at a time uses it */
-  pthread_mutex_t staging_lock;
-  cuda_staging_slot staging[CUDA_STAGING_MAX_WORKERS];
 };
 
 static cuda_block *alloc_block_new(qt_cuda_allocator *a) {
@@ -440,7 +426,6 @@ static qt_cuda_allocator *alloc_new(void) {
     return NULL;
   }
   pthread_mutex_init(&a->lock, NULL);
-  pthread_mutex_init(&a->staging_lock, NULL);
   return a;
 }
 
@@ -775,7 +760,7 @@ extern "C" void qt_cuda_scratch_free(qt_device *dev, void *ptr, size_t nbytes) {
   qt_cuda_free(dev, ptr, nbytes);
 }
 
-static void staging_release(qt_cuda_allocator *a);
+static void qt_cuda_staging_release(qt_cuda_staging *s);
 
 extern "C" void qt_cuda_empty_cache(qt_device *dev) {
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
@@ -787,7 +772,7 @@ extern "C" void qt_cuda_empty_cache(qt_device *dev) {
   pthread_mutex_lock(&a->lock);
   (void)alloc_release_cached(dev, a, "empty_cache", NULL);
   pthread_mutex_unlock(&a->lock);
-  staging_release(a);
+  qt_cuda_staging_release(ctx->staging);
 }
 
 extern "C" int qt_cuda_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err) {
@@ -853,6 +838,40 @@ extern "C" int qt_cuda_sync(qt_device *dev, qt_err *err) {
 ** stream, so they are ordered after the kernels queued before the transfer.
 */
 
+/* Pinned staging buffers for pageable transfers (see cuda_transfer_staged). */
+#define CUDA_STAGING_MAX_WORKERS 8
+#define CUDA_STAGING_CHUNK ((size_t)4 << 20)
+#define CUDA_STAGING_MIN ((size_t)4 << 20)   /* below this, the driver's own path */
+
+/* One worker's pair of buffers, and the events that say when the copy engine is done
+** with each. */
+typedef struct cuda_staging_slot {
+  void *buffer[2];
+  cudaEvent_t done[2];
+  bool ready;
+} cuda_staging_slot;
+
+/* A device's staging buffers (ctx->staging): one transfer at a time uses them. */
+struct qt_cuda_staging {
+  pthread_mutex_t lock;
+  cuda_staging_slot slot[CUDA_STAGING_MAX_WORKERS];
+};
+
+/* A device's staging struct, its buffers not made yet (they are made on first use); NULL
+** when out of host memory. */
+static qt_cuda_staging *qt_cuda_staging_new(void) {
+  qt_cuda_staging *s = (qt_cuda_staging *)calloc(1, sizeof *s);
+  if (s != NULL) pthread_mutex_init(&s->lock, NULL);
+  return s;
+}
+
+/* Undoes qt_cuda_staging_new for a device that failed to open (no buffers made yet). */
+static void qt_cuda_staging_delete(qt_cuda_staging *s) {
+  if (s == NULL) return;
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
 /* How many threads stage a pageable transfer of nbytes. */
 static int staging_worker_count(size_t nbytes) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -865,9 +884,9 @@ static int staging_worker_count(size_t nbytes) {
   return want < 1 ? 1 : want;
 }
 
-/* Makes a slot's buffers and events (staging_lock held, device current). All or nothing:
+/* Makes a slot's buffers and events (the staging lock held, device current). All or nothing:
 ** on a failure what was made is given back, so a slot that is not ready holds nothing
-** (staging_release only looks at ready slots). */
+** (qt_cuda_staging_release only looks at ready slots). */
 static cudaError_t staging_prepare(cuda_staging_slot *slot) {
   if (slot->ready) return cudaSuccess;
   cudaError_t status = cudaSuccess;
@@ -888,10 +907,11 @@ static cudaError_t staging_prepare(cuda_staging_slot *slot) {
   return cudaSuccess;
 }
 
-static void staging_release(qt_cuda_allocator *a) {
-  pthread_mutex_lock(&a->staging_lock);
+/* Gives the buffers back (empty_cache); the next staged transfer makes them again. */
+static void qt_cuda_staging_release(qt_cuda_staging *s) {
+  pthread_mutex_lock(&s->lock);
   for (int i = 0; i < CUDA_STAGING_MAX_WORKERS; i++) {
-    cuda_staging_slot *slot = &a->staging[i];
+    cuda_staging_slot *slot = &s->slot[i];
     if (!slot->ready) continue;
     for (int k = 0; k < 2; k++) {
       cudaFreeHost(slot->buffer[k]);
@@ -900,7 +920,7 @@ static void staging_release(qt_cuda_allocator *a) {
     memset(slot, 0, sizeof *slot);
   }
   (void)cudaGetLastError();
-  pthread_mutex_unlock(&a->staging_lock);
+  pthread_mutex_unlock(&s->lock);
 }
 
 typedef struct staging_job {
@@ -974,18 +994,18 @@ static void *staging_run(void *arg) {
 static int cuda_transfer_staged(qt_device *dev, bool upload, void *device_ptr, void *host_ptr,
                                 size_t nbytes, const char *op, qt_err *err) {
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
-  qt_cuda_allocator *a = ctx->allocator;
-  if (pthread_mutex_trylock(&a->staging_lock) != 0) return 1;
+  qt_cuda_staging *s = ctx->staging;
+  if (pthread_mutex_trylock(&s->lock) != 0) return 1;
   int workers = staging_worker_count(nbytes);
   for (int w = 0; w < workers; w++) {
-    if (staging_prepare(&a->staging[w]) != cudaSuccess) {
+    if (staging_prepare(&s->slot[w]) != cudaSuccess) {
       (void)cudaGetLastError();
       workers = w;
       break;
     }
   }
   if (workers == 0) {
-    pthread_mutex_unlock(&a->staging_lock);
+    pthread_mutex_unlock(&s->lock);
     return 1;
   }
   staging_job jobs[CUDA_STAGING_MAX_WORKERS];
@@ -1001,7 +1021,7 @@ static int cuda_transfer_staged(qt_device *dev, bool upload, void *device_ptr, v
     job->nbytes = nbytes;
     job->worker = w;
     job->workers = workers;
-    job->slot = &a->staging[w];
+    job->slot = &s->slot[w];
     job->status = cudaSuccess;
   }
   /* Workers 1.. get threads; worker 0 runs here. A thread that cannot be started has
@@ -1015,7 +1035,7 @@ static int cuda_transfer_staged(qt_device *dev, bool upload, void *device_ptr, v
   }
   cudaError_t status = cudaStreamSynchronize(ctx->stream);
   for (int w = 0; w < workers && status == cudaSuccess; w++) status = jobs[w].status;
-  pthread_mutex_unlock(&a->staging_lock);
+  pthread_mutex_unlock(&s->lock);
   return qt_cuda_check(dev, status, op, err);
 }
 
@@ -1210,7 +1230,7 @@ static const qt_device_iface cuda_iface = {
   /* .random        = */ qt_cuda_random,
 };
 
-/* Opens ordinal: stream, the mapped index-error record, the allocator. A failure
+/* Opens ordinal: stream, the mapped index-error record, staging, the allocator. A failure
 ** undoes what was made and leaves dev untouched (device.c retries on the next call).
 ** ctx->cublas stays NULL: matmul.cu creates the handle on first use. */
 extern "C" int qt_cuda_device_open(int ordinal, qt_device *dev, qt_err *err) {
@@ -1240,6 +1260,11 @@ extern "C" int qt_cuda_device_open(int ordinal, qt_device *dev, qt_err *err) {
     status = cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount, ordinal);
   }
   if (status == cudaSuccess) {
+    ctx->staging = qt_cuda_staging_new();
+    if (ctx->staging == NULL) status = cudaErrorMemoryAllocation;
+    what = "staging";
+  }
+  if (status == cudaSuccess) {
     ctx->allocator = alloc_new();
     if (ctx->allocator == NULL) status = cudaErrorMemoryAllocation;
     what = "allocator";
@@ -1251,6 +1276,7 @@ extern "C" int qt_cuda_device_open(int ordinal, qt_device *dev, qt_err *err) {
     if (ctx->index_error != NULL) cudaFreeHost(ctx->index_error);
     if (ctx->stream != NULL) cudaStreamDestroy(ctx->stream);
     (void)cudaGetLastError();
+    qt_cuda_staging_delete(ctx->staging);
     free(ctx);
     return -1;
   }

@@ -39,6 +39,7 @@ enum qt_cuda_index_op {
 };
 
 struct qt_cuda_allocator;  /* cuda_device.cu */
+struct qt_cuda_staging;    /* cuda_device.cu: pinned buffers for pageable transfers */
 
 typedef struct qt_cuda_ctx {
   int ordinal;
@@ -47,6 +48,7 @@ typedef struct qt_cuda_ctx {
   qt_cuda_index_error *index_error;      /* host view of the mapped record */
   qt_cuda_index_error *index_error_dev;  /* device view of the same record */
   struct qt_cuda_allocator *allocator;
+  struct qt_cuda_staging *staging;
   int sm_count;
   bool broken;                  /* a sticky error happened: refuse everything */
   char broken_msg[QT_ERRLEN];
