@@ -38,14 +38,16 @@
 #define QLUA_CUDA 1
 #endif
 #include "kernels.h"
+#include "cuda_internal.h"
 
 /* ------------------------------------------------------------------ current device */
 
-/* The device current on this thread, as far as this file knows: qt_cuda_enter skips
-** cudaSetDevice when it already matches, which keeps per-launch host overhead down. */
+/* The device current on this thread, as far as qlua knows (every cudaSetDevice goes through
+** qt_cuda_make_current): qt_cuda_enter skips cudaSetDevice when it already matches, which
+** keeps per-launch host overhead down. */
 static thread_local int cuda_thread_device = -1;
 
-static cudaError_t cuda_make_current(int ordinal) {
+extern "C" cudaError_t qt_cuda_make_current(int ordinal) {
   if (cuda_thread_device == ordinal) return cudaSuccess;
   cudaError_t status = cudaSetDevice(ordinal);
   if (status == cudaSuccess) cuda_thread_device = ordinal;
@@ -105,7 +107,7 @@ extern "C" int qt_cuda_enter(qt_device *dev, const char *op, qt_err *err) {
   if (ctx->broken)
     return qt_errorf(err, "%s: %s is unusable after an earlier error: %s", op, dev->name,
                      ctx->broken_msg);
-  cudaError_t status = cuda_make_current(ctx->ordinal);
+  cudaError_t status = qt_cuda_make_current(ctx->ordinal);
   if (status != cudaSuccess) return qt_cuda_check(dev, status, op, err);
   return 0;
 }
@@ -408,7 +410,7 @@ static cuda_block *alloc_hash_take(qt_cuda_allocator *a, const void *ptr) {
   return NULL;
 }
 
-static qt_cuda_allocator *alloc_new(void) {
+extern "C" qt_cuda_allocator *qt_cuda_allocator_new(void) {
   qt_cuda_allocator *a = (qt_cuda_allocator *)calloc(1, sizeof *a);
   if (a == NULL) return NULL;
   a->hash_size = 1024;
@@ -760,11 +762,9 @@ extern "C" void qt_cuda_scratch_free(qt_device *dev, void *ptr, size_t nbytes) {
   qt_cuda_free(dev, ptr, nbytes);
 }
 
-static void qt_cuda_staging_release(qt_cuda_staging *s);
-
 extern "C" void qt_cuda_empty_cache(qt_device *dev) {
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
-  if (ctx->broken || cuda_make_current(ctx->ordinal) != cudaSuccess) {
+  if (ctx->broken || qt_cuda_make_current(ctx->ordinal) != cudaSuccess) {
     (void)cudaGetLastError();
     return;
   }
@@ -807,7 +807,7 @@ static const char *cuda_index_op_name(int op) {
 
 /* After a stream sync: an index error recorded by a kernel becomes this call's error,
 ** and the record is cleared for the next op. */
-static int cuda_take_index_error(qt_device *dev, qt_err *err) {
+extern "C" int qt_cuda_take_index_error(qt_device *dev, qt_err *err) {
   volatile qt_cuda_index_error *rec = qt_cuda_context(dev)->index_error;
   if (rec == NULL || rec->set == 0) return 0;
   qt_errorf(err, "%s: index %lld out of range (1..%lld) at position %lld",
@@ -823,7 +823,7 @@ extern "C" int qt_cuda_sync(qt_device *dev, qt_err *err) {
   if (qt_cuda_enter(dev, "sync", err) != 0) return -1;
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
   if (qt_cuda_check(dev, cudaStreamSynchronize(ctx->stream), "sync", err) != 0) return -1;
-  return cuda_take_index_error(dev, err);
+  return qt_cuda_take_index_error(dev, err);
 }
 
 /* ------------------------------------------------------------------ transfers */
@@ -859,14 +859,14 @@ struct qt_cuda_staging {
 
 /* A device's staging struct, its buffers not made yet (they are made on first use); NULL
 ** when out of host memory. */
-static qt_cuda_staging *qt_cuda_staging_new(void) {
+extern "C" qt_cuda_staging *qt_cuda_staging_new(void) {
   qt_cuda_staging *s = (qt_cuda_staging *)calloc(1, sizeof *s);
   if (s != NULL) pthread_mutex_init(&s->lock, NULL);
   return s;
 }
 
 /* Undoes qt_cuda_staging_new for a device that failed to open (no buffers made yet). */
-static void qt_cuda_staging_delete(qt_cuda_staging *s) {
+extern "C" void qt_cuda_staging_delete(qt_cuda_staging *s) {
   if (s == NULL) return;
   pthread_mutex_destroy(&s->lock);
   free(s);
@@ -908,7 +908,7 @@ static cudaError_t staging_prepare(cuda_staging_slot *slot) {
 }
 
 /* Gives the buffers back (empty_cache); the next staged transfer makes them again. */
-static void qt_cuda_staging_release(qt_cuda_staging *s) {
+extern "C" void qt_cuda_staging_release(qt_cuda_staging *s) {
   pthread_mutex_lock(&s->lock);
   for (int i = 0; i < CUDA_STAGING_MAX_WORKERS; i++) {
     cuda_staging_slot *slot = &s->slot[i];
@@ -947,7 +947,7 @@ typedef struct staging_job {
 /* One worker's share: chunks worker, worker + workers, ... of the transfer. */
 static void *staging_run(void *arg) {
   staging_job *job = (staging_job *)arg;
-  STAGING_TRY(cuda_make_current(job->ordinal));
+  STAGING_TRY(qt_cuda_make_current(job->ordinal));
   size_t chunk = CUDA_STAGING_CHUNK;
   size_t nchunks = (job->nbytes + chunk - 1) / chunk;
   cuda_staging_slot *slot = job->slot;
@@ -1081,7 +1081,7 @@ extern "C" int qt_cuda_download(qt_device *dev, void *host_dst, const void *src,
     }
   }
   if (qt_cuda_check(dev, cudaStreamSynchronize(ctx->stream), "download", err) != 0) return -1;
-  return cuda_take_index_error(dev, err);
+  return qt_cuda_take_index_error(dev, err);
 }
 
 /* ------------------------------------------------------------------ pinned host memory */
@@ -1239,7 +1239,7 @@ extern "C" int qt_cuda_device_open(int ordinal, qt_device *dev, qt_err *err) {
   qt_cuda_ctx *ctx = (qt_cuda_ctx *)calloc(1, sizeof *ctx);
   if (ctx == NULL) return qt_errorf(err, "%s: out of host memory", name);
   ctx->ordinal = ordinal;
-  cudaError_t status = cuda_make_current(ordinal);
+  cudaError_t status = qt_cuda_make_current(ordinal);
   const char *what = "cudaSetDevice";
   if (status == cudaSuccess) {
     what = "cudaStreamCreate";
@@ -1265,7 +1265,7 @@ extern "C" int qt_cuda_device_open(int ordinal, qt_device *dev, qt_err *err) {
     what = "staging";
   }
   if (status == cudaSuccess) {
-    ctx->allocator = alloc_new();
+    ctx->allocator = qt_cuda_allocator_new();
     if (ctx->allocator == NULL) status = cudaErrorMemoryAllocation;
     what = "allocator";
   }
