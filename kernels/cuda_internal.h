@@ -19,7 +19,7 @@ cudaError_t qt_cuda_make_current(int ordinal);
 ** record is cleared for the next op; 0 when there is none. */
 int qt_cuda_take_index_error(qt_device *dev, qt_err *err);
 
-/* ---- the caching allocator (cuda_device.cu) */
+/* ---- the caching allocator (cuda_alloc.cu) */
 /* An empty allocator for ctx->allocator; NULL when out of host memory. */
 struct qt_cuda_allocator *qt_cuda_allocator_new(void);
 

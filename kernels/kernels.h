@@ -38,7 +38,7 @@ enum qt_cuda_index_op {
   QT_CUDA_OP_INDEX_ADD
 };
 
-struct qt_cuda_allocator;  /* cuda_device.cu */
+struct qt_cuda_allocator;  /* cuda_alloc.cu */
 struct qt_cuda_staging;    /* cuda_device.cu: pinned buffers for pageable transfers */
 
 typedef struct qt_cuda_ctx {
@@ -56,7 +56,7 @@ typedef struct qt_cuda_ctx {
 
 static inline qt_cuda_ctx *qt_cuda_context(qt_device *dev) { return (qt_cuda_ctx *)dev->context; }
 
-/* ------------------------------------------------------------------ helpers (cuda_device.cu) */
+/* ---------------------------------------------- helpers (cuda_device.cu, cuda_alloc.cu) */
 
 extern "C" {
 /* Makes dev current for the calling thread and refuses a broken device. */
@@ -66,20 +66,21 @@ int qt_cuda_enter(qt_device *dev, const char *op, qt_err *err);
 int qt_cuda_check(qt_device *dev, cudaError_t status, const char *op, qt_err *err);
 /* After a launch: checks cudaGetLastError() the same way. */
 int qt_cuda_check_launch(qt_device *dev, const char *op, qt_err *err);
-/* Scratch device memory from the caching allocator, in stream order (free may be
-** called right after queuing the kernels that use it). */
+/* cuda_alloc.cu: scratch device memory from the caching allocator, in stream order (free
+** may be called right after queuing the kernels that use it). */
 int qt_cuda_scratch(qt_device *dev, size_t nbytes, void **ptr, qt_err *err);
 void qt_cuda_scratch_free(qt_device *dev, void *ptr, size_t nbytes);
 /* Threads per block and a grid size for n elements (grid-stride loops beyond). */
 unsigned qt_cuda_blocks(qt_device *dev, int64_t n, unsigned threads);
 
 /* ---- slots, by file ---- */
-/* cuda_device.cu: memory, transfers, sync */
+/* cuda_alloc.cu: memory */
 int qt_cuda_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err);
 void qt_cuda_free(qt_device *dev, void *ptr, size_t nbytes);
-int qt_cuda_sync(qt_device *dev, qt_err *err);
 int qt_cuda_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err);
 void qt_cuda_empty_cache(qt_device *dev);
+/* cuda_device.cu: sync, transfers */
+int qt_cuda_sync(qt_device *dev, qt_err *err);
 int qt_cuda_upload(qt_device *dev, void *dst, const void *host_src, size_t nbytes, qt_err *err);
 int qt_cuda_download(qt_device *dev, void *host_dst, const void *src, size_t nbytes, qt_err *err);
 /* elementwise.cu */

@@ -1,10 +1,12 @@
 /*
-** cuda_alloc_harness.cc — the GPU caching allocator of kernels/cuda_device.cu, run where
-** there is no GPU: that file's compiled object (build/obj/kernels/cuda_device.o, unchanged)
-** linked against a model of the CUDA runtime defined here. Device memory is address space
-** only (the allocator never touches it); the model counts what is held from the "driver",
-** refuses allocations past its capacity, and remembers whether work may be queued on the
-** stream, so that a cudaFree with kernels possibly still using the memory is caught.
+** cuda_alloc_harness.cc — the GPU caching allocator of kernels/cuda_alloc.cu, run where
+** there is no GPU: its compiled object (build/obj/kernels/cuda_alloc.o, unchanged), with
+** the objects it needs to be opened and called (cuda_device.o: the context,
+** qt_cuda_device_open and the slot table), linked against a model of the CUDA runtime
+** defined here. Device memory is address space only (the allocator never touches it); the
+** model counts what is held from the "driver", refuses allocations past its capacity, and
+** remembers whether work may be queued on the stream, so that a cudaFree with kernels
+** possibly still using the memory is caught.
 **
 ** What it checks (each failure prints "FAILED: ..."; the last line is
 ** "cuda_alloc_harness: ok" or "cuda_alloc_harness: FAILED"):
@@ -31,7 +33,8 @@
 **
 ** Built and run by spec/cuda_alloc_spec.lua (make test); by hand, from the project root:
 **   c++ -std=c++17 -O2 -Iruntime -I/usr/local/cuda/include spec/cuda_alloc_harness.cc \
-**       build/obj/kernels/cuda_device.o -lpthread -o /tmp/alloc-harness && /tmp/alloc-harness
+**       build/obj/kernels/cuda_alloc.o build/obj/kernels/cuda_device.o -lpthread \
+**       -o /tmp/alloc-harness && /tmp/alloc-harness
 ** Optional arguments: soak iterations per replay (default 60000) and replays (default 4).
 */
 #include <cuda_runtime_api.h>
@@ -55,7 +58,7 @@
 #endif
 #include "device.h"
 
-/* cuda_device.cu's slots that device.h does not declare (kernels.h does, but it is CUDA
+/* cuda_alloc.cu's slots that device.h does not declare (kernels.h does, but it is CUDA
 ** C++ and needs nvcc). */
 extern "C" {
 int qt_cuda_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err);
@@ -307,7 +310,7 @@ static qt_memory_stats stats_of(qt_device *dev) {
   return st;
 }
 
-/* The size the allocator counts for a request (cuda_device.cu's rounding). */
+/* The size the allocator counts for a request (cuda_alloc.cu's rounding). */
 static size_t rounded(size_t n) {
   size_t unit = n <= MiB ? 512 : 2 * MiB;
   return (n + unit - 1) / unit * unit;

@@ -1,7 +1,8 @@
 --[[
 The GPU caching allocator without a GPU (issue 9, item 10): spec/cuda_alloc_harness.cc
-links the CUDA device's compiled object (obj/kernels/cuda_device.o of the build under
-test, unchanged) against a model of the CUDA runtime and checks the allocator's stats,
+links the CUDA device's compiled objects (obj/kernels/cuda_alloc.o, the allocator, and
+cuda_device.o, which opens the device, of the build under test, unchanged) against a
+model of the CUDA runtime and checks the allocator's stats,
 its cache bound, its out-of-memory path, and samples/soak.lua replayed (reserved memory
 within 2x the peak of allocated). See the harness for what each part checks.
 
@@ -13,7 +14,11 @@ local P = require("spec.helpers.process")
 
 local QLUA = P.qlua()
 local BUILD = QLUA:match("^(.*)/[^/]*$") or "."
-local OBJECT = BUILD .. "/obj/kernels/cuda_device.o"
+-- The allocator, and what it needs to be opened and called (the context, the slot table).
+local OBJECTS = {}
+for _, name in ipairs({ "cuda_alloc", "cuda_device" }) do
+  OBJECTS[#OBJECTS + 1] = BUILD .. "/obj/kernels/" .. name .. ".o"
+end
 
 local function exists(path)
   local f = io.open(path, "rb")
@@ -23,7 +28,9 @@ end
 
 -- The compiler and the CUDA include directory, or nil and why not.
 local function toolchain()
-  if not exists(OBJECT) then return nil, "no " .. OBJECT .. " (a build without CUDA)" end
+  for _, object in ipairs(OBJECTS) do
+    if not exists(object) then return nil, "no " .. object .. " (a build without CUDA)" end
+  end
   local cxx = P.have("c++") and "c++" or (P.have("g++") and "g++" or nil)
   if not cxx then return nil, "no C++ compiler (c++ or g++)" end
   local include = (os.getenv("CUDA_HOME") or "/usr/local/cuda") .. "/include"
@@ -39,9 +46,11 @@ describe("the GPU caching allocator, against a model of the CUDA runtime", funct
     local cxx, include = toolchain()
     if not cxx then pending(include); return end
     local binary = P.tempdir() .. "/cuda_alloc_harness"
-    local build = P.run({ cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Iruntime", "-I" .. include,
-                          "spec/cuda_alloc_harness.cc", OBJECT, "-lpthread", "-o", binary },
-                        { timeout = 300 })
+    local argv = { cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Iruntime", "-I" .. include,
+                   "spec/cuda_alloc_harness.cc" }
+    for _, object in ipairs(OBJECTS) do argv[#argv + 1] = object end
+    for _, arg in ipairs({ "-lpthread", "-o", binary }) do argv[#argv + 1] = arg end
+    local build = P.run(argv, { timeout = 300 })
     if build.status ~= 0 then P.cleanup() end
     assert(build.status == 0, "building the harness failed:\n" .. build.stdout .. build.stderr)
     assert(build.stderr == "", "the harness built with warnings:\n" .. build.stderr)
