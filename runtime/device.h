@@ -28,6 +28,7 @@
 #ifndef QLUA_DEVICE_H
 #define QLUA_DEVICE_H
 
+#include "scalar.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -36,46 +37,44 @@ extern "C" {
 
 typedef enum qt_device_kind { QT_DEV_CPU, QT_DEV_CUDA } qt_device_kind;
 
-/* The op enums, each made with its one name table from a list: X(ENUM, name). The
-** names are the Lua API's (messages of every layer use them: qt_binop_name(op)). */
+/* The op enums, each made with its one name table from a list. The elementwise lists
+** (QT_BINOP_LIST, QT_UNOP_LIST) are in scalar.h, with what each op computes; the names
+** are the Lua API's (messages of every layer use them: qt_binop_name(op)). */
 
-/* Elementwise binary ops. Comparisons produce 1 or 0 in the output dtype. */
-#define QT_BINOP_LIST(X)                                                           \
-  X(QT_ADD, "add") X(QT_SUB, "sub") X(QT_MUL, "mul") X(QT_DIV, "div") X(QT_POW, "pow") \
-  X(QT_EQ, "eq") X(QT_NE, "ne") X(QT_LT, "lt") X(QT_LE, "le") X(QT_GT, "gt")          \
-  X(QT_GE, "ge") X(QT_MAXIMUM, "maximum") X(QT_MINIMUM, "minimum")
-
-/* Elementwise unary ops. QT_CLAMP uses the two parameters as lo and hi. */
-#define QT_UNOP_LIST(X)                                                              \
-  X(QT_NEG, "neg") X(QT_ABS, "abs") X(QT_EXP, "exp") X(QT_LOG, "log") X(QT_SQRT, "sqrt") \
-  X(QT_TANH, "tanh") X(QT_SIGMOID, "sigmoid") X(QT_RELU, "relu") X(QT_CLAMP, "clamp")
-
-/* Reductions. Result dtypes (the core allocates dst accordingly):
+/* Reductions: X(P, ENUM, name). Result dtypes (the core allocates dst accordingly):
 **   SUM: float -> same, int -> int64;  MEAN: float only (core casts ints to float64);
 **   MAX, MIN: same dtype (NaN propagates);  ARGMAX, ARGMIN: int64, 1-based, first
 **   occurrence wins ties, a NaN counts as the maximum and as the minimum. */
-#define QT_REDOP_LIST(X)                                                           \
-  X(QT_SUM, "sum") X(QT_MEAN, "mean") X(QT_MAX, "max") X(QT_MIN, "min")             \
-  X(QT_ARGMAX, "argmax") X(QT_ARGMIN, "argmin")
+#define QT_REDOP_LIST(X, P)                                                        \
+  X(P, QT_SUM, "sum") X(P, QT_MEAN, "mean") X(P, QT_MAX, "max") X(P, QT_MIN, "min") \
+  X(P, QT_ARGMAX, "argmax") X(P, QT_ARGMIN, "argmin")
 
-#define QT_OP_ENUM_(E, name) E,
-#define QT_OP_NAME_(E, name) name,
-typedef enum qt_binop { QT_BINOP_LIST(QT_OP_ENUM_) QT_NBINOPS } qt_binop;
-typedef enum qt_unop { QT_UNOP_LIST(QT_OP_ENUM_) QT_NUNOPS } qt_unop;
-typedef enum qt_redop { QT_REDOP_LIST(QT_OP_ENUM_) QT_NREDOPS } qt_redop;
+#define QT_OP_ENUM_(P, E, name, ...) E,
+#define QT_OP_NAME_(P, E, name, ...) name,
+typedef enum qt_binop { QT_BINOP_LIST(QT_OP_ENUM_, ~) QT_NBINOPS } qt_binop;
+typedef enum qt_unop { QT_UNOP_LIST(QT_OP_ENUM_, ~) QT_NUNOPS } qt_unop;
+typedef enum qt_redop { QT_REDOP_LIST(QT_OP_ENUM_, ~) QT_NREDOPS } qt_redop;
 
 /* The op's name, or "?" for a value outside the enum. */
 static inline const char *qt_binop_name(qt_binop op) {
-  static const char *const names[] = { QT_BINOP_LIST(QT_OP_NAME_) };
+  static const char *const names[] = { QT_BINOP_LIST(QT_OP_NAME_, ~) };
   return (unsigned)op < (unsigned)QT_NBINOPS ? names[op] : "?";
 }
 static inline const char *qt_unop_name(qt_unop op) {
-  static const char *const names[] = { QT_UNOP_LIST(QT_OP_NAME_) };
+  static const char *const names[] = { QT_UNOP_LIST(QT_OP_NAME_, ~) };
   return (unsigned)op < (unsigned)QT_NUNOPS ? names[op] : "?";
 }
 static inline const char *qt_redop_name(qt_redop op) {
-  static const char *const names[] = { QT_REDOP_LIST(QT_OP_NAME_) };
+  static const char *const names[] = { QT_REDOP_LIST(QT_OP_NAME_, ~) };
   return (unsigned)op < (unsigned)QT_NREDOPS ? names[op] : "?";
+}
+/* Whether a unary op is defined on integer dtypes (the others are float-only: the core
+** computes them in float64 for integer inputs). */
+static inline bool qt_unop_takes_ints(qt_unop op) {
+#define QT_OP_INTS_(P, E, name, ints, ...) ints,
+  static const bool ints[] = { QT_UNOP_LIST(QT_OP_INTS_, ~) };
+#undef QT_OP_INTS_
+  return (unsigned)op < (unsigned)QT_NUNOPS && ints[op];
 }
 #undef QT_OP_ENUM_
 #undef QT_OP_NAME_

@@ -58,23 +58,56 @@ extern "C" {
 
 /* ------------------------------------------------------------------ dtypes */
 
-/* The one list of dtypes: X(ENUM, name, C type, bytes, is_float). The enum, qt_dtypes
-** and the devices' per-dtype tables are all made from it (docs/ARCHITECTURE.md, "adding
-** a dtype"). */
-#define QT_DTYPE_LIST(X)                   \
-  X(QT_F32, "float32", float, 4, true)     \
-  X(QT_F64, "float64", double, 8, true)    \
-  X(QT_I32, "int32", int32_t, 4, false)    \
-  X(QT_I64, "int64", int64_t, 8, false)
+/* Preprocessor helpers for the lists below and in scalar.h (each list is an X-macro
+** that takes an extra argument P, passed through to every X(P, ...) call, so that one
+** list can be expanded inside another's entries: a table indexed by dtype and op). */
+#define QT_PP_CALL(M, ...) M(__VA_ARGS__)
+#define QT_PP_UNPAREN(...) __VA_ARGS__
+#define QT_PP_EMPTY()
+#define QT_PP_DEFER(m) m QT_PP_EMPTY()
+#define QT_PP_EXPAND(...) __VA_ARGS__
 
-#define QT_DTYPE_ENUM_(E, name, T, size, is_float) E,
-typedef enum qt_dtype { QT_DTYPE_LIST(QT_DTYPE_ENUM_) QT_NDTYPES } qt_dtype;
+/* The one list of dtypes: X(P, ENUM, sfx, name, T, U, bytes, kind).
+**   sfx   a short token for generated names (cpu_copy_f32_i64);
+**   name  the Lua API's spelling;
+**   T     the C type of one element; U its unsigned twin (integers wrap through it);
+**   kind  FLOAT or INT: which expression of an op (scalar.h) and which conversion rule
+**         (QT_CONVERT_*) the dtype takes.
+** The enum, qt_dtypes and every device's per-dtype tables and switches are made from it
+** (docs/ARCHITECTURE.md, "adding a dtype"). */
+#define QT_DTYPE_LIST(X, P)                                    \
+  X(P, QT_F32, f32, "float32", float, float, 4, FLOAT)         \
+  X(P, QT_F64, f64, "float64", double, double, 8, FLOAT)       \
+  X(P, QT_I32, i32, "int32", int32_t, uint32_t, 4, INT)        \
+  X(P, QT_I64, i64, "int64", int64_t, uint64_t, 8, INT)
+
+#define QT_KIND_IS_FLOAT_FLOAT 1
+#define QT_KIND_IS_FLOAT_INT 0
+/* QT_PICK_<kind>(float thing, integer thing) */
+#define QT_PICK_FLOAT(f, i) f
+#define QT_PICK_INT(f, i) i
+
+/* Every ordered pair of dtypes: X(dst ENUM, sfx, name, T, U, bytes, kind, src ENUM, sfx,
+** name, T, U, bytes, kind), for tables indexed by two dtypes (the CPU's conversions).
+** The inner list is deferred one scan (QT_PP_DEFER), because a macro cannot expand
+** inside its own expansion; QT_PP_EXPAND gives it that scan. */
+#define QT_DTYPE_PAIRS(X) QT_PP_EXPAND(QT_DTYPE_LIST(QT_DTYPE_PAIRS_OUTER_, X))
+#define QT_DTYPE_PAIRS_OUTER_(X, ...) \
+  QT_PP_DEFER(QT_DTYPE_LIST_AGAIN_)()(QT_DTYPE_PAIRS_INNER_, (X, __VA_ARGS__))
+#define QT_DTYPE_LIST_AGAIN_() QT_DTYPE_LIST
+#define QT_DTYPE_PAIRS_INNER_(P, ...) \
+  QT_PP_CALL(QT_DTYPE_PAIRS_APPLY_, QT_PP_UNPAREN P, __VA_ARGS__)
+#define QT_DTYPE_PAIRS_APPLY_(X, ...) X(__VA_ARGS__)
+
+#define QT_DTYPE_ENUM_(P, E, ...) E,
+typedef enum qt_dtype { QT_DTYPE_LIST(QT_DTYPE_ENUM_, ~) QT_NDTYPES } qt_dtype;
 #undef QT_DTYPE_ENUM_
 
 typedef struct qt_dtype_info {
   const char *name;  /* "float32" ... as the Lua API spells it */
   size_t size;       /* bytes per element */
   bool is_float;
+  int64_t min, max;  /* integer dtypes: the values they hold (0, 0 for floats) */
 } qt_dtype_info;
 
 extern const qt_dtype_info qt_dtypes[QT_NDTYPES];
@@ -100,6 +133,19 @@ static inline qt_scalar qt_scalar_f(double f) {
 static inline qt_scalar qt_scalar_i(int64_t i) {
   qt_scalar s; s.f = (double)i; s.i = i; return s;
 }
+/* A float as a scalar whose .i saturates (NaN gives 0). */
+qt_scalar qt_scalar_from_double(double f);
+/* The element at src, of dtype d. */
+qt_scalar qt_scalar_load(qt_dtype d, const void *src);
+/* Stores s at dst as dtype d: float dtypes take s.f, integer ones s.i, wrapping as C's
+** narrowing does (range checks are the caller's: qt_dtypes[d].min/max). */
+void qt_scalar_store(qt_dtype d, void *dst, qt_scalar s);
+/* Room for one element of any dtype, aligned for all of them. */
+typedef union qt_cell {
+  int64_t i64;
+  double f64;
+  unsigned char bytes[8];
+} qt_cell;
 
 /* ------------------------------------------------------------------ errors */
 

@@ -253,27 +253,19 @@ static void a_walk_check(lua_State *L, a_table_walk *w, int dim) {
 /* Stores the number at idx into w->out as w->dtype and advances; `flat` is the 1-based
 ** row-major position, for messages. */
 static void a_store(lua_State *L, a_table_walk *w, int idx, int64_t flat) {
-  switch (w->dtype) {
-    case QT_F32: *(float *)w->out = (float)lua_tonumber(L, idx); break;
-    case QT_F64: *(double *)w->out = (double)lua_tonumber(L, idx); break;
-    case QT_I32:
-    case QT_I64: {
-      int isint;
-      lua_Integer v = lua_tointegerx(L, idx, &isint);
-      if (!isint)
-        luaL_error(L, "%s: value %f at element %I is not an integer (dtype %s)", w->op,
-                   lua_tonumber(L, idx), (lua_Integer)flat, qt_dtypes[w->dtype].name);
-      if (w->dtype == QT_I32) {
-        if (v < INT32_MIN || v > INT32_MAX)
-          luaL_error(L, "%s: value %I at element %I out of range for int32", w->op, v,
-                     (lua_Integer)flat);
-        *(int32_t *)w->out = (int32_t)v;
-      } else {
-        *(int64_t *)w->out = (int64_t)v;
-      }
-      break;
-    }
-    default: luaL_error(L, "%s: this dtype cannot be built from a table", w->op);
+  const qt_dtype_info *info = &qt_dtypes[w->dtype];
+  if (info->is_float) {
+    qt_scalar_store(w->dtype, w->out, qt_scalar_from_double((double)lua_tonumber(L, idx)));
+  } else {
+    int isint;
+    lua_Integer v = lua_tointegerx(L, idx, &isint);
+    if (!isint)
+      luaL_error(L, "%s: value %f at element %I is not an integer (dtype %s)", w->op,
+                 lua_tonumber(L, idx), (lua_Integer)flat, info->name);
+    if (v < info->min || v > info->max)
+      luaL_error(L, "%s: value %I at element %I out of range for %s", w->op, v,
+                 (lua_Integer)flat, info->name);
+    qt_scalar_store(w->dtype, w->out, qt_scalar_i((int64_t)v));
   }
   w->out += qt_elsize(w->dtype);
 }
@@ -357,7 +349,7 @@ static void a_buildtable(lua_State *L, const qt_tensor *t, int dim, const char *
   lua_createtable(L, n < INT32_MAX ? (int)n : 0, 0);
   for (int64_t i = 0; i < n; i++) {
     if (dim == t->ndim - 1) {
-      lq_pushscalar(L, t->dtype, lq_load_element(t->dtype, *p));
+      lq_pushscalar(L, t->dtype, qt_scalar_load(t->dtype, *p));
       *p += qt_elsize(t->dtype);
     } else {
       a_buildtable(L, t, dim + 1, p);
@@ -391,7 +383,7 @@ static int a_totable_build(lua_State *L) {
   if (qt_read_all(ctx, t, host) != 0) return lq_raise_as(L, ctx, "read", "totable");
   const char *p = host;
   if (t->ndim == 0) {
-    lq_pushscalar(L, t->dtype, lq_load_element(t->dtype, p));
+    lq_pushscalar(L, t->dtype, qt_scalar_load(t->dtype, p));
     return 1;
   }
   luaL_checkstack(L, t->ndim + 2, "totable");

@@ -114,12 +114,7 @@ static int p_read(qt_ctx *ctx, const qt_tensor *t, const p_layout *lay, char *ho
     for (int d = 0; d < t->ndim; d++) pos[d] = p_position(t, lay, d, idx[d]);
     qt_scalar s;
     if (qt_get(ctx, t, pos, &s) != 0) return -1;
-    switch (t->dtype) {
-      case QT_F32: ((float *)host)[k] = (float)s.f; break;
-      case QT_F64: ((double *)host)[k] = s.f; break;
-      case QT_I32: ((int32_t *)host)[k] = (int32_t)s.i; break;
-      default: memcpy(host + (size_t)k * es, &s.i, sizeof s.i); break;
-    }
+    qt_scalar_store(t->dtype, host + (size_t)k * es, s);
     for (int d = t->ndim - 1; d >= 0; d--) {
       if (++idx[d] < lay->shown[d]) break;
       idx[d] = 0;
@@ -131,7 +126,7 @@ static int p_read(qt_ctx *ctx, const qt_tensor *t, const p_layout *lay, char *ho
 /* ---------------------------------------------------------------- formatting numbers */
 
 static int p_entry(const p_format *f, int64_t k, char *buf, size_t len) {
-  qt_scalar s = lq_load_element(f->dtype, f->data + (size_t)k * f->elsize);
+  qt_scalar s = qt_scalar_load(f->dtype, f->data + (size_t)k * f->elsize);
   if (!qt_is_float(f->dtype)) return snprintf(buf, len, "%lld", (long long)s.i);
   if (isnan(s.f)) return snprintf(buf, len, "nan");
   if (isinf(s.f)) return snprintf(buf, len, s.f > 0 ? "inf" : "-inf");
@@ -145,7 +140,7 @@ static void p_choose_format(p_format *f, int64_t count) {
     double lo = HUGE_VAL, hi = 0;
     bool integral = true;
     for (int64_t k = 0; k < count; k++) {
-      double v = lq_load_element(f->dtype, f->data + (size_t)k * f->elsize).f;
+      double v = qt_scalar_load(f->dtype, f->data + (size_t)k * f->elsize).f;
       if (!isfinite(v)) continue;
       double a = fabs(v);
       if (a != floor(a)) integral = false;

@@ -161,17 +161,6 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
 /* The totable method: nested tables of the tensor's values (a number for a 0-d one). */
 int lq_totable(lua_State *L);
 
-/* One element of dtype at p (host memory) as a qt_scalar. */
-static inline qt_scalar lq_load_element(qt_dtype dtype, const void *p) {
-  switch (dtype) {
-    case QT_F32: { qt_scalar s; s.f = *(const float *)p; s.i = 0; return s; }
-    case QT_F64: { qt_scalar s; s.f = *(const double *)p; s.i = 0; return s; }
-    case QT_I32: return qt_scalar_i(*(const int32_t *)p);
-    case QT_I64: return qt_scalar_i(*(const int64_t *)p);
-    default: return qt_scalar_i(0);
-  }
-}
-
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */
 

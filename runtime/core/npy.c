@@ -45,11 +45,12 @@ static bool npy_host_is_little_endian(void) {
   return first == 1;
 }
 
+/* Each dtype's .npy code (a format fact, so it is here and not in the dtype list). */
 static const char *const npy_descr[QT_NDTYPES] = {
-  /* QT_F32 */ "<f4",
-  /* QT_F64 */ "<f8",
-  /* QT_I32 */ "<i4",
-  /* QT_I64 */ "<i8",
+  [QT_F32] = "<f4",
+  [QT_F64] = "<f8",
+  [QT_I32] = "<i4",
+  [QT_I64] = "<i8",
 };
 
 /* A message from a core function that npy.c called ("empty: cpu: out of memory ...")

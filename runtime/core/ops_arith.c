@@ -36,7 +36,7 @@ static int ops_scalar_dtypes(qt_ctx *ctx, const char *name, qt_binop op, qt_dtyp
   qt_dtype d = a;
   if (!qt_is_float(a) && (s_is_float || op == QT_DIV)) d = QT_F64;
   *compute = *result = d;
-  if (s_is_float) *s = ops_scalar_from_double(s->f);
+  if (s_is_float) *s = qt_scalar_from_double(s->f);
   else *s = qt_scalar_i(s->i);
   if (d == QT_I32 && (s->i < INT32_MIN || s->i > INT32_MAX)) {
     if (!ops_is_comparison(op))
@@ -265,10 +265,6 @@ cleanup:
   return rc;
 }
 
-static bool ops_unop_wants_float(qt_unop op) {
-  return op == QT_EXP || op == QT_LOG || op == QT_SQRT || op == QT_TANH || op == QT_SIGMOID;
-}
-
 /* The slot's clamp bounds for dtype: the binding passes INT64_MIN/INT64_MAX for a missing
 ** integer bound, which an int32 device would truncate to garbage; bounds beyond int32's
 ** range clamp nothing, so they are saturated to it. */
@@ -295,7 +291,7 @@ static int ops_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a
   if (ops_live(ctx, name, a)) return -1;
   qt_device *dev = ops_device(a);
   if (dev->iface->unary == NULL) return ops_unsupported(ctx, name, dev);
-  bool wants_float = ops_unop_wants_float(op) || float_params;
+  bool wants_float = !qt_unop_takes_ints(op) || float_params;
   qt_dtype dtype = (wants_float && !qt_is_float(a->dtype)) ? QT_F64 : a->dtype;
   ops_unop_params(op, dtype, &lo, &hi);
 
@@ -333,7 +329,7 @@ static int ops_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar lo, qt_sc
   if (ops_live(ctx, name, a)) return -1;
   qt_device *dev = ops_device(a);
   if (dev->iface->unary == NULL) return ops_unsupported(ctx, name, dev);
-  if ((ops_unop_wants_float(op) || float_params) && !qt_is_float(a->dtype))
+  if ((!qt_unop_takes_ints(op) || float_params) && !qt_is_float(a->dtype))
     return ops_check_storable(ctx, name, false, QT_F64, a->dtype);
   if (ops_check_writable(ctx, name, a)) return -1;
   if (qt_numel(a) == 0) return 0;

@@ -91,18 +91,6 @@ bool ops_same_shape(const qt_tensor *a, const qt_tensor *b) {
   return true;
 }
 
-/* A scalar whose integer field is always defined: (int64_t) of a NaN or out-of-range
-** double is undefined behaviour in C, so such values get a saturated .i instead. */
-qt_scalar ops_scalar_from_double(double f) {
-  qt_scalar s;
-  s.f = f;
-  if (f != f) s.i = 0;
-  else if (f >= 9223372036854775807.0) s.i = INT64_MAX;
-  else if (f <= -9223372036854775808.0) s.i = INT64_MIN;
-  else s.i = (int64_t)f;
-  return s;
-}
-
 /* A new contiguous tensor; `op` names the operation in messages. */
 int ops_alloc(qt_ctx *ctx, const char *op, qt_tensor *out, qt_device *dev, qt_dtype dtype,
                      int ndim, const int64_t *size) {

@@ -161,20 +161,15 @@ static int ops_range_int(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype d
   qt_tensor_init(&host);
   void *data = ops_range_buffer(ctx, &host, dtype, n);
   if (data == NULL) return -1;
+  const qt_dtype_info *info = &qt_dtypes[dtype];
   for (int64_t k = 0; k < n; k++) {
     int64_t v = (int64_t)((uint64_t)first + (uint64_t)k * (uint64_t)step);  /* exact */
-    switch (dtype) {
-      case QT_F32: ((float *)data)[k] = (float)v; break;
-      case QT_F64: ((double *)data)[k] = (double)v; break;
-      case QT_I32:
-        if (v < INT32_MIN || v > INT32_MAX) {
-          qt_tensor_release(&host);
-          return qt_errorf(&ctx->err, "range: value %lld out of range for int32", (long long)v);
-        }
-        ((int32_t *)data)[k] = (int32_t)v;
-        break;
-      default: ((int64_t *)data)[k] = v; break;
+    if (!info->is_float && (v < info->min || v > info->max)) {
+      qt_tensor_release(&host);
+      return qt_errorf(&ctx->err, "range: value %lld out of range for %s", (long long)v,
+                       info->name);
     }
+    qt_scalar_store(dtype, (char *)data + (size_t)k * info->size, qt_scalar_i(v));
   }
   return ops_range_finish(ctx, out, &host, dev);
 }
@@ -206,26 +201,14 @@ static int ops_range_float(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype
   qt_tensor_init(&host);
   void *data = ops_range_buffer(ctx, &host, dtype, n);
   if (data == NULL) return -1;
+  const qt_dtype_info *info = &qt_dtypes[dtype];
   double v = first;
   for (int64_t k = 0; k < n; k++, v += step) {
-    switch (dtype) {
-      case QT_F32: ((float *)data)[k] = (float)v; break;
-      case QT_F64: ((double *)data)[k] = v; break;
-      case QT_I32:
-        if (!(v >= INT32_MIN && v <= INT32_MAX)) {
-          qt_tensor_release(&host);
-          return qt_errorf(&ctx->err, "range: value %f out of range for int32", v);
-        }
-        ((int32_t *)data)[k] = (int32_t)v;
-        break;
-      default:
-        if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) {
-          qt_tensor_release(&host);
-          return qt_errorf(&ctx->err, "range: value %f out of range for int64", v);
-        }
-        ((int64_t *)data)[k] = (int64_t)v;
-        break;
+    if (!info->is_float && !(v >= (double)info->min && v < (double)info->max + 1.0)) {
+      qt_tensor_release(&host);
+      return qt_errorf(&ctx->err, "range: value %f out of range for %s", v, info->name);
     }
+    qt_scalar_store(dtype, (char *)data + (size_t)k * info->size, qt_scalar_from_double(v));
   }
   return ops_range_finish(ctx, out, &host, dev);
 }

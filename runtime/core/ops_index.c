@@ -194,7 +194,7 @@ int qt_scatter_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
 
   if (src == NULL) {
     if (!qt_is_float(dst->dtype)) value = qt_scalar_i(value.i);
-    else value = ops_scalar_from_double(value.f);
+    else value = qt_scalar_from_double(value.f);
   }
   int rc = -1;
   qt_tensor cs, ci;

@@ -58,7 +58,6 @@ int ops_check_writable(qt_ctx *ctx, const char *op, const qt_tensor *t);
 bool ops_same_geometry(const qt_tensor *a, const qt_tensor *b);
 bool ops_may_overlap(const qt_tensor *dst, const qt_tensor *src);
 bool ops_same_shape(const qt_tensor *a, const qt_tensor *b);
-qt_scalar ops_scalar_from_double(double f);
 int ops_alloc(qt_ctx *ctx, const char *op, qt_tensor *out, qt_device *dev, qt_dtype dtype, int ndim, const int64_t *size);
 int ops_alloc_like(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_tensor *t, qt_dtype dtype);
 int ops_copy_views(qt_ctx *ctx, const char *op, qt_device *dev, const qt_view *dst, const qt_view *src);

@@ -189,16 +189,11 @@ int qt_get(qt_ctx *ctx, const qt_tensor *t, const int64_t *pos, qt_scalar *value
   int64_t off;
   if (ops_live(ctx, op, t) || ops_element_offset(ctx, op, t, pos, &off)) return -1;
   size_t es = qt_elsize(t->dtype);
-  union { float f32; double f64; int32_t i32; int64_t i64; } cell;
+  if (ops_check_dtype(ctx, op, t->dtype)) return -1;
+  qt_cell cell;
   const char *src = (const char *)t->storage->data + (size_t)off * es;
   if (ops_download(ctx, op, ops_device(t), &cell, src, es)) return -1;
-  switch (t->dtype) {
-    case QT_F32: *value = ops_scalar_from_double(cell.f32); break;
-    case QT_F64: *value = ops_scalar_from_double(cell.f64); break;
-    case QT_I32: *value = qt_scalar_i(cell.i32); break;
-    case QT_I64: *value = qt_scalar_i(cell.i64); break;
-    default: return ops_check_dtype(ctx, op, t->dtype);
-  }
+  *value = qt_scalar_load(t->dtype, &cell);
   return 0;
 }
 
@@ -207,14 +202,9 @@ int qt_set(qt_ctx *ctx, qt_tensor *t, const int64_t *pos, qt_scalar value) {
   int64_t off;
   if (ops_live(ctx, op, t) || ops_element_offset(ctx, op, t, pos, &off)) return -1;
   size_t es = qt_elsize(t->dtype);
-  union { float f32; double f64; int32_t i32; int64_t i64; } cell;
-  switch (t->dtype) {
-    case QT_F32: cell.f32 = (float)value.f; break;
-    case QT_F64: cell.f64 = value.f; break;
-    case QT_I32: cell.i32 = (int32_t)(uint32_t)(uint64_t)value.i; break;  /* wraps */
-    case QT_I64: cell.i64 = value.i; break;
-    default: return ops_check_dtype(ctx, op, t->dtype);
-  }
+  if (ops_check_dtype(ctx, op, t->dtype)) return -1;
+  qt_cell cell;
+  qt_scalar_store(t->dtype, &cell, value);  /* integers wrap */
   char *dst = (char *)t->storage->data + (size_t)off * es;
   return ops_upload(ctx, op, ops_device(t), dst, &cell, es);
 }

@@ -55,7 +55,7 @@ int qt_reduce(qt_ctx *ctx, qt_tensor *out, qt_redop op, const qt_tensor *t, int 
       if (op == QT_SUM) {
         if (ops_fill_view(ctx, name, dev, &dv, qt_scalar_i(0))) goto cleanup;
       } else {
-        if (ops_fill_view(ctx, name, dev, &dv, ops_scalar_from_double(NAN))) goto cleanup;
+        if (ops_fill_view(ctx, name, dev, &dv, qt_scalar_from_double(NAN))) goto cleanup;
       }
     } else {
       if (dev->iface->reduce == NULL) {

@@ -6,6 +6,7 @@
 ** made and given back by storage.c.
 */
 #include "tensor.h"
+#include "scalar.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -16,13 +17,51 @@
 
 /* ------------------------------------------------------------------ dtypes */
 
-#define TENSOR_DTYPE_INFO(E, name, T, size, is_float) [E] = { name, size, is_float },
-const qt_dtype_info qt_dtypes[QT_NDTYPES] = { QT_DTYPE_LIST(TENSOR_DTYPE_INFO) };
+#define TENSOR_MIN_FLOAT(T, U) 0
+#define TENSOR_MAX_FLOAT(T, U) 0
+#define TENSOR_MIN_INT(T, U) QT_INT_MIN(T, U)
+#define TENSOR_MAX_INT(T, U) QT_INT_MAX(T, U)
+#define TENSOR_DTYPE_INFO(P, E, sfx, name, T, U, size, kind) \
+  [E] = { name, size, QT_KIND_IS_FLOAT_##kind, TENSOR_MIN_##kind(T, U), TENSOR_MAX_##kind(T, U) },
+const qt_dtype_info qt_dtypes[QT_NDTYPES] = { QT_DTYPE_LIST(TENSOR_DTYPE_INFO, ~) };
 #undef TENSOR_DTYPE_INFO
-#define TENSOR_DTYPE_SIZE(E, name, T, size, is_float) \
-  _Static_assert(sizeof(T) == size, "QT_DTYPE_LIST: wrong size for " name);
-QT_DTYPE_LIST(TENSOR_DTYPE_SIZE)
+#define TENSOR_DTYPE_SIZE(P, E, sfx, name, T, U, size, kind)                      \
+  _Static_assert(sizeof(T) == size && sizeof(U) == size && size <= sizeof(qt_cell), \
+                 "QT_DTYPE_LIST: wrong size for " name);
+QT_DTYPE_LIST(TENSOR_DTYPE_SIZE, ~)
 #undef TENSOR_DTYPE_SIZE
+
+qt_scalar qt_scalar_from_double(double f) {
+  qt_scalar s;
+  s.f = f;
+  s.i = qt_sat_int(f, INT64_MIN, INT64_MAX);
+  return s;
+}
+
+static qt_scalar tensor_load_FLOAT(double f) { return qt_scalar_from_double(f); }
+static qt_scalar tensor_load_INT(int64_t i) { return qt_scalar_i(i); }
+#define TENSOR_STORE_FLOAT(T, U, s) ((T)(s).f)
+#define TENSOR_STORE_INT(T, U, s) ((T)(U)(uint64_t)(s).i)
+
+qt_scalar qt_scalar_load(qt_dtype d, const void *src) {
+  switch (d) {
+#define TENSOR_LOAD_(P, E, sfx, name, T, U, size, kind) \
+    case E: return tensor_load_##kind(*(const T *)src);
+    QT_DTYPE_LIST(TENSOR_LOAD_, ~)
+#undef TENSOR_LOAD_
+    default: return qt_scalar_i(0);
+  }
+}
+
+void qt_scalar_store(qt_dtype d, void *dst, qt_scalar s) {
+  switch (d) {
+#define TENSOR_STORE_(P, E, sfx, name, T, U, size, kind) \
+    case E: *(T *)dst = TENSOR_STORE_##kind(T, U, s); break;
+    QT_DTYPE_LIST(TENSOR_STORE_, ~)
+#undef TENSOR_STORE_
+    default: break;
+  }
+}
 
 int qt_dtype_from_name(const char *name) {
   if (name == NULL) return -1;

@@ -284,7 +284,7 @@ int cpu_scatter(qt_device *dev, const qt_view *dst, int dim, const qt_view *inde
 
 /* index_add rows: p = { dst with stride 0 along dim, index broadcast, src }; integer
 ** sums wrap (computed unsigned). */
-#define CPU_INDEX_ADD_ROW(NAME, T, TI, ADD)                                               \
+#define CPU_INDEX_ADD_ROW(NAME, T, U, TI, KIND)                                           \
   static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {         \
     T *dst = (T *)p[0];                                                                   \
     const TI *idx = (const TI *)p[1];                                                     \
@@ -292,28 +292,18 @@ int cpu_scatter(qt_device *dev, const qt_view *dst, int dim, const qt_view *inde
     int64_t sd = s[0], si = s[1], ss = s[2], sdim = args->dim_stride;                     \
     for (int64_t i = 0; i < n; i++) {                                                     \
       T *at = &dst[i * sd + ((int64_t)idx[i * si] - 1) * sdim];                           \
-      *at = ADD(*at, src[i * ss]);                                                        \
+      T v = src[i * ss];                                                                  \
+      *at = (T)QT_PICK_##KIND(*at + v, (U)*at + (U)v);                                    \
     }                                                                                     \
   }
-#define CPU_ADD_FLOAT(x, y) ((x) + (y))
-#define CPU_ADD_U32(x, y) ((int32_t)((uint32_t)(x) + (uint32_t)(y)))
-#define CPU_ADD_U64(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
-CPU_INDEX_ADD_ROW(cpu_index_add_f32_i32, float, int32_t, CPU_ADD_FLOAT)
-CPU_INDEX_ADD_ROW(cpu_index_add_f32_i64, float, int64_t, CPU_ADD_FLOAT)
-CPU_INDEX_ADD_ROW(cpu_index_add_f64_i32, double, int32_t, CPU_ADD_FLOAT)
-CPU_INDEX_ADD_ROW(cpu_index_add_f64_i64, double, int64_t, CPU_ADD_FLOAT)
-CPU_INDEX_ADD_ROW(cpu_index_add_i32_i32, int32_t, int32_t, CPU_ADD_U32)
-CPU_INDEX_ADD_ROW(cpu_index_add_i32_i64, int32_t, int64_t, CPU_ADD_U32)
-CPU_INDEX_ADD_ROW(cpu_index_add_i64_i32, int64_t, int32_t, CPU_ADD_U64)
-CPU_INDEX_ADD_ROW(cpu_index_add_i64_i64, int64_t, int64_t, CPU_ADD_U64)
+#define CPU_INDEX_ADD_FNS_(P, E, sfx, name, T, U, size, kind)        \
+  CPU_INDEX_ADD_ROW(cpu_index_add_##sfx##_i32, T, U, int32_t, kind)  \
+  CPU_INDEX_ADD_ROW(cpu_index_add_##sfx##_i64, T, U, int64_t, kind)
+QT_DTYPE_LIST(CPU_INDEX_ADD_FNS_, ~)
 
 /* [data dtype][index is int64] */
-static const cpu_row_fn cpu_index_add_rows[QT_NDTYPES][2] = {
-  { cpu_index_add_f32_i32, cpu_index_add_f32_i64 },
-  { cpu_index_add_f64_i32, cpu_index_add_f64_i64 },
-  { cpu_index_add_i32_i32, cpu_index_add_i32_i64 },
-  { cpu_index_add_i64_i32, cpu_index_add_i64_i64 },
-};
+#define CPU_INDEX_ADD_ENTRY_(P, E, sfx, ...) [E] = { cpu_index_add_##sfx##_i32, cpu_index_add_##sfx##_i64 },
+static const cpu_row_fn cpu_index_add_rows[QT_NDTYPES][2] = { QT_DTYPE_LIST(CPU_INDEX_ADD_ENTRY_, ~) };
 
 /* dst.select(dim, index[k]) += src.select(dim, k), walking src's shape in row-major
 ** order, so duplicates accumulate in a fixed order (deterministic results). */

@@ -105,23 +105,11 @@ static inline int64_t cpu_view_numel(const qt_view *v) {
 static inline bool cpu_dtype_ok(qt_dtype d) { return (unsigned)d < (unsigned)QT_NDTYPES; }
 
 /* A typed scalar stored where a stride-0 view can point at it (fill, binary_scalar,
-** scatter's value). */
-typedef union cpu_value {
-  float f32;
-  double f64;
-  int32_t i32;
-  int64_t i64;
-} cpu_value;
-
-/* Float dtypes take s.f, integer ones s.i (qt_scalar fills both). */
+** scatter's value). Float dtypes take s.f, integer ones s.i (qt_scalar fills both). */
+typedef qt_cell cpu_value;
 static inline void cpu_value_set(cpu_value *out, qt_dtype dtype, qt_scalar s) {
-  switch (dtype) {
-#define CPU_VALUE_SET_(E, name, T, size, is_float)       \
-    case E: *(T *)out = is_float ? (T)s.f : (T)s.i; break;
-    QT_DTYPE_LIST(CPU_VALUE_SET_)
-#undef CPU_VALUE_SET_
-    default: out->i64 = 0; break;
-  }
+  out->i64 = 0;
+  qt_scalar_store(dtype, out, s);
 }
 
 /* ====================================================================== the slots */

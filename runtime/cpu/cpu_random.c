@@ -49,13 +49,7 @@ int cpu_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t
     case QT_RAND_INT:
       for (int64_t k = 0; k < n; k++) {
         int64_t v = qt_philox_int(qt_philox(seed, offset + (uint64_t)k), lo.i, hi.i);
-        switch (dst->dtype) {
-#define CPU_STORE_INT_(E, name, T, size, is_float) \
-          case E: ((T *)data)[k] = (T)v; break;
-          QT_DTYPE_LIST(CPU_STORE_INT_)
-#undef CPU_STORE_INT_
-          default: break;
-        }
+        qt_scalar_store(dst->dtype, (char *)data + (size_t)k * qt_elsize(dst->dtype), qt_scalar_i(v));
       }
       break;
     default:

@@ -66,8 +66,6 @@ static inline void cpu_neumaier(cpu_acc *acc, double x) {
     return NAME(x, half, s) + NAME(x + half * s, n - half, s);                    \
   }
 
-CPU_PAIRWISE(cpu_pairwise_f32, float)
-CPU_PAIRWISE(cpu_pairwise_f64, double)
 
 /* A strided fold (cpu_strided_<op>_<dtype>) folds one run (n elements, stride s) into
 ** *acc; base_pos is the 0-based position of the run's first element in the reduction.
@@ -118,8 +116,6 @@ typedef void (*cpu_columns_fold_fn)(const char *p, int64_t n, int64_t pos,
     double *restrict b = columns->b;                                                     \
     for (int64_t j = 0; j < n; j++) b[j] += (double)x[j];                                \
   }
-CPU_SUM_FLOAT(f32, float)
-CPU_SUM_FLOAT(f64, double)
 
 /* Folds the block sums b into (f, c) by Kahan's rule and clears b. An infinite sum has
 ** nothing to compensate (inf - inf would turn it NaN). Kahan's c is subtracted,
@@ -151,8 +147,6 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
     uint64_t *restrict u = columns->u;                                                   \
     for (int64_t j = 0; j < n; j++) u[j] += (uint64_t)(int64_t)x[j];                     \
   }
-CPU_SUM_INT(i32, int32_t)
-CPU_SUM_INT(i64, int64_t)
 
 /* ---- max / min: NaN wins (the first NaN met is kept) */
 #define CPU_GT(x, b) ((x) > (b))
@@ -183,14 +177,6 @@ CPU_SUM_INT(i64, int64_t)
     *has_nan = bad;                                                                      \
     return m[0];                                                                         \
   }
-CPU_RUN_BEST(cpu_runmax_f32, float, CPU_GT, 1)
-CPU_RUN_BEST(cpu_runmax_f64, double, CPU_GT, 1)
-CPU_RUN_BEST(cpu_runmin_f32, float, CPU_LT, 1)
-CPU_RUN_BEST(cpu_runmin_f64, double, CPU_LT, 1)
-CPU_RUN_BEST(cpu_runmax_i32, int32_t, CPU_GT, 0)
-CPU_RUN_BEST(cpu_runmax_i64, int64_t, CPU_GT, 0)
-CPU_RUN_BEST(cpu_runmin_i32, int32_t, CPU_LT, 0)
-CPU_RUN_BEST(cpu_runmin_i64, int64_t, CPU_LT, 0)
 
 /* 0-based position of the first NaN of a contiguous run that has one. */
 #define CPU_FIRST_NAN(NAME, T)                                                           \
@@ -199,8 +185,6 @@ CPU_RUN_BEST(cpu_runmin_i64, int64_t, CPU_LT, 0)
     while (i < n - 1 && x[i] == x[i]) i++;                                               \
     return i;                                                                            \
   }
-CPU_FIRST_NAN(cpu_first_nan_f32, float)
-CPU_FIRST_NAN(cpu_first_nan_f64, double)
 
 /* 0-based position of the first element equal to v in a contiguous run that holds it. */
 #define CPU_FIRST_EQ(NAME, T)                                                            \
@@ -209,8 +193,6 @@ CPU_FIRST_NAN(cpu_first_nan_f64, double)
     while (i < n - 1 && x[i] != v) i++;                                                  \
     return i;                                                                            \
   }
-CPU_FIRST_EQ(cpu_first_eq_f32, float)
-CPU_FIRST_EQ(cpu_first_eq_f64, double)
 
 /* The first position of the best value of a contiguous run (1 <= n <= INT32_MAX) in one
 ** pass: the run is read as rows of 16 lanes, each lane keeping its best and the row it
@@ -255,14 +237,6 @@ CPU_FIRST_EQ(cpu_first_eq_f64, double)
     *has_nan = nan_seen;                                                                 \
     return best_at;                                                                      \
   }
-CPU_RUN_ARG(cpu_runargmax_f32, float, CPU_GT, 1)
-CPU_RUN_ARG(cpu_runargmax_f64, double, CPU_GT, 1)
-CPU_RUN_ARG(cpu_runargmin_f32, float, CPU_LT, 1)
-CPU_RUN_ARG(cpu_runargmin_f64, double, CPU_LT, 1)
-CPU_RUN_ARG(cpu_runargmax_i32, int32_t, CPU_GT, 0)
-CPU_RUN_ARG(cpu_runargmax_i64, int64_t, CPU_GT, 0)
-CPU_RUN_ARG(cpu_runargmin_i32, int32_t, CPU_LT, 0)
-CPU_RUN_ARG(cpu_runargmin_i64, int64_t, CPU_LT, 0)
 
 /* The columns max/min and argmax/argmin, one for every dtype: the NaN terms (v != v,
 ** b == b) are constant for integers and compile away. A best that is NaN stays: no
@@ -343,14 +317,6 @@ CPU_RUN_ARG(cpu_runargmin_i64, int64_t, CPU_LT, 0)
   }                                                                                      \
   CPU_COLUMNS_MAXMIN(NAME, SFX, T, BETTER)
 
-CPU_MAXMIN_FLOAT(max, f32, float, CPU_GT)
-CPU_MAXMIN_FLOAT(max, f64, double, CPU_GT)
-CPU_MAXMIN_FLOAT(min, f32, float, CPU_LT)
-CPU_MAXMIN_FLOAT(min, f64, double, CPU_LT)
-CPU_MAXMIN_INT(max, i32, int32_t, CPU_GT)
-CPU_MAXMIN_INT(max, i64, int64_t, CPU_GT)
-CPU_MAXMIN_INT(min, i32, int32_t, CPU_LT)
-CPU_MAXMIN_INT(min, i64, int64_t, CPU_LT)
 
 /* ---- argmax / argmin: strict comparison, so the first of equal values wins; the first
 ** NaN wins over everything and nothing replaces it. Values are kept in f (floats) or i
@@ -411,30 +377,47 @@ CPU_MAXMIN_INT(min, i64, int64_t, CPU_LT)
   }                                                                                      \
   CPU_COLUMNS_ARG(NAME, SFX, T, BETTER)
 
-CPU_ARG_FLOAT(max, f32, float, CPU_GT)
-CPU_ARG_FLOAT(max, f64, double, CPU_GT)
-CPU_ARG_FLOAT(min, f32, float, CPU_LT)
-CPU_ARG_FLOAT(min, f64, double, CPU_LT)
-CPU_ARG_INT(max, i32, int32_t, CPU_GT)
-CPU_ARG_INT(max, i64, int64_t, CPU_GT)
-CPU_ARG_INT(min, i32, int32_t, CPU_LT)
-CPU_ARG_INT(min, i64, int64_t, CPU_LT)
+
+/* ---- every reducer of every dtype, by the dtype's kind (QT_DTYPE_LIST) */
+#define CPU_REDUCERS_FLOAT(SFX, T)                                                       \
+  CPU_PAIRWISE(cpu_pairwise_##SFX, T)                                                    \
+  CPU_SUM_FLOAT(SFX, T)                                                                  \
+  CPU_RUN_BEST(cpu_runmax_##SFX, T, CPU_GT, 1)                                           \
+  CPU_RUN_BEST(cpu_runmin_##SFX, T, CPU_LT, 1)                                           \
+  CPU_FIRST_NAN(cpu_first_nan_##SFX, T)                                                  \
+  CPU_FIRST_EQ(cpu_first_eq_##SFX, T)                                                    \
+  CPU_RUN_ARG(cpu_runargmax_##SFX, T, CPU_GT, 1)                                         \
+  CPU_RUN_ARG(cpu_runargmin_##SFX, T, CPU_LT, 1)                                         \
+  CPU_MAXMIN_FLOAT(max, SFX, T, CPU_GT)                                                  \
+  CPU_MAXMIN_FLOAT(min, SFX, T, CPU_LT)                                                  \
+  CPU_ARG_FLOAT(max, SFX, T, CPU_GT)                                                     \
+  CPU_ARG_FLOAT(min, SFX, T, CPU_LT)
+#define CPU_REDUCERS_INT(SFX, T)                                                         \
+  CPU_SUM_INT(SFX, T)                                                                    \
+  CPU_RUN_BEST(cpu_runmax_##SFX, T, CPU_GT, 0)                                           \
+  CPU_RUN_BEST(cpu_runmin_##SFX, T, CPU_LT, 0)                                           \
+  CPU_RUN_ARG(cpu_runargmax_##SFX, T, CPU_GT, 0)                                         \
+  CPU_RUN_ARG(cpu_runargmin_##SFX, T, CPU_LT, 0)                                         \
+  CPU_MAXMIN_INT(max, SFX, T, CPU_GT)                                                    \
+  CPU_MAXMIN_INT(min, SFX, T, CPU_LT)                                                    \
+  CPU_ARG_INT(max, SFX, T, CPU_GT)                                                       \
+  CPU_ARG_INT(min, SFX, T, CPU_LT)
+#define CPU_REDUCERS_(P, E, sfx, name, T, U, size, kind) CPU_REDUCERS_##kind(sfx, T)
+QT_DTYPE_LIST(CPU_REDUCERS_, ~)
 
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
+#pragma GCC pop_options  /* ends "tree-vectorize" (every reducer above) */
 #endif
 
 /* [dtype][op]; MEAN shares SUM's reducers. */
-#define CPU_RED_TABLE_ROW(P, SFX)                                                        \
-  { cpu_##P##sum_##SFX, cpu_##P##sum_##SFX, cpu_##P##max_##SFX, cpu_##P##min_##SFX,      \
-    cpu_##P##argmax_##SFX, cpu_##P##argmin_##SFX }
+#define CPU_RED_TABLE_ROW_(P, E, sfx, ...)                                               \
+  [E] = { cpu_##P##sum_##sfx, cpu_##P##sum_##sfx, cpu_##P##max_##sfx, cpu_##P##min_##sfx, \
+          cpu_##P##argmax_##sfx, cpu_##P##argmin_##sfx },
 static const cpu_strided_fold_fn cpu_strided_folds[QT_NDTYPES][QT_NREDOPS] = {
-  CPU_RED_TABLE_ROW(strided_, f32), CPU_RED_TABLE_ROW(strided_, f64),
-  CPU_RED_TABLE_ROW(strided_, i32), CPU_RED_TABLE_ROW(strided_, i64),
+  QT_DTYPE_LIST(CPU_RED_TABLE_ROW_, strided_)
 };
 static const cpu_columns_fold_fn cpu_columns_folds[QT_NDTYPES][QT_NREDOPS] = {
-  CPU_RED_TABLE_ROW(columns_, f32), CPU_RED_TABLE_ROW(columns_, f64),
-  CPU_RED_TABLE_ROW(columns_, i32), CPU_RED_TABLE_ROW(columns_, i64),
+  QT_DTYPE_LIST(CPU_RED_TABLE_ROW_, columns_)
 };
 
 static void cpu_acc_init(cpu_acc *acc, qt_redop op) {
@@ -464,24 +447,17 @@ static void cpu_reduce_finish(const cpu_acc *acc, qt_redop op, qt_dtype src, int
                               char *out) {
   switch (op) {
     case QT_SUM:
-      if (src == QT_F32) *(float *)out = (float)cpu_acc_sum(acc);
-      else if (src == QT_F64) *(double *)out = cpu_acc_sum(acc);
+      if (qt_is_float(src)) qt_scalar_store(src, out, qt_scalar_from_double(cpu_acc_sum(acc)));
       else *(int64_t *)out = (int64_t)acc->u;
       break;
     case QT_MEAN: {
       double m = count > 0 ? cpu_acc_sum(acc) / (double)count : NAN;
-      if (src == QT_F32) *(float *)out = (float)m;
-      else *(double *)out = m;
+      qt_scalar_store(src, out, qt_scalar_from_double(m));
       break;
     }
     case QT_MAX: case QT_MIN:  /* the source's dtype: floats kept in f, integers in i */
-      switch (src) {
-#define CPU_STORE_BEST_(E, name, T, size, is_float)              \
-        case E: *(T *)out = is_float ? (T)acc->f : (T)acc->i; break;
-        QT_DTYPE_LIST(CPU_STORE_BEST_)
-#undef CPU_STORE_BEST_
-        default: break;
-      }
+      qt_scalar_store(src, out, qt_is_float(src) ? qt_scalar_from_double(acc->f)
+                                                 : qt_scalar_i(acc->i));
       break;
     default:
       *(int64_t *)out = acc->pos;
@@ -585,16 +561,10 @@ static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, i
           /* Kahan's -c -> f + c */
           acc.f = columns.f[j], acc.c = -columns.c[j], acc.u = columns.u[j];
         } else {
-          switch (src->dtype) {  /* floats into f, integers into i, as the strided folds */
-#define CPU_LOAD_BEST_(E, name, T, size, is_float)                                \
-            case E:                                                               \
-              if (is_float) acc.f = (double)((const T *)columns.best)[j];         \
-              else acc.i = (int64_t)((const T *)columns.best)[j];                 \
-              break;
-            QT_DTYPE_LIST(CPU_LOAD_BEST_)
-#undef CPU_LOAD_BEST_
-            default: break;
-          }
+          /* floats into f, integers into i, as the strided folds */
+          qt_scalar best = qt_scalar_load(src->dtype, (const char *)columns.best + j * qt_elsize(src->dtype));
+          if (qt_is_float(src->dtype)) acc.f = best.f;
+          else acc.i = best.i;
           acc.pos = columns.at[j];
         }
         cpu_reduce_finish(&acc, op, src->dtype, len, pd + j * d_in * des);
