@@ -18,10 +18,10 @@
 ** instructions per element, and it keeps the number of instantiations (and compile time)
 ** small: dtype x layout, not op x dtype x layout.
 **
-** Semantics are the CPU device's (runtime/cpu/), element for element: integer arithmetic
-** wraps, integer division truncates with x/0 = 0 and INT_MIN/-1 = INT_MIN, integer powers
-** by squaring (negative exponents: 1 for base 1, +-1 for base -1, else 0), comparisons
-** give 1/0, maximum/minimum propagate NaN, float -> int conversion saturates with NaN -> 0.
+** What each op computes on one element is runtime/scalar.h's op lists, expanded here into
+** the in-kernel switches and on the CPU into its row functions: the two devices agree by
+** construction (integer arithmetic wraps, x/0 = 0 for integers, comparisons give 1/0,
+** maximum/minimum propagate NaN, float -> int conversion saturates with NaN -> 0).
 **
 ** Host overhead per call is kept small for tiny tensors (a 16-element add should cost
 ** little more than the launch): no allocation, one launch, one cudaGetLastError.
@@ -31,157 +31,64 @@
 
 #include <type_traits>
 
+#include "dispatch.cuh"
 #include "kernels.h"
+#include "scalar.h"
 
 #define EW_THREADS 256
 
 /* ------------------------------------------------------------------ element functions */
 
-/* Float -> integer like the CPU device: saturating, NaN -> 0. */
-__device__ __forceinline__ int32_t ew_to_i32(double x) {
-  if (x != x) return 0;
-  if (x <= -2147483648.0) return INT32_MIN;
-  if (x >= 2147483647.0) return INT32_MAX;
-  return (int32_t)x;
-}
-__device__ __forceinline__ int64_t ew_to_i64(double x) {
-  if (x != x) return 0;
-  if (x <= -9223372036854775808.0) return INT64_MIN;
-  if (x >= 9223372036854775808.0) return INT64_MAX;
-  return (int64_t)x;
-}
-
+/* x as TD: QT_CONVERT_<dst kind>_<src kind> (scalar.h). */
 template <typename TD, typename TS>
 __device__ __forceinline__ TD ew_convert(TS x) {
-  if constexpr (std::is_same<TD, TS>::value) {
-    return x;
-  } else if constexpr (std::is_floating_point<TD>::value) {
-    return (TD)x;
-  } else if constexpr (std::is_floating_point<TS>::value) {
-    if constexpr (sizeof(TD) == 4) return ew_to_i32((double)x);
-    else return ew_to_i64((double)x);
-  } else {
-    return (TD)x;  /* integer narrowing keeps the low bits, as C does */
-  }
+  typedef typename qt_dtype_traits<TD>::unsigned_type UD;
+  constexpr bool fd = qt_is_float_v<TD>, fs = qt_is_float_v<TS>;
+  if constexpr (std::is_same<TD, TS>::value) return x;
+  else if constexpr (fd && fs) return QT_CONVERT_FLOAT_FLOAT(TD, UD, x);
+  else if constexpr (fd) return QT_CONVERT_FLOAT_INT(TD, UD, x);
+  else if constexpr (fs) return QT_CONVERT_INT_FLOAT(TD, UD, x);
+  else return QT_CONVERT_INT_INT(TD, UD, x);
 }
 
-/* Power by squaring on the 64-bit wrapped product (int32 keeps its low 32 bits). */
-__device__ __forceinline__ int64_t ew_intpow(int64_t base, int64_t e) {
-  if (e < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return (e & 1) ? -1 : 1;
-    return 0;
-  }
-  uint64_t result = 1, b = (uint64_t)base, ue = (uint64_t)e;
-  while (ue) {
-    if (ue & 1) result *= b;
-    b *= b;
-    ue >>= 1;
-  }
-  return (int64_t)result;
-}
+/* One case per op of the list, with the expression of T's kind. The expressions name
+** x, y, T and U (and the unary parameters), so they are in scope here. */
+#define EW_BINOP_CASE_(P, E, name, fexpr, iexpr) \
+  case E: if constexpr (qt_is_float_v<T>) return (T)(fexpr); else return (T)(iexpr);
 
 template <typename T>
 __device__ __forceinline__ T ew_binop(int op, T x, T y) {
-  if constexpr (std::is_floating_point<T>::value) {
-    switch (op) {
-      case QT_ADD: return x + y;
-      case QT_SUB: return x - y;
-      case QT_MUL: return x * y;
-      case QT_DIV: return x / y;
-      case QT_POW:
-        if constexpr (sizeof(T) == 4) return powf(x, y);
-        else return pow(x, y);
-      case QT_EQ: return x == y ? T(1) : T(0);
-      case QT_NE: return x != y ? T(1) : T(0);
-      case QT_LT: return x < y ? T(1) : T(0);
-      case QT_LE: return x <= y ? T(1) : T(0);
-      case QT_GT: return x > y ? T(1) : T(0);
-      case QT_GE: return x >= y ? T(1) : T(0);
-      case QT_MAXIMUM: return (x > y || x != x) ? x : y;
-      case QT_MINIMUM: return (x < y || x != x) ? x : y;
-      default: return T(0);
-    }
-  } else {
-    typedef typename std::make_unsigned<T>::type U;
-    switch (op) {
-      case QT_ADD: return (T)((U)x + (U)y);
-      case QT_SUB: return (T)((U)x - (U)y);
-      case QT_MUL: return (T)((U)x * (U)y);
-      case QT_DIV:
-        if (y == 0) return 0;
-        if (y == -1) return (T)((U)0 - (U)x);
-        return x / y;
-      case QT_POW: return (T)(U)(uint64_t)ew_intpow((int64_t)x, (int64_t)y);
-      case QT_EQ: return x == y ? 1 : 0;
-      case QT_NE: return x != y ? 1 : 0;
-      case QT_LT: return x < y ? 1 : 0;
-      case QT_LE: return x <= y ? 1 : 0;
-      case QT_GT: return x > y ? 1 : 0;
-      case QT_GE: return x >= y ? 1 : 0;
-      case QT_MAXIMUM: return x > y ? x : y;
-      case QT_MINIMUM: return x < y ? x : y;
-      default: return 0;
-    }
+  typedef typename qt_dtype_traits<T>::unsigned_type U;
+  switch (op) {
+    QT_BINOP_LIST(EW_BINOP_CASE_, ~)
+    default: return T(0);
   }
 }
 
 /* Unary parameters: clamp bounds in the dtype for floats, in int64 for integers
-** (the CPU device clamps integers in int64, then narrows). */
+** (integers are clamped in int64, then narrowed). */
 template <typename T>
 struct ew_unary_params {
   T lo_f, hi_f;
   int64_t lo_i, hi_i;
 };
 
+/* Integer dtypes skip the float-only ops (ints == 0): the core casts those first. */
+#define EW_UNOP_CASE_(P, E, name, ints, fexpr, iexpr)                 \
+  case E:                                                             \
+    if constexpr (qt_is_float_v<T>) return (T)(fexpr);           \
+    else if constexpr (ints) return (T)(iexpr);                       \
+    else return T(0);
+
 template <typename T>
 __device__ __forceinline__ T ew_unop(int op, T x, const ew_unary_params<T> &p) {
-  if constexpr (std::is_same<T, float>::value) {
-    switch (op) {
-      case QT_NEG: return -x;
-      case QT_ABS: return fabsf(x);
-      case QT_EXP: return expf(x);
-      case QT_LOG: return logf(x);
-      case QT_SQRT: return sqrtf(x);
-      case QT_TANH: return tanhf(x);
-      case QT_SIGMOID: return 1.0f / (1.0f + expf(-x));
-      case QT_RELU: return x < 0 ? 0.0f : x;
-      case QT_CLAMP:
-        if (x < p.lo_f) x = p.lo_f;
-        if (x > p.hi_f) x = p.hi_f;
-        return x;
-      default: return 0.0f;
-    }
-  } else if constexpr (std::is_same<T, double>::value) {
-    switch (op) {
-      case QT_NEG: return -x;
-      case QT_ABS: return fabs(x);
-      case QT_EXP: return exp(x);
-      case QT_LOG: return log(x);
-      case QT_SQRT: return sqrt(x);
-      case QT_TANH: return tanh(x);
-      case QT_SIGMOID: return 1.0 / (1.0 + exp(-x));
-      case QT_RELU: return x < 0 ? 0.0 : x;
-      case QT_CLAMP:
-        if (x < p.lo_f) x = p.lo_f;
-        if (x > p.hi_f) x = p.hi_f;
-        return x;
-      default: return 0.0;
-    }
-  } else {
-    typedef typename std::make_unsigned<T>::type U;
-    switch (op) {
-      case QT_NEG: return (T)((U)0 - (U)x);
-      case QT_ABS: return x < 0 ? (T)((U)0 - (U)x) : x;
-      case QT_RELU: return x < 0 ? 0 : x;
-      case QT_CLAMP: {
-        int64_t v = (int64_t)x;
-        if (v < p.lo_i) v = p.lo_i;
-        if (v > p.hi_i) v = p.hi_i;
-        return (T)v;
-      }
-      default: return 0;
-    }
+  typedef typename qt_dtype_traits<T>::unsigned_type U;
+  const T lo_f = p.lo_f, hi_f = p.hi_f;
+  const int64_t lo_i = p.lo_i, hi_i = p.hi_i;
+  (void)lo_f; (void)hi_f; (void)lo_i; (void)hi_i;
+  switch (op) {
+    QT_UNOP_LIST(EW_UNOP_CASE_, ~)
+    default: return T(0);
   }
 }
 
@@ -490,13 +397,10 @@ extern "C" int qt_cuda_binary(qt_device *dev, qt_binop op, const qt_view *dst, c
   const qt_view *views[3] = {dst, a, b};
   ew_plan<3> plan;
   ew_plan_make<3>(&plan, views);
-  switch (dst->dtype) {
-    case QT_F32: ew_binary_launch<float>(dev, op, plan); break;
-    case QT_F64: ew_binary_launch<double>(dev, op, plan); break;
-    case QT_I32: ew_binary_launch<int32_t>(dev, op, plan); break;
-    case QT_I64: ew_binary_launch<int64_t>(dev, op, plan); break;
-    default: break;
-  }
+  qt_dtype_switch(dst->dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ew_binary_launch<T>(dev, op, plan);
+  });
   return qt_cuda_check_launch(dev, name, err);
 }
 
@@ -532,13 +436,10 @@ extern "C" int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view 
   const qt_view *views[2] = {dst, a};
   ew_plan<2> plan;
   ew_plan_make<2>(&plan, views);
-  switch (dst->dtype) {
-    case QT_F32: ew_scalar_launch<float>(dev, op, plan, (float)s.f, scalar_first); break;
-    case QT_F64: ew_scalar_launch<double>(dev, op, plan, s.f, scalar_first); break;
-    case QT_I32: ew_scalar_launch<int32_t>(dev, op, plan, (int32_t)s.i, scalar_first); break;
-    case QT_I64: ew_scalar_launch<int64_t>(dev, op, plan, s.i, scalar_first); break;
-    default: break;
-  }
+  qt_dtype_switch(dst->dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ew_scalar_launch<T>(dev, op, plan, qt_scalar_as<T>(s), scalar_first);
+  });
   return qt_cuda_check_launch(dev, name, err);
 }
 
@@ -549,7 +450,7 @@ static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p, qt_scal
   cudaStream_t stream = qt_cuda_context(dev)->stream;
   ew_unary_params<T> params;
   params.lo_f = params.hi_f = T(0);
-  if constexpr (std::is_floating_point<T>::value) {  /* ints use lo_i/hi_i only */
+  if constexpr (qt_is_float_v<T>) {  /* ints use lo_i/hi_i only */
     params.lo_f = (T)lo.f;
     params.hi_f = (T)hi.f;
   }
@@ -586,13 +487,10 @@ extern "C" int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, con
   const qt_view *views[2] = {dst, src};
   ew_plan<2> plan;
   ew_plan_make<2>(&plan, views);
-  switch (dst->dtype) {
-    case QT_F32: ew_unary_launch<float>(dev, op, plan, lo, hi); break;
-    case QT_F64: ew_unary_launch<double>(dev, op, plan, lo, hi); break;
-    case QT_I32: ew_unary_launch<int32_t>(dev, op, plan, lo, hi); break;
-    case QT_I64: ew_unary_launch<int64_t>(dev, op, plan, lo, hi); break;
-    default: break;
-  }
+  qt_dtype_switch(dst->dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ew_unary_launch<T>(dev, op, plan, lo, hi);
+  });
   return qt_cuda_check_launch(dev, name, err);
 }
 
@@ -622,13 +520,10 @@ extern "C" int qt_cuda_fill(qt_device *dev, const qt_view *dst, qt_scalar value,
   const qt_view *views[1] = {dst};
   ew_plan<1> plan;
   ew_plan_make<1>(&plan, views);
-  switch (dst->dtype) {
-    case QT_F32: ew_fill_launch<float>(dev, plan, (float)value.f); break;
-    case QT_F64: ew_fill_launch<double>(dev, plan, value.f); break;
-    case QT_I32: ew_fill_launch<int32_t>(dev, plan, (int32_t)value.i); break;
-    case QT_I64: ew_fill_launch<int64_t>(dev, plan, value.i); break;
-    default: break;
-  }
+  qt_dtype_switch(dst->dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ew_fill_launch<T>(dev, plan, qt_scalar_as<T>(value));
+  });
   return qt_cuda_check_launch(dev, "fill", err);
 }
 
@@ -682,17 +577,6 @@ static void ew_copy_launch(qt_device *dev, const ew_plan<2> &p) {
   }
 }
 
-template <typename TD>
-static void ew_copy_from(qt_device *dev, qt_dtype src_dtype, const ew_plan<2> &p) {
-  switch (src_dtype) {
-    case QT_F32: ew_copy_launch<TD, float>(dev, p); break;
-    case QT_F64: ew_copy_launch<TD, double>(dev, p); break;
-    case QT_I32: ew_copy_launch<TD, int32_t>(dev, p); break;
-    case QT_I64: ew_copy_launch<TD, int64_t>(dev, p); break;
-    default: break;
-  }
-}
-
 /* Same dtype and both dense: the copy engine's device-to-device memcpy (~4 TB/s
 ** counting both ways). A copy onto itself does nothing. */
 extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err) {
@@ -711,12 +595,10 @@ extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *s
                                               qt_cuda_context(dev)->stream),
                          "copy", err);
   }
-  switch (dst->dtype) {
-    case QT_F32: ew_copy_from<float>(dev, src->dtype, plan); break;
-    case QT_F64: ew_copy_from<double>(dev, src->dtype, plan); break;
-    case QT_I32: ew_copy_from<int32_t>(dev, src->dtype, plan); break;
-    case QT_I64: ew_copy_from<int64_t>(dev, src->dtype, plan); break;
-    default: break;
-  }
+  qt_dtype_switch(dst->dtype, [&](auto dst_zero) {
+    qt_dtype_switch(src->dtype, [&](auto src_zero) {
+      ew_copy_launch<decltype(dst_zero), decltype(src_zero)>(dev, plan);
+    });
+  });
   return qt_cuda_check_launch(dev, "copy", err);
 }

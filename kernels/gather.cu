@@ -23,6 +23,7 @@
 */
 #include <string.h>
 
+#include "dispatch.cuh"
 #include "kernels.h"
 
 #define GAT_THREADS 256
@@ -254,12 +255,12 @@ static int gat_check_elsize(const qt_view *v, const char *op, qt_err *err) {
 
 /* The raw bits of `value` in dtype d (scatter of a number). */
 static gat_u64 gat_value_bits(qt_dtype d, qt_scalar value) {
-  switch (d) {
-    case QT_F32: { float f = (float)value.f; gat_u32 b; memcpy(&b, &f, 4); return b; }
-    case QT_F64: { double f = value.f; gat_u64 b; memcpy(&b, &f, 8); return b; }
-    case QT_I32: return (gat_u32)(int32_t)value.i;
-    default: return (gat_u64)value.i;
-  }
+  gat_u64 bits = 0;  /* the low bytes hold the element (little-endian) */
+  qt_dtype_switch(d, [&](auto zero) {
+    auto v = qt_scalar_as<decltype(zero)>(value);
+    memcpy(&bits, &v, sizeof v);
+  });
+  return bits;
 }
 
 /* A view's dims as `count` (dims of size 1 keep whatever stride: they are never stepped). */
@@ -603,13 +604,13 @@ template <typename I>
 static int gat_index_add_by_dtype(qt_device *dev, const qt_view *dst, int dim,
                                   const qt_view *index, const qt_view *src, int64_t n,
                                   qt_err *err) {
-  switch (dst->dtype) {
-    case QT_F32: return gat_index_add_typed<float, I>(dev, dst, dim, index, src, n, err);
-    case QT_F64: return gat_index_add_typed<double, I>(dev, dst, dim, index, src, n, err);
-    case QT_I32: return gat_index_add_typed<int, I>(dev, dst, dim, index, src, n, err);
-    case QT_I64: return gat_index_add_typed<long long, I>(dev, dst, dim, index, src, n, err);
-    default: return qt_errorf(err, "index_add: unsupported dtype %s", qt_dtypes[dst->dtype].name);
-  }
+  int rc = -1;
+  if (!qt_dtype_switch(dst->dtype, [&](auto zero) {
+        using T = typename qt_cuda_word<decltype(zero)>::type;
+        rc = gat_index_add_typed<T, I>(dev, dst, dim, index, src, n, err);
+      }))
+    return qt_errorf(err, "index_add: unsupported dtype %s", qt_dtypes[dst->dtype].name);
+  return rc;
 }
 
 /* dst.select(dim, index[k]) += src.select(dim, k); duplicates accumulate (atomics: the order

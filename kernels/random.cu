@@ -9,6 +9,7 @@
 */
 #include <stdint.h>
 
+#include "dispatch.cuh"
 #include "kernels.h"
 #include "philox.h"
 
@@ -74,12 +75,9 @@ extern "C" int qt_cuda_random(qt_device *dev, qt_random_kind kind, const qt_view
       else random_launch<double, QT_RAND_NORMAL>(dev, dst, seed, offset, 0, 0);
       break;
     default:
-      switch (dst->dtype) {
-        case QT_F32: random_launch<float, QT_RAND_INT>(dev, dst, seed, offset, lo.i, hi.i); break;
-        case QT_F64: random_launch<double, QT_RAND_INT>(dev, dst, seed, offset, lo.i, hi.i); break;
-        case QT_I32: random_launch<int32_t, QT_RAND_INT>(dev, dst, seed, offset, lo.i, hi.i); break;
-        default: random_launch<int64_t, QT_RAND_INT>(dev, dst, seed, offset, lo.i, hi.i); break;
-      }
+      qt_dtype_switch(dst->dtype, [&](auto zero) {
+        random_launch<decltype(zero), QT_RAND_INT>(dev, dst, seed, offset, lo.i, hi.i);
+      });
       break;
   }
   return qt_cuda_check_launch(dev, name, err);

@@ -27,6 +27,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "dispatch.cuh"
 #include "kernels.h"
 
 #define RED_THREADS 256
@@ -656,10 +657,11 @@ extern "C" int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, c
     if (src->dtype == QT_F32) return red_go<red_sum<float, true>>(dev, name, dst, src, dim, false, err);
     return red_go<red_sum<double, true>>(dev, name, dst, src, dim, false, err);
   }
-  switch (src->dtype) {
-    case QT_F32: return red_dispatch_op<float>(dev, op, name, dst, src, dim, err);
-    case QT_F64: return red_dispatch_op<double>(dev, op, name, dst, src, dim, err);
-    case QT_I32: return red_dispatch_op<int>(dev, op, name, dst, src, dim, err);
-    default: return red_dispatch_op<long long>(dev, op, name, dst, src, dim, err);
-  }
+  int rc = -1;
+  if (!qt_dtype_switch(src->dtype, [&](auto zero) {
+        using T = typename qt_cuda_word<decltype(zero)>::type;
+        rc = red_dispatch_op<T>(dev, op, name, dst, src, dim, err);
+      }))
+    return qt_errorf(err, "%s: unsupported dtype %d", name, (int)src->dtype);
+  return rc;
 }

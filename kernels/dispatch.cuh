@@ -1,0 +1,66 @@
+/*
+** dispatch.cuh — the dtype list (runtime/tensor.h) as C++ for the CUDA device.
+**
+** qt_dtype_traits<T> says which dtype a C type is; qt_dtype_switch calls a generic
+** lambda with a value of the C type of a run-time dtype, so a launcher is written once
+** as a template and every dtype of the list reaches it:
+**
+**   qt_dtype_switch(dst->dtype, [&](auto zero) {
+**     using T = decltype(zero);
+**     ew_binary_launch<T>(dev, op, plan);
+**   });
+**
+** CUDA C++ only (included by the .cu files of kernels/).
+*/
+#ifndef QLUA_DISPATCH_CUH
+#define QLUA_DISPATCH_CUH
+
+#include <stdint.h>
+
+#include "scalar.h"
+#include "tensor.h"
+
+template <typename T>
+struct qt_dtype_traits;
+
+#define QT_DISPATCH_TRAITS_(P, E, sfx, name, T, U, size, kind)         \
+  template <>                                                         \
+  struct qt_dtype_traits<T> {                                         \
+    static constexpr qt_dtype dtype = E;                              \
+    static constexpr bool is_float = QT_KIND_IS_FLOAT_##kind;         \
+    typedef U unsigned_type;                                          \
+  };
+QT_DTYPE_LIST(QT_DISPATCH_TRAITS_, ~)
+#undef QT_DISPATCH_TRAITS_
+
+/* Whether T is a float dtype's type (host and device code alike). */
+template <typename T>
+constexpr bool qt_is_float_v = qt_dtype_traits<T>::is_float;
+
+/* Calls f(T()) with T the C type of dtype d; false (f not called) for a value outside
+** the list. */
+template <typename F>
+inline bool qt_dtype_switch(qt_dtype d, F &&f) {
+  switch (d) {
+#define QT_DISPATCH_CASE_(P, E, sfx, name, T, ...) \
+    case E: f(T()); return true;
+    QT_DTYPE_LIST(QT_DISPATCH_CASE_, ~)
+#undef QT_DISPATCH_CASE_
+    default: return false;
+  }
+}
+
+/* A qt_scalar as T, as qt_scalar_store writes it: floats from .f, integers from .i,
+** wrapping. */
+template <typename T>
+inline T qt_scalar_as(qt_scalar s) {
+  if constexpr (qt_is_float_v<T>) return (T)s.f;
+  else return (T)(typename qt_dtype_traits<T>::unsigned_type)(uint64_t)s.i;
+}
+
+/* The type CUDA's atomics and intrinsics take for T: int64_t is `long` on Linux, for
+** which CUDA declares no atomicAdd; `long long` has the same representation. */
+template <typename T> struct qt_cuda_word { typedef T type; };
+template <> struct qt_cuda_word<int64_t> { typedef long long type; };
+
+#endif
