@@ -23,7 +23,7 @@ int qt_cuda_take_index_error(qt_device *dev, qt_err *err);
 /* An empty allocator for ctx->allocator; NULL when out of host memory. */
 struct qt_cuda_allocator *qt_cuda_allocator_new(void);
 
-/* ---- staging for pageable transfers (cuda_device.cu) */
+/* ---- staging for pageable transfers (cuda_transfer.cu) */
 /* ctx->staging, its buffers made on first use; NULL when out of host memory. */
 struct qt_cuda_staging *qt_cuda_staging_new(void);
 /* Undoes qt_cuda_staging_new for a device that failed to open (no buffers made yet). */

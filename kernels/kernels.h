@@ -39,7 +39,7 @@ enum qt_cuda_index_op {
 };
 
 struct qt_cuda_allocator;  /* cuda_alloc.cu */
-struct qt_cuda_staging;    /* cuda_device.cu: pinned buffers for pageable transfers */
+struct qt_cuda_staging;    /* cuda_transfer.cu: pinned buffers for pageable transfers */
 
 typedef struct qt_cuda_ctx {
   int ordinal;
@@ -79,8 +79,9 @@ int qt_cuda_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *e
 void qt_cuda_free(qt_device *dev, void *ptr, size_t nbytes);
 int qt_cuda_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err);
 void qt_cuda_empty_cache(qt_device *dev);
-/* cuda_device.cu: sync, transfers */
+/* cuda_device.cu: sync */
 int qt_cuda_sync(qt_device *dev, qt_err *err);
+/* cuda_transfer.cu: transfers */
 int qt_cuda_upload(qt_device *dev, void *dst, const void *host_src, size_t nbytes, qt_err *err);
 int qt_cuda_download(qt_device *dev, void *host_dst, const void *src, size_t nbytes, qt_err *err);
 /* elementwise.cu */

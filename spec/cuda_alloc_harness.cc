@@ -2,7 +2,8 @@
 ** cuda_alloc_harness.cc — the GPU caching allocator of kernels/cuda_alloc.cu, run where
 ** there is no GPU: its compiled object (build/obj/kernels/cuda_alloc.o, unchanged), with
 ** the objects it needs to be opened and called (cuda_device.o: the context,
-** qt_cuda_device_open and the slot table), linked against a model of the CUDA runtime
+** qt_cuda_device_open and the slot table; cuda_transfer.o: the transfer slots and the
+** staging that empty_cache gives back), linked against a model of the CUDA runtime
 ** defined here. Device memory is address space only (the allocator never touches it); the
 ** model counts what is held from the "driver", refuses allocations past its capacity, and
 ** remembers whether work may be queued on the stream, so that a cudaFree with kernels
@@ -33,8 +34,8 @@
 **
 ** Built and run by spec/cuda_alloc_spec.lua (make test); by hand, from the project root:
 **   c++ -std=c++17 -O2 -Iruntime -I/usr/local/cuda/include spec/cuda_alloc_harness.cc \
-**       build/obj/kernels/cuda_alloc.o build/obj/kernels/cuda_device.o -lpthread \
-**       -o /tmp/alloc-harness && /tmp/alloc-harness
+**       build/obj/kernels/cuda_alloc.o build/obj/kernels/cuda_device.o \
+**       build/obj/kernels/cuda_transfer.o -lpthread -o /tmp/alloc-harness && /tmp/alloc-harness
 ** Optional arguments: soak iterations per replay (default 60000) and replays (default 4).
 */
 #include <cuda_runtime_api.h>
