@@ -1,7 +1,8 @@
 /*
-** cuda_device.cu — the CUDA device: context, error mapping, pinned host memory, sync, and
-** the slot table. The caching allocator is in cuda_alloc.cu, host<->device transfers in
-** cuda_transfer.cu; cuda_internal.h declares what the three share.
+** cuda_device.cu — the CUDA device: context, error mapping, sync and the index-error
+** record, the devices (count, name, open) and the slot table. The caching allocator is in
+** cuda_alloc.cu, host<->device transfers in cuda_transfer.cu (cuda_internal.h declares
+** what the three share), pinned host memory for the CPU device in cuda_host.cu.
 **
 ** One qt_cuda_ctx per GPU ordinal, created once by qt_cuda_device_open (device.c calls it
 ** under its registry lock) and kept for the life of the process. Every op of a device is
@@ -16,16 +17,12 @@
 **
 ** Who owns what: the context owns its stream, the index-error record, the allocator
 ** (cuda_alloc.cu, which owns every device segment it got from cudaMalloc) and the staging
-** struct (cuda_transfer.cu: the pinned buffers for pageable transfers). The pinned host cache
-** owns page-locked blocks handed to the CPU device (qt_cuda_host_alloc).
+** struct (cuda_transfer.cu: the pinned buffers for pageable transfers). The pinned host
+** cache (cuda_host.cu) owns page-locked blocks handed to the CPU device.
 */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <map>
-#include <vector>
 
 /* device.h declares the qt_cuda_* entry points defined here only under QLUA_CUDA. The
 ** Makefile defines it for every kernels/ file (QNVCCFLAGS), and for runtime/ when it builds
@@ -153,106 +150,6 @@ extern "C" int qt_cuda_sync(qt_device *dev, qt_err *err) {
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
   if (qt_cuda_check(dev, cudaStreamSynchronize(ctx->stream), "sync", err) != 0) return -1;
   return qt_cuda_take_index_error(dev, err);
-}
-
-/* ------------------------------------------------------------------ pinned host memory */
-
-/*
-** Page-locked blocks for the CPU device's tensors (>= 64 KiB when a GPU is present), so
-** that :gpu() and :cpu() run at the PCIe limit. cudaHostAlloc costs milliseconds, so freed
-** blocks are cached by size class: sizes round up to the next 2^k or 1.5 * 2^k (at most a
-** third wasted), at least 64 KiB. The cache is bounded: a freed block that would take it
-** past 2 GiB is returned to the driver at once. Process-wide (portable memory serves
-** every GPU), one mutex.
-*/
-
-#define HOST_MIN_BLOCK ((size_t)64 << 10)
-#define HOST_CACHE_LIMIT ((size_t)2 << 30)
-
-static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
-static std::map<size_t, std::vector<void *> > *host_cache = NULL;
-static size_t host_cached_bytes = 0;
-
-static pthread_once_t host_usable_once = PTHREAD_ONCE_INIT;
-static bool host_usable = false;
-
-static void host_check_usable(void) { host_usable = qt_cuda_device_count() > 0; }
-
-static size_t host_round(size_t nbytes) {
-  if (nbytes <= HOST_MIN_BLOCK) return HOST_MIN_BLOCK;
-  size_t p = HOST_MIN_BLOCK;
-  while (p < nbytes) {
-    if (p + p / 2 >= nbytes) return p + p / 2;
-    if (p > ((size_t)1 << 62)) return nbytes;  /* absurd sizes: exact */
-    p *= 2;
-  }
-  return p;
-}
-
-/* Gives every cached block back (host_lock held). */
-static void host_release_cached(void) {
-  if (host_cache == NULL) return;
-  for (auto &entry : *host_cache)
-    for (void *p : entry.second) cudaFreeHost(p);
-  host_cache->clear();
-  host_cached_bytes = 0;
-  (void)cudaGetLastError();
-}
-
-extern "C" int qt_cuda_host_alloc(size_t nbytes, void **ptr) {
-  pthread_once(&host_usable_once, host_check_usable);
-  if (!host_usable) return -1;
-  size_t size = host_round(nbytes);
-  pthread_mutex_lock(&host_lock);
-  if (host_cache == NULL) host_cache = new (std::nothrow) std::map<size_t, std::vector<void *> >();
-  if (host_cache != NULL) {
-    auto it = host_cache->find(size);
-    if (it != host_cache->end() && !it->second.empty()) {
-      *ptr = it->second.back();
-      it->second.pop_back();
-      host_cached_bytes -= size;
-      pthread_mutex_unlock(&host_lock);
-      return 0;
-    }
-  }
-  void *p = NULL;
-  cudaError_t status = cudaHostAlloc(&p, size, cudaHostAllocPortable);
-  if (status != cudaSuccess && host_cached_bytes > 0) {
-    (void)cudaGetLastError();
-    host_release_cached();
-    status = cudaHostAlloc(&p, size, cudaHostAllocPortable);
-  }
-  pthread_mutex_unlock(&host_lock);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
-    return -1;
-  }
-  *ptr = p;
-  return 0;
-}
-
-extern "C" void qt_cuda_host_free(void *ptr, size_t nbytes) {
-  if (ptr == NULL) return;
-  size_t size = host_round(nbytes);
-  pthread_mutex_lock(&host_lock);
-  bool cached = false;
-  if (host_cache != NULL && host_cached_bytes + size <= HOST_CACHE_LIMIT) {
-    try {
-      (*host_cache)[size].push_back(ptr);
-      host_cached_bytes += size;
-      cached = true;
-    } catch (...) {
-      cached = false;
-    }
-  }
-  pthread_mutex_unlock(&host_lock);
-  if (!cached && cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
-}
-
-extern "C" void qt_cuda_host_empty_cache(void) {
-  pthread_mutex_lock(&host_lock);
-  host_release_cached();
-  pthread_mutex_unlock(&host_lock);
 }
 
 /* ------------------------------------------------------------------ devices */

@@ -6,6 +6,11 @@
 ** the device-slot function declared here (extern "C", the signature of its slot in
 ** qt_device_iface), which cuda_device.cu puts in the table.
 **
+** The device itself: cuda_device.cu (context, errors, sync, open, the slot table),
+** cuda_alloc.cu (the caching allocator), cuda_transfer.cu (host<->device copies) and
+** cuda_host.cu (pinned host memory for the CPU device); cuda_internal.h declares what the
+** first three share beyond this header.
+**
 ** Every CUDA call and every launch is checked through qt_cuda_check(); a sticky error
 ** (illegal address and friends) marks the device broken, and qt_cuda_enter() refuses
 ** every later op with the original message instead of crashing.
