@@ -7,6 +7,7 @@
 #   make deps       installs the Debian packages the build and the tests need
 #   make install    PREFIX=/usr/local
 #   make fuzz / asan / valgrind / embed   reliability checks (see the section at the end)
+#   make extension  the sample C extension, $(BUILD)/extension/gather_ext.so (needs CUDA)
 #
 # Lua comes from pkg-config (LUA_CFLAGS / LUA_LIBS override it); CUDA=auto builds the
 # CUDA device when nvcc is found, CUDA=0 builds a CPU-only qlua.
@@ -116,6 +117,26 @@ test: all
 
 demo: all
 	$(QLUA) samples/demo.lua
+
+# ---- a C extension module with its own CUDA kernel (samples/extension/, docs/API.md "C
+# extensions"): nvcc -shared against qlua.h only; the qlua that loads it provides the Lua
+# and qlua symbols, so it needs no qlua build. With CUDA=0 it says so and builds nothing
+# (status 0); `make all` never builds it.
+EXT_DIR := samples/extension
+EXT_SO  := $(BUILD)/extension/gather_ext.so
+.PHONY: extension
+ifeq ($(CUDA),1)
+extension: $(EXT_SO)
+$(EXT_SO): $(EXT_DIR)/gather_ext.c $(EXT_DIR)/gather_kernel.cu $(EXT_DIR)/gather_kernel.h \
+           runtime/qlua.h runtime/tensor.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -shared $(CUDA_ARCH) -O3 -cudart shared -Xcompiler -fPIC,-Wall,-Wextra \
+	  -Xlinker -rpath,$(CUDA_HOME)/lib64 -Iruntime $(LUA_CFLAGS) -o $@ \
+	  $(EXT_DIR)/gather_ext.c $(EXT_DIR)/gather_kernel.cu
+else
+extension:
+	@echo "make extension: needs CUDA (nvcc); this build has CUDA=0, so nothing was built"
+endif
 
 # ---- benchmarks: qlua vs raw CUDA/cuBLAS (bench/baseline.cu) and vs NumPy, in one run
 PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' 2>/dev/null && { echo $$p; break; }; done)
