@@ -10,7 +10,7 @@
 #include "kernels.h"
 
 extern "C" {
-/* ---- context (cuda_device.cu) */
+/* ---- context (cuda_context.cu) */
 /* Makes ordinal the calling thread's current device; no CUDA call when it already is (the
 ** thread's last qt_cuda_make_current set it). Every cudaSetDevice of qlua goes through
 ** here, so that the thread's record stays true. */

@@ -6,10 +6,11 @@
 ** the device-slot function declared here (extern "C", the signature of its slot in
 ** qt_device_iface), which cuda_device.cu puts in the table.
 **
-** The device itself: cuda_device.cu (context, errors, sync, open, the slot table),
-** cuda_alloc.cu (the caching allocator), cuda_transfer.cu (host<->device copies) and
-** cuda_host.cu (pinned host memory for the CPU device); cuda_internal.h declares what the
-** first three share beyond this header.
+** The device itself: cuda_device.cu (sync, open, the slot table), cuda_context.cu (the
+** current device, errors, launch sizes: below every other file), cuda_alloc.cu (the
+** caching allocator), cuda_transfer.cu (host<->device copies), cuda_host.cu (pinned host
+** memory for the CPU device) and rtc.cu (user kernels: NVRTC, modules, launches);
+** cuda_internal.h declares what they share beyond this header.
 **
 ** Every CUDA call and every launch is checked through qt_cuda_check(); a sticky error
 ** (illegal address and friends) marks the device broken, and qt_cuda_enter() refuses
@@ -61,7 +62,7 @@ typedef struct qt_cuda_ctx {
 
 static inline qt_cuda_ctx *qt_cuda_context(qt_device *dev) { return (qt_cuda_ctx *)dev->context; }
 
-/* ---------------------------------------------- helpers (cuda_device.cu, cuda_alloc.cu) */
+/* ---------------------------------------------- helpers (cuda_context.cu, cuda_alloc.cu) */
 
 extern "C" {
 /* Makes dev current for the calling thread and refuses a broken device. */

@@ -1,7 +1,8 @@
 --[[
 The GPU caching allocator without a GPU (issue 9, item 10): spec/cuda_alloc_harness.cc
 links the CUDA device's compiled objects (obj/kernels/cuda_alloc.o, the allocator, with
-cuda_device.o and cuda_transfer.o, which open the device and complete its slot table, of
+cuda_device.o, cuda_context.o and cuda_transfer.o, which open the device, check its CUDA
+calls and complete its slot table, of
 the build under test, unchanged) against a model of the CUDA runtime and checks the
 allocator's stats, its cache bound, its out-of-memory path, and samples/soak.lua replayed
 (reserved memory within 2x the peak of allocated). See the harness for what each part
@@ -18,7 +19,7 @@ local BUILD = QLUA:match("^(.*)/[^/]*$") or "."
 -- The allocator, and what it needs to be opened and called (the context, the slot table,
 -- the staging that empty_cache gives back).
 local OBJECTS = {}
-for _, name in ipairs({ "cuda_alloc", "cuda_device", "cuda_transfer" }) do
+for _, name in ipairs({ "cuda_alloc", "cuda_device", "cuda_context", "cuda_transfer" }) do
   OBJECTS[#OBJECTS + 1] = BUILD .. "/obj/kernels/" .. name .. ".o"
 end
 
