@@ -87,6 +87,14 @@ static const qt_device_iface cuda_iface = {
   /* .index_add     = */ qt_cuda_index_add,
   /* .matmul        = */ qt_cuda_matmul,
   /* .random        = */ qt_cuda_random,
+  /* .native_stream = */ qt_cuda_native_stream,
+  /* .compiler_id   = */ qt_cuda_compiler_id,
+  /* .compile       = */ qt_cuda_compile,
+  /* .module_load   = */ qt_cuda_module_load,
+  /* .module_unload = */ qt_cuda_module_unload,
+  /* .module_kernels= */ qt_cuda_module_kernels,
+  /* .kernel_get    = */ qt_cuda_kernel_get,
+  /* .launch        = */ qt_cuda_launch,
 };
 
 /* Opens ordinal: stream, the mapped index-error record, staging, the allocator. A failure

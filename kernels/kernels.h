@@ -102,6 +102,19 @@ int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view 
 /* random.cu */
 int qt_cuda_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
                    uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err);
+/* rtc.cu: code the user brings (NVRTC, modules, launches) */
+void *qt_cuda_native_stream(qt_device *dev);
+int qt_cuda_compiler_id(qt_device *dev, char *buf, size_t len, qt_err *err);
+int qt_cuda_compile(qt_device *dev, const qt_compile_job *job, qt_compile_result *out, qt_err *err);
+int qt_cuda_module_load(qt_device *dev, const void *image, size_t nbytes, void **module,
+                        qt_err *err);
+void qt_cuda_module_unload(qt_device *dev, void *module);
+int qt_cuda_module_kernels(qt_device *dev, void *module, void (*each)(const char *, void *),
+                           void *arg, qt_err *err);
+int qt_cuda_kernel_get(qt_device *dev, void *module, const char *name, void **kernel,
+                       qt_kernel_info *info, qt_err *err);
+int qt_cuda_launch(qt_device *dev, void *kernel, const qt_launch_cfg *cfg, void **args,
+                   qt_err *err);
 /* reduce.cu */
 int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
                    qt_err *err);

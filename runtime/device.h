@@ -84,6 +84,45 @@ static inline bool qt_unop_takes_ints(qt_unop op) {
 ** every device produces the same numbers for the same seed. */
 typedef enum qt_random_kind { QT_RAND_UNIFORM, QT_RAND_NORMAL, QT_RAND_INT } qt_random_kind;
 
+/* A compile request for the compile slot. */
+typedef struct qt_compile_job {
+  const char *source;
+  const char *program;                /* its name in messages ("kernel.cu") */
+  int noptions;
+  const char *const *options;         /* "-DN=4", "--use_fast_math", ... */
+  int nheaders;
+  const char *const *header_names;    /* #include "<name>" finds header_sources[k] */
+  const char *const *header_sources;
+  int nexpressions;
+  const char *const *expressions;     /* template instantiations to name ("axpy<float>") */
+} qt_compile_job;
+
+/* What compile gives back; every pointer is malloc'd and the caller's to free
+** (qt_compile_result_free in ops.h). */
+typedef struct qt_compile_result {
+  char *image;
+  size_t image_size;
+  char **lowered;                     /* the mangled name of each expression */
+  int nlowered;
+} qt_compile_result;
+
+#define QT_KERNEL_MAXPARAMS 64
+/* A kernel's parameter layout and the limits a launch must respect. */
+typedef struct qt_kernel_info {
+  int nparams;                         /* -1 when the device cannot tell */
+  size_t param_size[QT_KERNEL_MAXPARAMS];
+  int num_regs;
+  int max_threads;                     /* per block, for this kernel */
+  size_t static_shared;                /* bytes */
+  size_t max_dynamic_shared;           /* bytes, with the opt-in raised as far as it goes */
+  unsigned max_block[3], max_grid[3];  /* the device's limits per dimension */
+} qt_kernel_info;
+
+typedef struct qt_launch_cfg {
+  unsigned grid[3], block[3];
+  size_t shared;                       /* dynamic shared memory, bytes */
+} qt_launch_cfg;
+
 typedef struct qt_memory_stats {
   int64_t allocated;  /* bytes in live allocations */
   int64_t reserved;   /* bytes held from the driver (allocated + cached) */
@@ -165,6 +204,32 @@ typedef struct qt_device_iface {
   /* UNIFORM [0,1), NORMAL (mean 0, sd 1), INT uniform in [lo.i, hi.i]. */
   int (*random)(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
                 uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err);
+
+  /* ---- code the user brings (qlua.kernel, qlua.module, C extensions) ----
+  ** NULL on a device that cannot run it (the CPU); the core then says so. */
+  /* The queue this device's work runs on, in order (a cudaStream_t). */
+  void *(*native_stream)(qt_device *dev);
+  /* What compiled code for this device depends on, as text for cache keys ("nvrtc 13.0
+  ** sm_90"); loads the compiler on first use, or fails saying what is missing. */
+  int (*compiler_id)(qt_device *dev, char *buf, size_t len, qt_err *err);
+  /* Compiles job->source for this device; on success out holds the image (and lowered
+  ** names), on a compile error the message carries the compiler's log. */
+  int (*compile)(qt_device *dev, const qt_compile_job *job, qt_compile_result *out,
+                 qt_err *err);
+  /* Loads an image (PTX, cubin or fatbin); *module is the device's handle. */
+  int (*module_load)(qt_device *dev, const void *image, size_t nbytes, void **module,
+                     qt_err *err);
+  void (*module_unload)(qt_device *dev, void *module);
+  /* The kernels a module defines: calls each(name, arg) once per kernel. */
+  int (*module_kernels)(qt_device *dev, void *module, void (*each)(const char *, void *),
+                        void *arg, qt_err *err);
+  /* A kernel of the module by (lowered) name, with its parameter layout and limits. */
+  int (*kernel_get)(qt_device *dev, void *module, const char *name, void **kernel,
+                    qt_kernel_info *info, qt_err *err);
+  /* Queues kernel(args) on native_stream. args[k] points at parameter k's bytes, which
+  ** are copied at the call. The core has checked cfg against the info's limits. */
+  int (*launch)(qt_device *dev, void *kernel, const qt_launch_cfg *cfg, void **args,
+                qt_err *err);
 } qt_device_iface;
 
 struct qt_device {
@@ -191,7 +256,7 @@ qt_device *qt_gpu_device(int ordinal, qt_err *err);
 /* The GPU's marketing name ("NVIDIA H200"), or NULL with a message. */
 const char *qt_gpu_name(int ordinal, qt_err *err);
 
-/* ---- what the CUDA device provides (kernels/cuda_device.cu) ----
+/* ---- what the CUDA device provides (kernels/cuda_device.cu, cuda_host.cu) ----
 ** device.c calls these only when built with QLUA_CUDA defined. */
 #ifdef QLUA_CUDA
 int qt_cuda_device_count(void);                       /* 0 on any error; silent */

@@ -49,6 +49,10 @@ typedef struct qt_ctx {
   uint64_t rng_offset;
   bool allow_tf32;           /* qlua.set_tf32 */
   int current_gpu;           /* what "gpu" means without an ordinal */
+  /* Compiled user kernels of this state (ops_kernel.c); freed with the context through
+  ** kernel_cache_free, so the storage code below the ops needs no name of theirs. */
+  void *kernel_cache;
+  void (*kernel_cache_free)(void *cache);
 } qt_ctx;
 
 qt_ctx *qt_ctx_new(void);    /* NULL when out of memory */
@@ -165,6 +169,115 @@ int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
 /* 1-D.1-D (0-d result), 2-D@1-D, 1-D@2-D, 2-D@2-D, and batched (>= 3-D, batch dims
 ** broadcast); float32/float64, both of one dtype; same device. */
 int qt_matmul(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b);
+
+/* ---------------------------------------------------------------- code the user brings */
+/* (ops_kernel.c, over the device's compile/module/launch slots: CUDA only.) */
+
+typedef struct qt_module qt_module;  /* a loaded module on one device; reference counted */
+typedef struct qt_kernel qt_kernel;  /* one kernel of a module with its signature; counted */
+
+/* A kernel parameter as the source (or a signature string) declares it. */
+typedef enum qt_param_kind {
+  QT_PARAM_POINTER, QT_PARAM_I32, QT_PARAM_U32, QT_PARAM_I64, QT_PARAM_U64,
+  QT_PARAM_F32, QT_PARAM_F64, QT_PARAM_BOOL
+} qt_param_kind;
+#define QT_PARAM_ANY_DTYPE (-1)   /* void *: a tensor of any dtype */
+#define QT_PARAM_NO_DTYPE (-2)    /* a pointee qlua has no dtype for (yet) */
+typedef struct qt_param {
+  qt_param_kind kind;
+  int dtype;          /* pointers: the qt_dtype pointed at, or one of the two above */
+  bool is_const;      /* pointers: const pointee */
+  char type[40];      /* as declared, normalised ("const float *") */
+  char name[40];      /* "" when the declaration names none */
+} qt_param;
+
+typedef struct qt_kernel_opts {
+  int noptions;
+  const char *const *options;       /* NVRTC options: -D..., --use_fast_math, -I..., -std=... */
+  int nheaders;
+  const char *const *header_names;
+  const char *const *header_sources;
+  int nexpressions;
+  const char *const *expressions;   /* template instantiations ("axpy<float>") */
+  const char *signature;            /* overrides the declaration's parameters, or NULL */
+} qt_kernel_opts;
+
+/* Compiles source for dev (NVRTC) and returns its kernel `name` (a plain name, or a
+** template instantiation "axpy<float>", which is added to the expressions). The same
+** source, options, headers and GPU architecture give the module from the in-memory
+** cache, else from the disk cache ($XDG_CACHE_HOME/qlua/kernels; QLUA_KERNEL_CACHE=0
+** turns it off), else compile. */
+int qt_kernel_compile(qt_ctx *ctx, qt_kernel **out, qt_device *dev, const char *source,
+                      const char *name, const qt_kernel_opts *opts);
+/* Loads PTX, cubin or fatbin on dev. */
+int qt_module_load(qt_ctx *ctx, qt_module **out, qt_device *dev, const void *image,
+                   size_t nbytes);
+/* The kernel `name` of a module; signature: its parameters ("float *x, int n"), or NULL
+** when only the sizes the module records are to be checked. */
+int qt_module_kernel(qt_ctx *ctx, qt_kernel **out, qt_module *m, const char *name,
+                     const char *signature);
+int qt_module_kernel_names(qt_ctx *ctx, qt_module *m, void (*each)(const char *, void *),
+                           void *arg);
+qt_device *qt_module_device(const qt_module *m);
+void qt_module_release(qt_module *m);
+void qt_kernel_release(qt_kernel *k);
+const char *qt_kernel_name(const qt_kernel *k);
+qt_device *qt_kernel_device(const qt_kernel *k);
+/* The parameters; -1 when unknown (a module kernel without a signature). */
+int qt_kernel_nparams(const qt_kernel *k);
+const qt_param *qt_kernel_param(const qt_kernel *k, int i);
+const qt_kernel_info *qt_kernel_limits(const qt_kernel *k);
+
+/* One launch argument: a tensor (its device pointer), or a number or boolean. */
+typedef struct qt_kernel_arg {
+  const qt_tensor *tensor;  /* NULL for a number */
+  qt_scalar value;
+  bool is_float;            /* the number was a Lua float */
+  bool is_bool;             /* a Lua boolean (value.i is 0 or 1) */
+} qt_kernel_arg;
+
+/* Checks every argument against the signature (count, tensor device and dtype and
+** contiguity, numbers in range) and cfg against the kernel's and device's limits, then
+** queues the kernel on the device's stream. Nothing reaches the GPU on an error. */
+int qt_kernel_launch(qt_ctx *ctx, qt_kernel *k, const qt_launch_cfg *cfg, int nargs,
+                     const qt_kernel_arg *args);
+/* The same for callers that packed the parameters themselves (args[k] points at
+** parameter k's bytes); cfg is still checked. */
+int qt_kernel_launch_packed(qt_ctx *ctx, qt_kernel *k, const qt_launch_cfg *cfg, void **args);
+/* ---- kernels written from expressions (ops_codegen.c): qlua.elementwise, qlua.reduction */
+typedef struct qt_codegen qt_codegen;  /* reference counted */
+/* in_params / out_params: "float32 x, float32 y" or with type variables "T x, T y";
+** body: CUDA C++ run for every element, seeing each parameter by name (outputs as
+** references), `i` (the element's row-major index) and `n` (the count). */
+int qt_elementwise_new(qt_ctx *ctx, qt_codegen **out, const char *in_params,
+                       const char *out_params, const char *body, const char *name,
+                       const char *preamble);
+typedef struct qt_reduction_spec {
+  const char *in_params, *out_params;  /* one output */
+  const char *map_expr;       /* each element's value, from the inputs (and `i`) */
+  const char *reduce_expr;    /* combines a and b */
+  const char *post_map_expr;  /* writes the output from a (default "<out> = a") */
+  const char *identity;       /* the start value */
+  const char *reduce_type;    /* the partials' dtype or type variable (default: the output's) */
+  const char *name, *preamble;
+} qt_reduction_spec;
+int qt_reduction_new(qt_ctx *ctx, qt_codegen **out, const qt_reduction_spec *spec);
+int qt_codegen_nin(const qt_codegen *g);
+int qt_codegen_nout(const qt_codegen *g);
+/* Calls it on nin inputs (tensors or numbers, broadcast together) and up to nout given
+** outputs (the rest are allocated); results[0..nout) receive a reference to every output.
+** dim: a reduction's dim (0-based), or -1 for everything; ignored by elementwise. */
+int qt_codegen_call(qt_ctx *ctx, qt_codegen *g, int nargs, const qt_kernel_arg *args, int dim,
+                    qt_tensor *results);
+void qt_codegen_release(qt_codegen *g);
+
+/* Frees what a compile slot gave back. */
+void qt_compile_result_free(qt_compile_result *r);
+/* Forgets the in-memory cache and empties the disk cache directory. */
+int qt_kernel_cache_clear(qt_ctx *ctx);
+/* The queue dev runs its work on (a cudaStream_t), for C code that launches its own
+** kernels in order with qlua's; an error for a device without one (the CPU). */
+int qt_native_stream(qt_ctx *ctx, qt_device *dev, void **stream);
 
 #ifdef __cplusplus
 }

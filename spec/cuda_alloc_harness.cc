@@ -243,6 +243,19 @@ int qt_cuda_binary_scalar(qt_device *, qt_binop, const qt_view *, const qt_view 
                           bool, qt_err *) { return -1; }
 int qt_cuda_unary(qt_device *, qt_unop, const qt_view *, const qt_view *, qt_scalar, qt_scalar,
                   qt_err *) { return -1; }
+void *qt_cuda_native_stream(qt_device *) { return NULL; }
+int qt_cuda_compiler_id(qt_device *, char *, size_t, qt_err *) { return -1; }
+int qt_cuda_compile(qt_device *, const qt_compile_job *, qt_compile_result *, qt_err *) {
+  return -1;
+}
+int qt_cuda_module_load(qt_device *, const void *, size_t, void **, qt_err *) { return -1; }
+void qt_cuda_module_unload(qt_device *, void *) {}
+int qt_cuda_module_kernels(qt_device *, void *, void (*)(const char *, void *), void *,
+                           qt_err *) { return -1; }
+int qt_cuda_kernel_get(qt_device *, void *, const char *, void **, qt_kernel_info *, qt_err *) {
+  return -1;
+}
+int qt_cuda_launch(qt_device *, void *, const qt_launch_cfg *, void **, qt_err *) { return -1; }
 int qt_cuda_random(qt_device *, qt_random_kind, const qt_view *, uint64_t, uint64_t, qt_scalar,
                    qt_scalar, qt_err *) { return -1; }
 int qt_cuda_reduce(qt_device *, qt_redop, const qt_view *, const qt_view *, int, qt_err *) {

@@ -161,6 +161,11 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
 /* The totable method: nested tables of the tensor's values (a number for a 0-d one). */
 int lq_totable(lua_State *L);
 
+/* ---- l_kernel.c: qlua.kernel, qlua.module, qlua.elementwise, qlua.reduction */
+/* Makes the qlua.Kernel and qlua.Module metatables and puts the module functions into
+** the table at module_idx. */
+void lq_open_kernel(lua_State *L, int box_idx, int module_idx);
+
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */
 

@@ -46,8 +46,10 @@ void qt_ctx_retain(qt_ctx *ctx) {
 }
 
 void qt_ctx_release(qt_ctx *ctx) {
-  if (ctx != NULL && atomic_fetch_sub_explicit(&ctx->refcount, 1, memory_order_acq_rel) == 1)
+  if (ctx != NULL && atomic_fetch_sub_explicit(&ctx->refcount, 1, memory_order_acq_rel) == 1) {
+    if (ctx->kernel_cache_free != NULL) ctx->kernel_cache_free(ctx->kernel_cache);
     free(ctx);
+  }
 }
 
 /* ================================================================== storages */

@@ -181,6 +181,15 @@ static const qt_device_iface cpu_iface = {
   /* .index_add     = */ cpu_index_add,
   /* .matmul        = */ cpu_matmul,
   /* .random        = */ cpu_random,
+  /* code the user brings runs on GPUs only: the core says so for the CPU */
+  /* .native_stream = */ NULL,
+  /* .compiler_id   = */ NULL,
+  /* .compile       = */ NULL,
+  /* .module_load   = */ NULL,
+  /* .module_unload = */ NULL,
+  /* .module_kernels= */ NULL,
+  /* .kernel_get    = */ NULL,
+  /* .launch        = */ NULL,
 };
 
 const qt_device_iface *qt_cpu_iface(void) { return &cpu_iface; }
