@@ -150,8 +150,9 @@ void qlua_setfuncs(lua_State *L, const luaL_Reg *l);
 ** (t:free()), and possibly for a tensor with no elements. Never raises. */
 void *qlua_data(const qt_tensor *t);
 
-/* The CUDA ordinal of t's GPU (0, 1, ...), or -1 for a CPU tensor (and one that holds
-** nothing). A freed tensor keeps its device. Never raises. */
+/* The CUDA ordinal of t's GPU (0, 1, ...), or -1 for a CPU tensor and for one that holds
+** nothing (t:free() empties the tensor it is called on; views of the freed storage keep
+** its device). Never raises. */
 int qlua_gpu_index(const qt_tensor *t);
 
 /* The cudaStream_t that qlua queues all its work for t's GPU on, as a void * (cast it:
