@@ -9,9 +9,17 @@
 //
 // Output: one CSV line per case on stdout: `case,seconds_per_call`.
 // A case may be selected by name: `baseline gather_1m matmul_4096`.
+//
+// User kernels (issue 11): kernel_launch_16 launches add16 (the same source bench.lua hands
+// to qlua.kernel, here compiled by nvcc) with <<<>>>; elementwise_64m is z = x*x + y, one
+// element per thread, 256 threads; compile_cold is NVRTC's own cost for add16 (create,
+// compile for this GPU's sm, get the cubin, destroy), with NVRTC loaded by dlopen as qlua
+// loads it, so this program links nothing more than cuBLAS.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nvrtc.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -19,7 +27,10 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <string>
 #include <vector>
+
+#include <sys/stat.h>
 
 #define CHECK(call)                                                                  \
   do {                                                                               \
@@ -85,6 +96,124 @@ __global__ void gather_rows(float *out, const float *src, const long long *idx, 
 __global__ void add_small(float *out, const float *a, const float *b, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = a[i] + b[i];
+}
+
+// The user-kernel cases' kernels. ADD16_SRC is bench.lua's ADD16 text, for compile_cold;
+// add16 below is the same kernel, compiled by nvcc, for kernel_launch_16.
+static const char *ADD16_SRC =
+    "extern \"C\" __global__ void add16(float *y, const float *x, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] += x[i];\n"
+    "}\n";
+
+extern "C" __global__ void add16(float *y, const float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+// z = x*x + y, one element per thread
+__global__ void square_add(float *z, const float *x, const float *y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) z[i] = x[i] * x[i] + y[i];
+}
+
+// NVRTC's entry points, typed from nvrtc.h, found with dlsym (nothing links against NVRTC).
+struct nvrtc_api {
+  decltype(&nvrtcGetErrorString) error_string;
+  decltype(&nvrtcCreateProgram) create;
+  decltype(&nvrtcDestroyProgram) destroy;
+  decltype(&nvrtcCompileProgram) compile;
+  decltype(&nvrtcGetCUBINSize) cubin_size;
+  decltype(&nvrtcGetCUBIN) cubin;
+  decltype(&nvrtcAddNameExpression) add_name;
+  decltype(&nvrtcGetLoweredName) lowered_name;
+  decltype(&nvrtcGetProgramLogSize) log_size;
+  decltype(&nvrtcGetProgramLog) log;
+};
+
+// QLUA_NVRTC, then dlopen's own search, then $CUDA_HOME/lib64 and /usr/local/cuda/lib64.
+static bool nvrtc_load(nvrtc_api *api) {
+  char soname[64], home[600], local[600];
+  snprintf(soname, sizeof soname, "libnvrtc.so.%d", CUDART_VERSION / 1000);
+  const char *cuda_home = getenv("CUDA_HOME");
+  snprintf(home, sizeof home, "%s/lib64/%s", cuda_home ? cuda_home : "/usr/local/cuda", soname);
+  snprintf(local, sizeof local, "/usr/local/cuda/lib64/%s", soname);
+  const char *env = getenv("QLUA_NVRTC");
+  const char *names[] = { env && env[0] ? env : NULL, soname, home, local };
+  void *lib = NULL;
+  for (const char *n : names)
+    if (n != NULL && (lib = dlopen(n, RTLD_NOW | RTLD_LOCAL)) != NULL) break;
+  if (lib == NULL) {
+    fprintf(stderr, "baseline: cannot load NVRTC (%s)\n", soname);
+    return false;
+  }
+  struct { void **slot; const char *name; } entries[] = {
+    {(void **)&api->error_string, "nvrtcGetErrorString"},
+    {(void **)&api->create, "nvrtcCreateProgram"},
+    {(void **)&api->destroy, "nvrtcDestroyProgram"},
+    {(void **)&api->compile, "nvrtcCompileProgram"},
+    {(void **)&api->cubin_size, "nvrtcGetCUBINSize"},
+    {(void **)&api->cubin, "nvrtcGetCUBIN"},
+    {(void **)&api->add_name, "nvrtcAddNameExpression"},
+    {(void **)&api->lowered_name, "nvrtcGetLoweredName"},
+    {(void **)&api->log_size, "nvrtcGetProgramLogSize"},
+    {(void **)&api->log, "nvrtcGetProgramLog"},
+  };
+  for (auto &e : entries)
+    if ((*e.slot = dlsym(lib, e.name)) == NULL) {
+      fprintf(stderr, "baseline: NVRTC lacks %s\n", e.name);
+      return false;
+    }
+  // NVRTC opens its builtins library by bare name: load it from NVRTC's own directory
+  // first, as qlua does (kernels/rtc.cu), so a NVRTC found by path works too.
+  auto version = (decltype(&nvrtcVersion))dlsym(lib, "nvrtcVersion");
+  int major = 0, minor = 0;
+  Dl_info where;
+  if (version != NULL && version(&major, &minor) == NVRTC_SUCCESS &&
+      dladdr((void *)version, &where) != 0 && where.dli_fname != NULL) {
+    std::string dir = where.dli_fname;
+    size_t slash = dir.rfind('/');
+    if (slash != std::string::npos) {
+      char builtins[64];
+      snprintf(builtins, sizeof builtins, "/libnvrtc-builtins.so.%d.%d", major, minor);
+      (void)dlopen((dir.substr(0, slash) + builtins).c_str(), RTLD_NOW | RTLD_LOCAL);
+    }
+  }
+  return true;
+}
+
+#define CHECK_NVRTC(api, call)                                                       \
+  do {                                                                               \
+    nvrtcResult r_ = (call);                                                         \
+    if (r_ != NVRTC_SUCCESS) {                                                       \
+      fprintf(stderr, "baseline: %s: %s\n", #call, (api).error_string(r_));          \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+
+// One compile of src as qlua.kernel does it: the kernel's name as a name expression,
+// -arch=sm_XY for this GPU and the toolkit's include directories; the cubin is fetched.
+static void nvrtc_compile(const nvrtc_api &api, const char *src, const char *name,
+                          const std::vector<const char *> &opts) {
+  nvrtcProgram prog;
+  CHECK_NVRTC(api, api.create(&prog, src, "kernel.cu", 0, NULL, NULL));
+  CHECK_NVRTC(api, api.add_name(prog, name));
+  nvrtcResult r = api.compile(prog, (int)opts.size(), opts.data());
+  if (r != NVRTC_SUCCESS) {
+    size_t n = 0;
+    api.log_size(prog, &n);
+    std::vector<char> log(n + 1, 0);
+    if (n) api.log(prog, log.data());
+    fprintf(stderr, "baseline: NVRTC: %s\n%s\n", api.error_string(r), log.data());
+    exit(1);
+  }
+  size_t size = 0;
+  CHECK_NVRTC(api, api.cubin_size(prog, &size));
+  std::vector<char> cubin(size);
+  CHECK_NVRTC(api, api.cubin(prog, cubin.data()));
+  const char *lowered = NULL;
+  CHECK_NVRTC(api, api.lowered_name(prog, name, &lowered));
+  CHECK_NVRTC(api, api.destroy(&prog));
 }
 
 static unsigned grid_for(long long n, int threads) {
@@ -200,6 +329,54 @@ int main(int argc, char **argv) {
     report("add_16", time_calls([&] { add_small<<<1, 32, 0, stream>>>(c, a, b, 16); }, 100000, 5));
     CHECK(cudaGetLastError());
     cudaFree(a); cudaFree(b); cudaFree(c);
+  }
+
+  if (wanted(argc, argv, "kernel_launch_16")) {
+    float *x, *y;
+    CHECK(cudaMalloc(&x, 64)); CHECK(cudaMalloc(&y, 64));
+    CHECK(cudaMemset(x, 0, 64)); CHECK(cudaMemset(y, 0, 64));
+    report("kernel_launch_16", time_calls([&] { add16<<<1, 32, 0, stream>>>(y, x, 16); }, 100000, 5));
+    CHECK(cudaGetLastError());
+    cudaFree(x); cudaFree(y);
+  }
+
+  if (wanted(argc, argv, "elementwise_64m")) {
+    long long n = 64LL << 20;
+    float *x, *y, *z;
+    CHECK(cudaMalloc(&x, n * sizeof(float)));
+    CHECK(cudaMalloc(&y, n * sizeof(float)));
+    CHECK(cudaMalloc(&z, n * sizeof(float)));
+    fill_random(x, n); fill_random(y, n);
+    unsigned blocks = (unsigned)((n + 255) / 256);
+    report("elementwise_64m", time_calls([&] { square_add<<<blocks, 256, 0, stream>>>(z, x, y, n); }, 20, 9));
+    CHECK(cudaGetLastError());
+    cudaFree(x); cudaFree(y); cudaFree(z);
+  }
+
+  if (wanted(argc, argv, "compile_cold")) {
+    nvrtc_api api;
+    if (nvrtc_load(&api)) {
+      cudaDeviceProp prop;
+      CHECK(cudaGetDeviceProperties(&prop, 0));
+      std::vector<std::string> text;
+      char arch[32];
+      snprintf(arch, sizeof arch, "-arch=sm_%d%d", prop.major, prop.minor);
+      text.push_back(arch);
+      const char *roots[] = { getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda" };
+      for (const char *root : roots) {
+        if (root == NULL || root[0] == '\0') continue;
+        std::string inc = std::string(root) + "/include";
+        struct stat st;
+        if (stat(inc.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        text.push_back("-I" + inc);
+        if (stat((inc + "/cccl").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) text.push_back("-I" + inc + "/cccl");
+        break;
+      }
+      std::vector<const char *> opts;
+      for (auto &t : text) opts.push_back(t.c_str());
+      // the first compile (thrown away by time_calls) pays NVRTC's own start-up
+      report("compile_cold", time_calls([&] { nvrtc_compile(api, ADD16_SRC, "add16", opts); }, 1, 7));
+    }
   }
 
   if (wanted(argc, argv, "alloc_1m")) {

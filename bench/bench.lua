@@ -11,6 +11,14 @@
 -- synchronisation, wall-clock time / calls; the median of `runs` such batches after a
 -- warm-up (qlua.bench does this for qlua; baseline.cu and numpy_baseline.py mirror it).
 -- ratio = qlua time / baseline time: below 1 qlua is faster.
+--
+-- User kernels (issue 11): kernel_launch_16 (a qlua.kernel launched from Lua, vs the same
+-- kernel launched with <<<>>> from C), elementwise_64m (qlua.elementwise vs a raw kernel),
+-- compile_memory (qlua.kernel of a source this process already compiled), and two cases
+-- measured in child qlua processes with their own XDG_CACHE_HOME, since a process can find
+-- an entry on disk only once: compile_cold (an empty cache: NVRTC's compile, vs NVRTC
+-- called directly in baseline.cu) and compile_disk (a fresh process whose entry is on
+-- disk: the time of its first qlua.kernel, what a script that uses one kernel pays).
 
 local USAGE = [[
 usage: qlua bench/bench.lua [options] [case ...]
@@ -133,6 +141,153 @@ do
         fn = function() qlua.empty(262144, {device = "gpu"}):free() end}
 end
 
+-- ---------------------------------------------------------------- user kernels (issue 11)
+
+-- baseline.cu holds the same text (ADD16_SRC), for NVRTC's own compile time.
+local ADD16 = [[
+extern "C" __global__ void add16(float *y, const float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+]]
+
+-- compile_cold and compile_disk: child qlua processes sharing a fresh XDG_CACHE_HOME. One
+-- child compiles COMPILE_VARIANTS sources (ADD16 under distinct first lines, so no cache
+-- holds them) into the empty cache; then COMPILE_CHILDREN children each ask for the same
+-- sources again, now on disk. Each child brings its GPU up before the clock starts, and
+-- prints `variant,seconds` for each qlua.kernel call.
+local COMPILE_VARIANTS, COMPILE_CHILDREN = 6, 5
+local CHILD = [[
+local source, count = %q, %d
+qlua.zeros(1, {device = "gpu"}); qlua.sync()   -- the GPU's context, before any timing
+for v = 1, count do
+  local src = ("// qlua bench variant %%d\n"):format(v) .. source
+  local t0 = qlua.clock()
+  local k = qlua.kernel(src, "add16")
+  local t = qlua.clock() - t0
+  print(("%%d,%%.9g"):format(v, t))
+end
+]]
+
+-- The interpreter running this script: the lowest index of arg (argv[0]).
+local function interpreter()
+  local i = 0
+  while arg[i - 1] ~= nil do i = i - 1 end
+  return arg[i]
+end
+
+-- Runs a child; returns its times by variant, or nil and why.
+local function run_child(script, cache_dir)
+  local cmd = ("env -u QLUA_KERNEL_CACHE XDG_CACHE_HOME=%s %s %s 2>&1"):format(
+    shell_quote(cache_dir), shell_quote(interpreter()), shell_quote(script))
+  local pipe = io.popen(cmd)
+  if not pipe then return nil, "cannot start " .. cmd end
+  local times, other = {}, {}
+  for line in pipe:lines() do
+    local v, secs = line:match("^(%d+),([%d%.eE+-]+)$")
+    if v then times[tonumber(v)] = tonumber(secs) else other[#other + 1] = line end
+  end
+  local ok = pipe:close()
+  if not ok or #times ~= COMPILE_VARIANTS then
+    return nil, "child qlua failed: " .. (other[1] and table.concat(other, " | ", 1, math.min(#other, 4)) or "no output")
+  end
+  return times
+end
+
+local function stats_of(list)
+  local t = {}
+  for i, v in ipairs(list) do t[i] = v end
+  table.sort(t)
+  local n = #t
+  local median = n % 2 == 1 and t[(n + 1) // 2] or (t[n // 2] + t[n // 2 + 1]) / 2
+  return {median = median, min = t[1], max = t[n]}
+end
+
+-- Both compile cases come from one set of children, run on the first case that needs it.
+local compile_result
+local function compile_children()
+  if compile_result then return compile_result end
+  local r = {}
+  compile_result = r
+  local pipe = io.popen("mktemp -d 2>/dev/null")
+  local dir = pipe and pipe:read("l")
+  if pipe then pipe:close() end
+  if not dir or dir == "" then r.err = "cannot make a temporary directory (mktemp -d)"; return r end
+  local script = dir .. "/child.lua"
+  local f = io.open(script, "w")
+  if not f then r.err = "cannot write " .. script; return r end
+  f:write(CHILD:format(ADD16, COMPILE_VARIANTS))
+  f:close()
+  local cache = dir .. "/cache"
+  local cold, err = run_child(script, cache)
+  if cold then
+    r.cold_first = cold[1]                                  -- loads NVRTC, first compile
+    r.cold = stats_of({table.unpack(cold, 2)})              -- NVRTC loaded: its compiles
+    local firsts, later = {}, {}
+    for c = 1, COMPILE_CHILDREN do
+      local disk
+      disk, err = run_child(script, cache)
+      if not disk then break end
+      firsts[c] = disk[1]
+      for v = 2, #disk do later[#later + 1] = disk[v] end
+    end
+    if #firsts == COMPILE_CHILDREN then
+      r.disk = stats_of(firsts)                             -- the first qlua.kernel of a process
+      r.disk_later = stats_of(later)                        -- more entries read in that process
+      err = nil
+    end
+  end
+  r.err = err
+  os.execute("rm -rf " .. shell_quote(dir))
+  return r
+end
+
+do
+  local k16, y16, x16
+  case {name = "kernel_launch_16", size = "16 f32 qlua.kernel, 100k in a row", kind = "max_seconds",
+        target = 5e-6, calls = 100000, runs = 5,
+        setup = function()
+          k16 = k16 or qlua.kernel(ADD16, "add16")
+          y16 = y16 or qlua.zeros(16, {device = "gpu"}); x16 = x16 or qlua.rand(16, {device = "gpu"})
+        end,
+        fn = function() k16(1, 32, y16, x16, 16) end}
+  local N64 = 64 * MiB
+  local square_add, ex, ey, ez
+  case {name = "elementwise_64m", size = "64Mi f32 elementwise z = x*x + y", kind = "ratio",
+        target = 1 / 0.95, bytes = N64 * 12, calls = 20, runs = 9,
+        setup = function()
+          if square_add then return end
+          square_add = qlua.elementwise("T x, T y", "T z", "z = x * x + y", "square_add")
+          ex, ey = qlua.rand(N64, {device = "gpu"}), qlua.rand(N64, {device = "gpu"})
+          ez = qlua.empty(N64, {device = "gpu"})
+          square_add(ex, ey, ez)                              -- compiles the float32 variant
+          local want = ex * ex + ey
+          local diff = (ez - want):abs():max()
+          want:free()
+          assert(diff <= 1e-6, "elementwise_64m: qlua.elementwise differs from x*x + y by " .. diff)
+        end,
+        -- into a given z, as the raw kernel writes into its own buffer
+        fn = function() square_add(ex, ey, ez) end}
+  case {name = "compile_cold", size = "add16, empty disk cache (children)", kind = "ratio",
+        target = 1.10, calls = 1, runs = COMPILE_VARIANTS - 1,
+        measure = function()
+          local r = compile_children()
+          if r.err then return nil, r.err end
+          return r.cold
+        end}
+  case {name = "compile_disk", size = "add16, on disk, new process", kind = "max_seconds",
+        target = 5e-3, calls = 1, runs = COMPILE_CHILDREN,
+        measure = function()
+          local r = compile_children()
+          if r.err then return nil, r.err end
+          return r.disk
+        end}
+  case {name = "compile_memory", size = "add16, in this process's cache", kind = "max_seconds",
+        target = 20e-6, calls = 2000, runs = 9,
+        setup = function() qlua.kernel(ADD16, "add16") end,
+        fn = function() qlua.kernel(ADD16, "add16") end}
+end
+
 local csrc, cidx, cma, cmb
 case {name = "cpu_matmul_1024", size = "1024^3 f32 (cpu)", kind = "numpy", target = 1 / 0.8,
       flops = 2 * 1024 ^ 3, calls = 5, runs = 9,
@@ -192,6 +347,7 @@ cpu_case("cpu_clone", "4096^2 f32 a.copy()", 2 * M64, 3, function() ca:clone():f
 
 local function target_text(c)
   if c.kind == "ratio" or c.kind == "numpy" then return ("ratio <= %.2f"):format(c.target)
+  elseif c.kind == "max_seconds" and c.target >= 1e-3 then return ("<= %.3g ms"):format(c.target * 1e3)
   elseif c.kind == "max_seconds" then return ("<= %.3g us"):format(c.target * 1e6)
   else return (">= %g GB/s"):format(c.target) end
 end
@@ -256,13 +412,24 @@ for _, c in ipairs(cases) do
   if wanted(c.name) and (has_gpu or c.kind == "numpy") then
     if c.setup then c.setup() end
     if c.tf32 then qlua.set_tf32(true) end
-    local stats = qlua.bench(c.fn, {calls = c.calls, runs = c.runs, warmup = 1})
+    local stats, why
+    if c.measure then stats, why = c.measure(c)    -- cases timed outside this process
+    else stats = qlua.bench(c.fn, {calls = c.calls, runs = c.runs, warmup = 1}) end
     if c.tf32 then qlua.set_tf32(false) end
+    if not stats then
+      rows[#rows + 1] = {case = c, target = target_text(c), status = "failed", why = why}
+      goto next_case
+    end
     local t, base = stats.median, baseline[c.name]
     local row = {case = c, time = t, spread = (stats.max - stats.min) / t, base = base}
     row.ratio = base and t / base or nil
-    if c.flops then row.rate = ("%.1f TFLOP/s"):format(c.flops / t / 1e12)
-    elseif c.bytes then row.rate = ("%.1f GB/s"):format(c.bytes / t / 1e9) end
+    if c.flops then
+      row.rate = ("%.1f TFLOP/s"):format(c.flops / t / 1e12)
+      if base then row.base_rate = ("%.1f TFLOP/s"):format(c.flops / base / 1e12) end
+    elseif c.bytes then
+      row.rate = ("%.1f GB/s"):format(c.bytes / t / 1e9)
+      if base then row.base_rate = ("%.1f GB/s"):format(c.bytes / base / 1e9) end
+    end
     local ok
     row.target = target_text(c)
     if c.kind == "ratio" or c.kind == "numpy" then
@@ -277,27 +444,55 @@ for _, c in ipairs(cases) do
     rows[#rows + 1] = row
     collectgarbage()
   end
+  ::next_case::
 end
 
 -- ---------------------------------------------------------------- report
 
 local function us(s) return s and ("%.2f"):format(s * 1e6) or "-" end
-local header = ("%-20s %-34s %12s %12s %7s %16s %8s %16s %s")
-print(header:format("case", "size", "qlua us", "base us", "ratio", "rate", "spread", "target", "status"))
+local function ms(s) return s and ("%.2f ms"):format(s * 1e3) or "-" end
+local header = ("%-20s %-34s %12s %12s %7s %16s %16s %8s %16s %s")
+print(header:format("case", "size", "qlua us", "base us", "ratio", "rate", "base rate", "spread",
+  "target", "status"))
+local by_name = {}
 for _, r in ipairs(rows) do
+  by_name[r.case.name] = r
   print(header:format(r.case.name, r.case.size, us(r.time), us(r.base),
-    r.ratio and ("%.3f"):format(r.ratio) or "-", r.rate or "-", ("%.1f%%"):format(r.spread * 100),
-    r.target, r.status))
+    r.ratio and ("%.3f"):format(r.ratio) or "-", r.rate or "-", r.base_rate or "-",
+    r.spread and ("%.1f%%"):format(r.spread * 100) or "-", r.target, r.status))
 end
 print("base = raw CUDA/cuBLAS (bench/baseline.cu) on the GPU, NumPy on the CPU; ratio = qlua / base")
+for _, r in ipairs(rows) do
+  if r.why then print(("%s: failed: %s"):format(r.case.name, r.why)) end
+end
+-- user kernels: what the rows above leave out
+do
+  local k, add = by_name.kernel_launch_16, by_name.add_16
+  if k and k.time then
+    print(("kernel_launch_16: %s us per qlua.kernel launch; raw CUDA <<<>>> %s us%s"):format(
+      us(k.time), us(k.base), add and add.time and (", built-in a + b (add_16) " .. us(add.time) .. " us") or ""))
+  end
+  local r = compile_result
+  if r and not r.err then
+    print(("compile: cold %s per qlua.kernel (median of %d; NVRTC alone in baseline.cu: %s), "
+      .. "the first in a process %s (it loads NVRTC)"):format(ms(r.cold.median), COMPILE_VARIANTS - 1,
+      ms(baseline.compile_cold), ms(r.cold_first)))
+    print(("compile: from disk %s for a process's first qlua.kernel (median of %d processes), "
+      .. "%s for later ones in it"):format(ms(r.disk.median), COMPILE_CHILDREN, ms(r.disk_later.median)))
+  end
+  local m = by_name.compile_memory
+  if m and m.time then print(("compile: in-memory hit %s us"):format(us(m.time))) end
+end
 
 local csv = io.open(args.csv, "w")
 if csv then
-  csv:write("case,size,qlua_seconds,baseline_seconds,ratio,rate,spread,target,status\n")
+  csv:write("case,size,qlua_seconds,baseline_seconds,ratio,rate,spread,target,status,base_rate\n")
   for _, r in ipairs(rows) do
-    csv:write(("%s,%q,%.9g,%s,%s,%q,%.4f,%q,%s\n"):format(r.case.name, r.case.size, r.time,
+    csv:write(("%s,%q,%s,%s,%s,%q,%s,%q,%s,%q\n"):format(r.case.name, r.case.size,
+      r.time and ("%.9g"):format(r.time) or "",
       r.base and ("%.9g"):format(r.base) or "", r.ratio and ("%.4f"):format(r.ratio) or "",
-      r.rate or "", r.spread, r.target, r.status))
+      r.rate or "", r.spread and ("%.4f"):format(r.spread) or "", r.target, r.status,
+      r.base_rate or ""))
   end
   csv:close()
   print("bench: table written to " .. args.csv)
