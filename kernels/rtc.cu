@@ -23,9 +23,7 @@
 
 #include "kernels.h"
 
-#define RTC_STR_(x) #x
-#define RTC_STR(x) RTC_STR_(x)
-#define RTC_NVRTC_SONAME "libnvrtc.so." RTC_STR(RTC_CUDA_MAJOR)
+/* NVRTC's soname carries the toolkit's major version: libnvrtc.so.13 for CUDA 13. */
 #define RTC_CUDA_MAJOR (CUDART_VERSION / 1000)
 
 /* ------------------------------------------------------------------ NVRTC, on first use */
@@ -57,12 +55,18 @@ static pthread_mutex_t rtc_nvrtc_lock = PTHREAD_MUTEX_INITIALIZER;
 ** LD_LIBRARY_PATH, ldconfig), then the toolkit directory the build saw. */
 static int rtc_nvrtc_load_locked(void) {
   const char *env = getenv("QLUA_NVRTC");
-  const char *soname = env != NULL && env[0] != '\0' ? env : RTC_NVRTC_SONAME;
+  char own[32];
+  snprintf(own, sizeof own, "libnvrtc.so.%d", RTC_CUDA_MAJOR);
+  const char *soname = env != NULL && env[0] != '\0' ? env : own;
   void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
   char first_error[200];
   snprintf(first_error, sizeof first_error, "%s", lib == NULL ? dlerror() : "");
 #ifdef QLUA_CUDA_LIBDIR
-  if (lib == NULL && env == NULL) lib = dlopen(QLUA_CUDA_LIBDIR "/" RTC_NVRTC_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL && env == NULL) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", QLUA_CUDA_LIBDIR, own);
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  }
 #endif
   if (lib == NULL) {
     snprintf(rtc_nvrtc_error, sizeof rtc_nvrtc_error,
@@ -326,6 +330,32 @@ extern "C" int qt_cuda_module_load(qt_device *dev, const void *image, size_t nby
     free(m);
     return -1;
   }
+  /* The runtime reports a bad image only when a kernel is used: ask for the kernels and
+  ** the first one's attributes now, so that a bad image fails here, with its log. */
+  unsigned count = 0;
+  status = cudaLibraryGetKernelCount(&count, m->library);
+  cudaKernel_t first = NULL;
+  if (status == cudaSuccess && count > 0) {
+    cudaKernel_t *all = (cudaKernel_t *)calloc(count, sizeof *all);
+    if (all == NULL) status = cudaErrorMemoryAllocation;
+    else status = cudaLibraryEnumerateKernels(all, count, m->library);
+    if (status == cudaSuccess) first = all[0];
+    free(all);
+    if (status == cudaSuccess && first != NULL) {
+      cudaFuncAttributes attr;
+      status = cudaFuncGetAttributes(&attr, (const void *)first);
+    }
+  }
+  if (status != cudaSuccess || count == 0 || first == NULL) {
+    (void)cudaGetLastError();
+    qt_errorf(err, "module: %s%s%s", status != cudaSuccess ? cudaGetErrorString(status)
+                                                           : "the image defines no kernels",
+              m->log[0] ? ": " : "", m->log);
+    (void)cudaLibraryUnload(m->library);
+    (void)cudaGetLastError();
+    free(m);
+    return -1;
+  }
   *module = m;
   return 0;
 }
@@ -356,6 +386,7 @@ extern "C" int qt_cuda_module_kernels(qt_device *dev, void *module,
   status = cudaLibraryEnumerateKernels(kernels, count, m->library);
   for (unsigned i = 0; status == cudaSuccess && i < count; i++) {
     const char *name = NULL;
+    if (kernels[i] == NULL) continue;
     status = cudaFuncGetName(&name, (const void *)kernels[i]);
     if (status == cudaSuccess && name != NULL) each(name, arg);
   }

@@ -200,6 +200,7 @@ typedef struct qt_kernel_opts {
   int nexpressions;
   const char *const *expressions;   /* template instantiations ("axpy<float>") */
   const char *signature;            /* overrides the declaration's parameters, or NULL */
+  bool packed;                      /* no signature: launched by qt_kernel_launch_packed only */
 } qt_kernel_opts;
 
 /* Compiles source for dev (NVRTC) and returns its kernel `name` (a plain name, or a

@@ -397,12 +397,13 @@ static int q_module(lua_State *L) {
   lk_module *u = lua_newuserdatauv(L, sizeof *u, 1);
   u->m = NULL;
   luaL_setmetatable(L, LK_MODULE);
-  if (opts && lua_getfield(L, opts, "signatures") != LUA_TNIL) {
-    if (!lua_istable(L, -1))
-      luaL_error(L, "module: opts.signatures must map kernel names to signatures");
-  } else {
-    lua_pop(L, 1);
+  int type = opts ? lua_getfield(L, opts, "signatures") : LUA_TNIL;
+  if (type == LUA_TNIL) {
+    if (opts) lua_pop(L, 1);
     lua_newtable(L);
+  } else if (type != LUA_TTABLE) {
+    return luaL_error(L, "module: opts.signatures must map kernel names to signatures, got %s",
+                      lua_typename(L, type));
   }
   lua_setiuservalue(L, -2, 1);  /* the signatures, for m:kernel and m.name */
   if (qt_module_load(ctx, &u->m, dev, image, nbytes) != 0) return lq_raise(L, ctx);

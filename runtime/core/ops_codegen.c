@@ -532,7 +532,10 @@ static int cg_variant_get(qt_ctx *ctx, const char *op, qt_codegen *g, qt_device 
   for (int pass = 0; pass < (g->reduction ? 2 : 1) && rc == 0; pass++) {
     if (g->reduction) snprintf(name, sizeof name, "%s_p%d", g->name, pass + 1);
     else snprintf(name, sizeof name, "%s", g->name);
-    rc = qt_kernel_compile(ctx, &fresh.kernels[pass], dev, src, name, NULL);
+    qt_kernel_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.packed = true;  /* this file packs the arguments; the parameters hold a struct */
+    rc = qt_kernel_compile(ctx, &fresh.kernels[pass], dev, src, name, &opts);
   }
   free(src);
   if (rc != 0) {

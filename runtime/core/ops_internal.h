@@ -68,4 +68,14 @@ int ops_broadcast_shape(qt_ctx *ctx, const char *op, const qt_tensor *a, const q
 bool ops_expand_strides(const qt_tensor *t, int ndim, const int64_t *size, int64_t *stride);
 void ops_view_expanded(qt_view *v, const qt_tensor *t, int ndim, const int64_t *size);
 
+/* ---- ops_kernel_sig.c: user kernels' parameters */
+/* The parameters of the __global__ function `name` (or "name<args>") in source. */
+int ops_kernel_parse_source(qt_ctx *ctx, const char *op, const char *source, const char *name,
+                            qt_param *params, int *nparams);
+/* A signature string: "const float *x, int n". */
+int ops_kernel_parse_list(qt_ctx *ctx, const char *op, const char *list, qt_param *params,
+                          int *nparams);
+/* The parameters an Itanium-mangled name spells (_Z6gatherPfPKfPKil), or -1. */
+int ops_kernel_demangle(const char *mangled, qt_param *params, int *nparams);
+
 #endif
