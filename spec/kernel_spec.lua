@@ -192,7 +192,7 @@ describe("qlua.kernel", function()
     local d = qlua.zeros(n, { dtype = "int64", device = "gpu" })
     local good = { a, b, c, d, 1, 2, 3, 0.5, 0.5, false, n }
     local function with(i, v) local t = T.copy_list(good); t[i] = v; return table.unpack(t, 1, 11) end
-    assert_error("takes 11 arguments %(const float %*a", k, 1, 32, a, b)
+    assert_error("takes 11 arguments %(a %(const float %*%), b %(double %*%)", k, 1, 32, a, b)
     assert_error("argument 2, b %(double %*%), wants a float64 tensor, got float32", k, 1, 32, with(2, a))
     assert_error("argument 1, a %(const float %*%), is on cpu", k, 1, 32, with(1, qlua.rand(n)))
     assert_error("wants a tensor, got a number", k, 1, 32, with(1, 3))
@@ -331,7 +331,9 @@ describe("qlua.elementwise", function()
         local z = T.make(zs, dtype, "contiguous", "gpu")
         local w = fused(x, y, z)
         assert.equal(dtype, w:dtype())
-        T.assert_equal(w, x * y + z, "fused " .. dtype .. " " .. layout)
+        -- NVRTC contracts x * y + z into one fma (one rounding), the built-in ops round twice
+        if T.is_float_dtype(dtype) then T.assert_close(w, x * y + z, T.tol[dtype] * 10, "fused " .. layout)
+        else T.assert_equal(w, x * y + z, "fused " .. dtype .. " " .. layout) end
       end)
     end
   end
