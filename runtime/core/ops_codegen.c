@@ -217,13 +217,11 @@ int qt_reduction_new(qt_ctx *ctx, qt_codegen **out, const qt_reduction_spec *spe
              spec->out_params ? spec->out_params : "", spec->name ? spec->name : "qlua_reduction"))
     return -1;
   g->reduction = true;
-  if (g->nout != 1) {
+  if (g->nout != 1 || g->nin == 0) {
+    if (g->nout != 1) qt_errorf(&ctx->err, "%s: one output parameter, not %d", op, g->nout);
+    else qt_errorf(&ctx->err, "%s: no input parameter", op);
     qt_codegen_release(g);
-    return qt_errorf(&ctx->err, "%s: one output parameter, not %d", op, g->nout);
-  }
-  if (g->nin == 0) {
-    qt_codegen_release(g);
-    return qt_errorf(&ctx->err, "%s: no input parameter", op);
+    return -1;
   }
   char post[200];
   snprintf(post, sizeof post, "%s = a", g->params[g->nin].name);
@@ -291,10 +289,12 @@ static int cg_bind(qt_ctx *ctx, const char *op, const qt_codegen *g, int nargs,
   for (int k = 0; k < nparams; k++)
     for (int j = 0; j < k; j++)
       if (g->params[k].var[0] && strcmp(g->params[k].var, g->params[j].var) == 0 &&
-          dtypes[k] != dtypes[j] && j < nargs && k < nargs && args[j].tensor && args[k].tensor)
+          j < nargs && k < nargs && args[j].tensor && args[k].tensor &&
+          args[j].tensor->dtype != args[k].tensor->dtype)
         return qt_errorf(&ctx->err, "%s '%s': %s is %s for '%s' but %s for '%s'", op, g->name,
-                         g->params[k].var, qt_dtypes[dtypes[j]].name, g->params[j].name,
-                         qt_dtypes[dtypes[k]].name, g->params[k].name);
+                         g->params[k].var, qt_dtypes[args[j].tensor->dtype].name,
+                         g->params[j].name, qt_dtypes[args[k].tensor->dtype].name,
+                         g->params[k].name);
   /* tensors must be of their parameter's dtype */
   for (int k = 0; k < nargs && k < nparams; k++)
     if (args[k].tensor != NULL && (int)args[k].tensor->dtype != dtypes[k])
@@ -404,8 +404,12 @@ static char *cg_elementwise_source(const qt_codegen *g, const int *dtypes, int n
   cg_add(&s, "extern \"C\" __global__ void %s(", g->name);
   cg_params(&s, g, dtypes, numbers, nparams);
   cg_add(&s, ", const long long n%s) {\n", layout ? ", const _qgeom _qg" : "");
-  cg_add(&s, "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-             "       i += (long long)gridDim.x * blockDim.x) {\n");
+  if (layout == 0)  /* dense: one element per thread (the grid covers n), no loop */
+    cg_add(&s, "  {\n    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+               "    if (i >= n) return;\n");
+  else
+    cg_add(&s, "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+               "       i += (long long)gridDim.x * blockDim.x) {\n");
   if (layout) cg_offsets(&s, ntensors, "i", layout == 1 ? "unsigned int" : "long long");
   int t = 0;
   for (int k = 0; k < nparams; k++) {
@@ -728,7 +732,7 @@ int qt_codegen_call(qt_ctx *ctx, qt_codegen *g, int nargs, const qt_kernel_arg *
       nviews++;
     }
     qt_views_collapse(vp, nviews);
-    bool dense = vp[0]->ndim == 1;
+    bool dense = vp[0]->ndim == 1 && (numel + CG_THREADS - 1) / CG_THREADS <= 0x7fffffff;
     for (int v = 0; dense && v < nviews; v++) dense = vp[v]->stride[0] == 1;
     int layout = dense ? 0 : numel < ((int64_t)1 << 32) ? 1 : 2;
     cg_variant *variant;

@@ -626,7 +626,7 @@ int qt_kernel_launch_packed(qt_ctx *ctx, qt_kernel *k, const qt_launch_cfg *cfg,
 /* A Lua number as an integer of [lo, hi], or an error naming the parameter. */
 static int kernel_integer(qt_ctx *ctx, const qt_kernel *k, int i, const char *what,
                           const qt_kernel_arg *a, int64_t lo, int64_t hi, int64_t *out) {
-  int64_t v;
+  int64_t v = 0;
   if (a->is_float) {
     double f = a->value.f;
     if (!(f == floor(f)) || !(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
@@ -701,7 +701,7 @@ static int kernel_pack_untyped(qt_ctx *ctx, const qt_kernel *k, int i, const qt_
     snprintf(p.type, sizeof p.type, "void *");
     return kernel_pack_tensor(ctx, k, i, &p, a->tensor, slot);
   }
-  int64_t v;
+  int64_t v = 0;
   if (size == 4 && !a->is_float) {
     if (kernel_integer(ctx, k, i, p.type, a, INT32_MIN, UINT32_MAX, &v)) return -1;
     slot->u32 = (uint32_t)v;
@@ -765,7 +765,7 @@ int qt_kernel_launch(qt_ctx *ctx, qt_kernel *k, const qt_launch_cfg *cfg, int na
       return qt_errorf(&ctx->err, "launch: kernel '%s': argument %d, %s, wants a %s, got a "
                        "tensor", k->name, i + 1, what, p->kind == QT_PARAM_BOOL ? "boolean"
                                                                             : "number");
-    int64_t v;
+    int64_t v = 0;
     switch (p->kind) {
       case QT_PARAM_BOOL:
         if (!a->is_bool && (a->is_float || (a->value.i != 0 && a->value.i != 1)))

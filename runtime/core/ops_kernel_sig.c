@@ -207,11 +207,11 @@ static int kernel_parse_param(qt_ctx *ctx, const char *op, int position, const c
       p->dtype = kernel_types[known].dtype;
     else
       p->dtype = kernel_types[known].dtype;
-    snprintf(p->type, sizeof p->type, "%s%s *", p->is_const ? "const " : "", base);
+    snprintf(p->type, sizeof p->type, "%s%.30s *", p->is_const ? "const " : "", base);
   } else {
     p->kind = kernel_types[known].scalar;
     p->dtype = QT_PARAM_NO_DTYPE;
-    snprintf(p->type, sizeof p->type, "%s", base);
+    snprintf(p->type, sizeof p->type, "%.39s", base);
   }
   return 0;
 }
@@ -411,7 +411,7 @@ static int kernel_demangle_type(const char **pp, qt_param *p, char subs[][40], i
   snprintf(full, sizeof full, "%s%.*s", "", (int)consumed, *pp);
   if (pointers > 0 || is_const) {
     /* qualified and pointer types are substitution candidates, innermost first */
-    if (*nsubs < 32 && is_const) snprintf(subs[(*nsubs)++], 40, "K%s", spelled);
+    if (*nsubs < 32 && is_const) snprintf(subs[(*nsubs)++], 40, "K%.38s", spelled);
     if (*nsubs < 32 && pointers > 0) snprintf(subs[(*nsubs)++], 40, "%s", full);
   }
   /* decode the element code (the last letter of spelled, after any P/K) */
