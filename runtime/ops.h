@@ -95,6 +95,32 @@ int qt_transpose(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int d1, int d2
 int qt_permute(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int n, const int *perm);
 /* A view of t broadcast to (ndim, size) with stride-0 dimensions. */
 int qt_expand(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim, const int64_t *size);
+/* Elements first..last (inclusive) of dim, every step-th (step >= 1). Positions are
+** 0-based; negative ones count from the end (-1 is the last). Both must be positions of
+** the dim; first > last (after that) gives an empty view. */
+int qt_slice(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int64_t first,
+             int64_t last, int64_t step);
+/* dim -1: every size-1 dim removed; otherwise dim, which stays unless its size is 1. */
+int qt_squeeze(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim);
+int qt_unsqueeze(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim);  /* 0..ndim */
+
+/* ---- shape ops (ops_shape.c): compositions of the views and copies, no device code */
+
+/* Dims first..last into one: a view when the strides allow, else a copy (as reshape). */
+int qt_flatten(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int first, int last);
+/* Dim dim split into n sizes (one may be -1): a view. */
+int qt_unflatten(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int n,
+                 const int64_t *sizes);
+/* torch.movedim: dim from[k] goes to position to[k], the rest keep their order. A view. */
+int qt_movedim(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int n, const int *from,
+               const int *to);
+/* New tensors: flip reverses dims (n of them, each once); roll moves element i of dims[k]
+** to i + shifts[k] (mod the size), or with dims NULL rolls the flattened tensor by
+** shifts[0]; repeat tiles t (taken with leading size-1 dims) sizes[d] times along d. */
+int qt_flip(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int n, const int *dims);
+int qt_roll(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int n, const int64_t *shifts,
+            const int *dims);
+int qt_repeat(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int n, const int64_t *sizes);
 
 /* ---------------------------------------------------------------- copies and moves */
 

@@ -268,6 +268,238 @@ static int t_clone(lua_State *L) {
   return 1;
 }
 
+/* ================================================================ slices and shape ops */
+
+/* A number, or a table of at most QT_MAXDIM integers (any sign): the count. */
+static int t_checkints(lua_State *L, int arg, const char *op, const char *what, int64_t *v) {
+  if (lua_type(L, arg) == LUA_TNUMBER) {
+    v[0] = (int64_t)luaL_checkinteger(L, arg);
+    return 1;
+  }
+  if (lua_type(L, arg) != LUA_TTABLE) luaL_typeerror(L, arg, "number or table of numbers");
+  lua_Unsigned len = lua_rawlen(L, arg);
+  if (len > QT_MAXDIM)
+    luaL_error(L, "%s: %I %s given (at most %d)", op, (lua_Integer)len, what, QT_MAXDIM);
+  for (int i = 1; i <= (int)len; i++) {
+    lua_rawgeti(L, arg, i);
+    int isint;
+    lua_Integer x = lua_tointegerx(L, -1, &isint);
+    if (!isint) luaL_error(L, "%s: %s entry %d is not an integer", op, what, i);
+    v[i - 1] = (int64_t)x;
+    lua_pop(L, 1);
+  }
+  return (int)len;
+}
+
+/* 1-based dims (a number or a table) as 0-based dims of t. */
+static int t_checkdims(lua_State *L, int arg, const qt_tensor *t, const char *op, int *dims) {
+  int64_t v[QT_MAXDIM];
+  int n = t_checkints(L, arg, op, "dims", v);
+  for (int k = 0; k < n; k++) {
+    if (t->ndim == 0)
+      luaL_error(L, "%s: dim %I out of range (tensor is 0-d)", op, (lua_Integer)v[k]);
+    if (v[k] < 1 || v[k] > t->ndim)
+      luaL_error(L, "%s: dim %I out of range (1..%d)", op, (lua_Integer)v[k], t->ndim);
+    dims[k] = (int)v[k] - 1;
+  }
+  return n;
+}
+
+/* A 1-based position (negative: from the end) as the core's 0-based one. */
+static int64_t t_corepos(lua_State *L, lua_Integer p, const char *op, int dim, int64_t n) {
+  if (p == 0)
+    luaL_error(L, "%s: position 0 for dim %d of size %I (positions are 1..%I, or -%I..-1 "
+               "from the end)", op, dim + 1, (lua_Integer)n, (lua_Integer)n, (lua_Integer)n);
+  return p > 0 ? (int64_t)(p - 1) : (int64_t)p;
+}
+
+static int t_slice(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "slice");
+  int dim = t_checkdim(L, 2, t, "slice");
+  lua_Integer first = luaL_checkinteger(L, 3), last = luaL_checkinteger(L, 4);
+  lua_Integer step = luaL_optinteger(L, 5, 1);
+  int64_t n = t->size[dim];
+  int64_t f = t_corepos(L, first, "slice", dim, n), l = t_corepos(L, last, "slice", dim, n);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_slice(ctx, out, t, dim, f, l, (int64_t)step) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_squeeze(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "squeeze");
+  int dim = lua_isnoneornil(L, 2) ? -1 : t_checkdim(L, 2, t, "squeeze");
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_squeeze(ctx, out, t, dim) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_unsqueeze(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "unsqueeze");
+  lua_Integer d = luaL_checkinteger(L, 2);
+  if (d < 1 || d > t->ndim + 1)
+    return luaL_error(L, "unsqueeze: dim %I out of range (1..%d)", d, t->ndim + 1);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_unsqueeze(ctx, out, t, (int)d - 1) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_flatten(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "flatten");
+  int first = 0, last = t->ndim - 1;
+  if (!lua_isnoneornil(L, 2)) first = t_checkdim(L, 2, t, "flatten");
+  if (!lua_isnoneornil(L, 3)) last = t_checkdim(L, 3, t, "flatten");
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_flatten(ctx, out, t, first, last < 0 ? 0 : last) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_unflatten(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "unflatten");
+  int dim = t_checkdim(L, 2, t, "unflatten");
+  luaL_checktype(L, 3, LUA_TTABLE);
+  int n;
+  int64_t sizes[QT_MAXDIM];
+  lq_checkshape(L, 3, "unflatten", LQ_SHAPE_INFER, &n, sizes);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_unflatten(ctx, out, t, dim, n, sizes) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_movedim(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "movedim");
+  int from[QT_MAXDIM], to[QT_MAXDIM];
+  int n = t_checkdims(L, 2, t, "movedim", from);
+  int m = t_checkdims(L, 3, t, "movedim", to);
+  if (n != m)
+    return luaL_error(L, "movedim: %d source dims and %d destination dims", n, m);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_movedim(ctx, out, t, n, from, to) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_flip(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "flip");
+  int dims[QT_MAXDIM];
+  int n = t_checkdims(L, 2, t, "flip", dims);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_flip(ctx, out, t, n, dims) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* roll(shifts [, dims]): without dims, the flattened tensor is rolled by one shift. */
+static int t_roll(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "roll");
+  int64_t shifts[QT_MAXDIM];
+  int dims[QT_MAXDIM];
+  int n = t_checkints(L, 2, "roll", "shifts", shifts);
+  if (lua_isnoneornil(L, 3)) {
+    if (n != 1) return luaL_error(L, "roll: %d shifts given without dims (1 expected)", n);
+    qt_tensor *out = lq_newtensor(L);
+    if (qt_roll(ctx, out, t, 0, shifts, NULL) != 0) return lq_raise(L, ctx);
+    return 1;
+  }
+  int m = t_checkdims(L, 3, t, "roll", dims);
+  if (n != m) return luaL_error(L, "roll: %d shifts and %d dims", n, m);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_roll(ctx, out, t, n, shifts, dims) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* repeat_tensor(s1, s2, ...) or repeat_tensor{s1, s2, ...}. */
+static int t_repeat_tensor(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "repeat_tensor");
+  int n;
+  int64_t sizes[QT_MAXDIM];
+  lq_checkend(L, lq_checkshape(L, 2, "repeat_tensor", 0, &n, sizes), "repeat_tensor", true);
+  if (n < t->ndim)
+    return luaL_error(L, "repeat_tensor: %d sizes given for a tensor of %d dims (at least %d)",
+                      n, t->ndim, t->ndim);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_repeat(ctx, out, t, n, sizes) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* Pushes a list of narrow views of t along dim: pieces of the given lengths. */
+static void t_pushpieces(lua_State *L, qt_ctx *ctx, const qt_tensor *t, int dim, int64_t count,
+                         int64_t piece, const int64_t *lengths, const char *op) {
+  if (count > INT32_MAX) luaL_error(L, "%s: %I pieces are too many", op, (lua_Integer)count);
+  lua_createtable(L, (int)count, 0);
+  int64_t start = 0, n = t->size[dim];
+  for (int64_t k = 0; k < count; k++) {
+    int64_t len = lengths != NULL ? lengths[k] : (piece < n - start ? piece : n - start);
+    qt_tensor *v = lq_newtensor(L);
+    if (qt_narrow(ctx, v, t, dim, start, len) != 0) lq_raise_as(L, ctx, "narrow", op);
+    lua_rawseti(L, -2, (lua_Integer)k + 1);
+    start += len;
+  }
+}
+
+/* split(size, dim): pieces of size (the last one smaller); split({s1, s2, ...}, dim):
+** pieces of those sizes, which must add up to the dim's size. dim defaults to 1. */
+static int t_split(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "split");
+  if (t->ndim == 0) return luaL_error(L, "split: a 0-d tensor cannot be split");
+  int dim = lua_isnoneornil(L, 3) ? 0 : t_checkdim(L, 3, t, "split");
+  int64_t n = t->size[dim];
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    lua_Unsigned len = lua_rawlen(L, 2);
+    if (len > (lua_Unsigned)INT32_MAX) return luaL_error(L, "split: too many sizes");
+    int64_t *lengths = lua_newuserdatauv(L, (size_t)(len > 0 ? len : 1) * sizeof *lengths, 0);
+    int64_t total = 0;
+    for (lua_Unsigned i = 1; i <= len; i++) {
+      lua_rawgeti(L, 2, (lua_Integer)i);
+      int isint;
+      lua_Integer s = lua_tointegerx(L, -1, &isint);
+      if (!isint) return luaL_error(L, "split: size %I is not an integer", (lua_Integer)i);
+      if (s < 0) return luaL_error(L, "split: size %I is negative (%I)", (lua_Integer)i, s);
+      if (s > n - total)
+        return luaL_error(L, "split: sizes exceed size %I of dim %d", (lua_Integer)n, dim + 1);
+      lengths[i - 1] = (int64_t)s;
+      total += (int64_t)s;
+      lua_pop(L, 1);
+    }
+    if (total != n)
+      return luaL_error(L, "split: sizes add up to %I, not to size %I of dim %d",
+                        (lua_Integer)total, (lua_Integer)n, dim + 1);
+    t_pushpieces(L, ctx, t, dim, (int64_t)len, 0, lengths, "split");
+    return 1;
+  }
+  lua_Integer size = luaL_checkinteger(L, 2);
+  if (size < 1) return luaL_error(L, "split: size %I must be >= 1", size);
+  int64_t count = n == 0 ? 1 : (n + (int64_t)size - 1) / (int64_t)size;
+  t_pushpieces(L, ctx, t, dim, count, (int64_t)size, NULL, "split");
+  return 1;
+}
+
+/* chunk(n, dim): pieces of ceil(size / n) (the last smaller; fewer than n when they run
+** out). A dim of size 0 gives n empty pieces. dim defaults to 1. */
+static int t_chunk(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "chunk");
+  if (t->ndim == 0) return luaL_error(L, "chunk: a 0-d tensor cannot be split");
+  lua_Integer chunks = luaL_checkinteger(L, 2);
+  int dim = lua_isnoneornil(L, 3) ? 0 : t_checkdim(L, 3, t, "chunk");
+  if (chunks < 1) return luaL_error(L, "chunk: %I chunks (at least 1)", chunks);
+  int64_t n = t->size[dim];
+  if (n == 0) {
+    t_pushpieces(L, ctx, t, dim, (int64_t)chunks, 0, NULL, "chunk");
+    return 1;
+  }
+  int64_t piece = n / (int64_t)chunks + (n % (int64_t)chunks != 0);
+  t_pushpieces(L, ctx, t, dim, (n + piece - 1) / piece, piece, NULL, "chunk");
+  return 1;
+}
+
 /* ================================================================ moving and converting */
 
 /* Pushes t moved to dev and converted to dtype; t itself when nothing changes. */
@@ -650,6 +882,89 @@ static lua_Integer t_checkkey(lua_State *L, const qt_tensor *t) {
   return i;
 }
 
+/* An integer entry of an index table. */
+static lua_Integer t_keyint(lua_State *L, int idx, int entry) {
+  int isint;
+  lua_Integer i = lua_tointegerx(L, idx, &isint);
+  if (!isint)
+    luaL_error(L, "index: entry %d of the index table: %s is not an integer", entry,
+               luaL_tolstring(L, idx, NULL));
+  return i;
+}
+
+/* Entry k's 1-based position p (negative: from the end) in a dim of size n, 0-based. */
+static int64_t t_keypos(lua_State *L, lua_Integer p, int k, int64_t n) {
+  lua_Integer q = p < 0 ? p + (lua_Integer)n + 1 : p;
+  if (p == 0 || q < 1 || q > (lua_Integer)n)
+    luaL_error(L, "index: position %I out of range (-%I..%I) for dim %d of size %I", p,
+               (lua_Integer)n, (lua_Integer)n, k, (lua_Integer)n);
+  return (int64_t)(q - 1);
+}
+
+/* t[{...}] (Torch7): entry k applies to dim k of t; a number selects (the dim goes), {a, b}
+** or {a, b, step} is an inclusive slice, {a} is {a, a}, {} takes the dim whole; dims after
+** the last entry are taken whole. Positions are 1-based, negative ones from the end. Pushes
+** the view (a new userdata, sharing t's storage). */
+static qt_tensor *t_pushtableview(lua_State *L, qt_ctx *ctx, qt_tensor *t, int key) {
+  lua_Unsigned len = lua_rawlen(L, key);
+  if (len > (lua_Unsigned)t->ndim)
+    luaL_error(L, "index: %I entries in the index table for a %d-d tensor", (lua_Integer)len,
+               t->ndim);
+  luaL_checkstack(L, (int)len + 4, "index");
+  qt_tensor *cur = t;
+  int dim = 0;  /* cur's dim that entry k applies to */
+  for (int k = 1; k <= (int)len; k++) {
+    lua_rawgeti(L, key, k);
+    int64_t n = cur->size[dim];
+    qt_tensor *next = NULL;
+    if (lua_type(L, -1) == LUA_TNUMBER) {
+      int64_t q = t_keypos(L, t_keyint(L, -1, k), k, n);
+      next = lq_newtensor(L);
+      if (qt_select(ctx, next, cur, dim, q) != 0)
+        lq_raise_as(L, ctx, "select", "index");
+    } else if (lua_type(L, -1) == LUA_TTABLE) {
+      int e = lua_gettop(L);
+      lua_Unsigned m = lua_rawlen(L, e);
+      if (m > 3)
+        luaL_error(L, "index: entry %d of the index table has %I numbers ({first, last [, step]} "
+                   "or {} expected)", k, (lua_Integer)m);
+      if (m > 0) {
+        lua_Integer v[3] = {0, 0, 1};
+        for (int j = 1; j <= (int)m; j++) {
+          lua_rawgeti(L, e, j);
+          v[j - 1] = t_keyint(L, -1, k);
+          lua_pop(L, 1);
+        }
+        if (m == 1) v[1] = v[0];
+        int64_t f = t_keypos(L, v[0], k, n), l = t_keypos(L, v[1], k, n);
+        if (v[2] < 1)
+          luaL_error(L, "index: step %I in entry %d of the index table must be >= 1", v[2], k);
+        next = lq_newtensor(L);
+        if (qt_slice(ctx, next, cur, dim, f, l, (int64_t)v[2]) != 0)
+          lq_raise_as(L, ctx, "slice", "index");
+      }
+      dim++;
+    } else if (qlua_totensor(L, -1) != NULL) {
+      luaL_error(L, "index: entry %d of the index table is a tensor (not supported: use "
+                 "index_select)", k);
+    } else {
+      luaL_error(L, "index: entry %d of the index table is a %s (a number, {first, last [, "
+                 "step]} or {} expected)", k, luaL_typename(L, -1));
+    }
+    if (next != NULL) {
+      lua_remove(L, -2);  /* the entry */
+      cur = next;
+    } else {
+      lua_pop(L, 1);
+    }
+  }
+  if (cur == t) {
+    cur = lq_newtensor(L);
+    qt_tensor_share(cur, t);
+  }
+  return cur;
+}
+
 /* __index: methods by name (upvalue 2 is the methods table), elements or row views by
 ** integer, nil for anything else. */
 static int t_index(lua_State *L) {
@@ -674,7 +989,22 @@ static int t_index(lua_State *L) {
       lq_leave(L);
       return 1;
     }
+    case LUA_TTABLE: {
+      if (lua_rawlen(L, 2) == 0) {  /* t[{}] reads nil, as before table keys (the specs pin it) */
+        lua_pushnil(L);
+        return 1;
+      }
+      lq_enter(L);
+      qt_ctx *ctx = lq_ctx(L);
+      qt_tensor *t = lq_checklive(L, 1, "index");
+      t_pushtableview(L, ctx, t, 2);
+      lq_leave(L);
+      return 1;
+    }
     default:
+      if (qlua_totensor(L, 2) != NULL)
+        return luaL_error(L, "index: a tensor key is not supported (use index_select, gather "
+                          "or take)");
       lua_pushnil(L);
       return 1;
   }
@@ -685,6 +1015,22 @@ static int t_index(lua_State *L) {
 static int t_newindex(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, "index");
+  if (lua_type(L, 2) == LUA_TTABLE) {  /* t[{...}] = v: fill_ or copy_ into the view */
+    qt_tensor *view = t_pushtableview(L, ctx, t, 2);
+    if (lua_type(L, 3) == LUA_TNUMBER) {
+      qt_scalar v = lq_checkstorable(L, 3, "index", t->dtype);
+      if (qt_fill_(ctx, view, v) != 0) return lq_raise_as(L, ctx, "fill_", "index");
+      return 0;
+    }
+    qt_tensor *src = qlua_totensor(L, 3);
+    if (src == NULL)
+      return luaL_error(L, "index: cannot assign a %s to a tensor slice (number or "
+                        "qlua.Tensor expected)", luaL_typename(L, 3));
+    if (qt_copy_(ctx, view, src) != 0) return lq_raise_as(L, ctx, "copy_", "index");
+    return 0;
+  }
+  if (qlua_totensor(L, 2) != NULL)
+    return luaL_error(L, "index: a tensor key is not supported (use scatter_ or index_add_)");
   if (lua_type(L, 2) != LUA_TNUMBER)
     return luaL_error(L, "index: cannot assign to key '%s' of a qlua.Tensor",
                       luaL_tolstring(L, 2, NULL));
@@ -722,6 +1068,10 @@ static const lq_Reg t_methods[] = {
   {"select", t_select, 3}, {"transpose", t_transpose, 3}, {"t", t_t, 1},
   {"permute", t_permute, LQ_VARARGS}, {"expand", t_expand, LQ_VARARGS},
   {"contiguous", t_contiguous, 1}, {"clone", t_clone, 1},
+  {"slice", t_slice, 5}, {"squeeze", t_squeeze, 2}, {"unsqueeze", t_unsqueeze, 2},
+  {"flatten", t_flatten, 3}, {"unflatten", t_unflatten, 3}, {"movedim", t_movedim, 3},
+  {"flip", t_flip, 2}, {"roll", t_roll, 3}, {"repeat_tensor", t_repeat_tensor, LQ_VARARGS},
+  {"split", t_split, 3}, {"chunk", t_chunk, 3},
   /* moving */
   {"gpu", t_gpu, 2}, {"cpu", t_cpu, 1}, {"to", t_to, 2}, {"copy_", t_copy_, 2},
   /* indexing */

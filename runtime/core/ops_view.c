@@ -1,5 +1,6 @@
 /*
-** ops_view.c — views without copies: view/reshape, narrow, select, transpose, permute, expand.
+** ops_view.c — views without copies: view/reshape, narrow, select, transpose, permute, expand,
+** slice, squeeze, unsqueeze.
 */
 #include "ops_internal.h"
 
@@ -217,5 +218,71 @@ int qt_expand(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim, const i
     return qt_errorf(&ctx->err, "%s: shape %s is too large", op,
                      qt_shape_str(ndim, shape, s2, sizeof s2));
   ops_share_with_shape(out, t, ndim, shape, stride);
+  return 0;
+}
+
+/* ================================================================== slices and size-1 dims */
+
+/* A position as the user wrote it (0-based p >= 0 is p + 1; negatives as they are). */
+static long long ops_user_pos(int64_t p) { return p >= 0 ? (long long)p + 1 : (long long)p; }
+
+/* first and last inclusive, 0-based, negatives from the end (-1 is the last); an empty
+** view at first when first > last after normalising. */
+int qt_slice(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int64_t first,
+             int64_t last, int64_t step) {
+  const char *op = "slice";
+  if (ops_live(ctx, op, t) || ops_check_dim(ctx, op, dim, t->ndim)) return -1;
+  int64_t n = t->size[dim];
+  int64_t pos[2] = {first, last};
+  for (int k = 0; k < 2; k++) {
+    if (pos[k] < -n || pos[k] >= n)
+      return qt_errorf(&ctx->err, "%s: position %lld out of range (-%lld..%lld) for dim %d of size %lld",
+                       op, ops_user_pos(pos[k]), (long long)n, (long long)n, dim + 1, (long long)n);
+    if (pos[k] < 0) pos[k] += n;
+  }
+  if (step < 1) return qt_errorf(&ctx->err, "%s: step %lld must be >= 1", op, (long long)step);
+  int64_t length = pos[0] > pos[1] ? 0 : (pos[1] - pos[0]) / step + 1;
+  qt_tensor_share(out, t);
+  out->offset += pos[0] * t->stride[dim];
+  out->size[dim] = length;
+  out->stride[dim] = length > 1 ? t->stride[dim] * step : t->stride[dim];
+  return 0;
+}
+
+/* dim -1: every size-1 dim; otherwise dim, which stays when its size is not 1. */
+int qt_squeeze(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim) {
+  const char *op = "squeeze";
+  if (ops_live(ctx, op, t)) return -1;
+  if (dim != -1 && ops_check_dim(ctx, op, dim, t->ndim)) return -1;
+  int64_t size[QT_MAXDIM], stride[QT_MAXDIM];
+  int n = 0;
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->size[d] == 1 && (dim == -1 || d == dim)) continue;
+    size[n] = t->size[d], stride[n] = t->stride[d], n++;
+  }
+  ops_share_with_shape(out, t, n, size, stride);
+  return 0;
+}
+
+/* A new size-1 dim at dim (0..ndim). */
+int qt_unsqueeze(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim) {
+  const char *op = "unsqueeze";
+  if (ops_live(ctx, op, t)) return -1;
+  if (dim < 0 || dim > t->ndim)
+    return qt_errorf(&ctx->err, "%s: dim %d out of range (1..%d)", op, dim + 1, t->ndim + 1);
+  if (t->ndim == QT_MAXDIM)
+    return qt_errorf(&ctx->err, "%s: the tensor already has %d dims (at most %d)", op, t->ndim,
+                     QT_MAXDIM);
+  int64_t size[QT_MAXDIM], stride[QT_MAXDIM];
+  for (int d = 0, k = 0; d <= t->ndim; d++) {
+    if (d == dim) {
+      size[d] = 1;
+      stride[d] = dim < t->ndim ? t->size[dim] * t->stride[dim] : 1;
+      if (stride[d] == 0) stride[d] = 1;
+    } else {
+      size[d] = t->size[k], stride[d] = t->stride[k], k++;
+    }
+  }
+  ops_share_with_shape(out, t, t->ndim + 1, size, stride);
   return 0;
 }
