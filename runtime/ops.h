@@ -82,6 +82,45 @@ int qt_random_(qt_ctx *ctx, qt_tensor *t, qt_random_kind kind, qt_scalar lo, qt_
 int qt_range(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, const qt_scalar *arg,
              const bool *is_float);
 
+/* The functions below compose the ones above (allocation, fill, uploads, views), with no
+** device code of their own. dev NULL: the CPU (the *_like: t's device); dtype QT_NDTYPES
+** in the *_like: t's dtype. */
+/* t's shape; contents uninitialised (empty_like) or value (full_like). */
+int qt_empty_like(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, qt_device *dev,
+                  qt_dtype dtype);
+int qt_full_like(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, qt_device *dev,
+                 qt_dtype dtype, qt_scalar value);
+/* qlua.arange: half-open, PyTorch's. arg holds start, stop, step as in qt_range. With an
+** integer dtype, or when all three are integers, the count is exact (ceil of the span over
+** the step, in integers; float arguments must be integral) and element k is start + k*step
+** exactly. Otherwise element k is start + k*step in double and n is the number of k >= 0
+** for which that is < stop (> for a negative step). Errors: step 0, non-finite
+** arguments, too many elements, values the dtype cannot hold. */
+int qt_arange(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, const qt_scalar *arg,
+              const bool *is_float);
+/* n values from start to end, both included (PyTorch's formula, so both ends are exact);
+** logspace gives base^each. Integer dtypes take them truncated toward zero. */
+int qt_linspace(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, double start,
+                double end, int64_t n);
+int qt_logspace(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, double start,
+                double end, int64_t n, double base);
+/* n x m, ones on the diagonal. */
+int qt_eye(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, int64_t n, int64_t m);
+/* A permutation of 1..n (1-based values): Fisher-Yates on the host from the Philox stream
+** (counters rng_offset .. rng_offset + n - 2; the offset advances by n - 1), uploaded, so
+** every device gets the same permutation for the same seed. */
+int qt_randperm(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, int64_t n);
+
+/* ---------------------------------------------------------------- joining (ops_join.c) */
+
+/* Pieces on one device, dtypes promoted (qt_promote), the result allocated once and each
+** piece copied into a view of it. cat: sizes agree except along dim; a 1-D piece of size 0
+** is skipped (PyTorch's legacy rule), and when every piece is one the result is shape {0};
+** 0-d pieces are an error. stack: every piece of one shape; the result has a new dim of
+** size n at dim (0..ndim). Errors name the 1-based list positions. */
+int qt_cat(qt_ctx *ctx, qt_tensor *out, int n, const qt_tensor *const *ts, int dim);
+int qt_stack(qt_ctx *ctx, qt_tensor *out, int n, const qt_tensor *const *ts, int dim);
+
 /* ---------------------------------------------------------------- views (no copies) */
 
 /* size may contain one -1 (inferred). view fails if the strides cannot express it;

@@ -1,5 +1,5 @@
 /*
-** l_qlua.c — the qlua module: the module functions (creation, random numbers, devices,
+** l_qlua.c — the qlua module: the module functions (creation, joining, random numbers, devices,
 ** memory, files, clock) and luaopen_qlua, which builds the state (l_state.c), the
 ** tensor metatable (l_tensor.c) and the module table.
 */
@@ -112,6 +112,215 @@ static int q_range(lua_State *L) {
   q_opts(L, opts_arg, "range", &dtype, &dev);
   qt_tensor *t = lq_newtensor(L);
   if (qt_range(ctx, t, dev, dtype, arg, is_float) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* The numbers at args first..first+count-1 as qt_range/qt_arange take them. */
+static void q_scalars(lua_State *L, int first, int count, qt_scalar *arg, bool *is_float) {
+  for (int a = 0; a < count; a++) {
+    if (lua_isinteger(L, first + a)) {
+      arg[a] = qt_scalar_i((int64_t)lua_tointeger(L, first + a));
+      is_float[a] = false;
+    } else {
+      arg[a].f = lua_tonumber(L, first + a);
+      arg[a].i = 0;
+      is_float[a] = true;
+    }
+  }
+}
+
+/* arange(stop), arange(start, stop [, step]), then opts: half-open (PyTorch's), unlike
+** range. int64 when every number given is a Lua integer, else float32, unless opts.dtype
+** says. */
+static int q_arange(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  luaL_checktype(L, 1, LUA_TNUMBER);
+  int count = 1;
+  while (count < 3 && lua_type(L, count + 1) == LUA_TNUMBER) count++;
+  if (!lua_isnoneornil(L, count + 1) && lua_type(L, count + 1) != LUA_TTABLE)
+    luaL_typeerror(L, count + 1, count < 3 ? "number or table" : "table");
+  lq_checkend(L, count + 2, "arange", false);
+  qt_scalar given[3], arg[3];
+  bool given_float[3], is_float[3];
+  q_scalars(L, 1, count, given, given_float);
+  int s = count == 1 ? 1 : 0;  /* arange(n): start 0 */
+  arg[0] = qt_scalar_i(0), is_float[0] = false;
+  arg[2] = qt_scalar_i(1), is_float[2] = false;
+  for (int a = 0; a < count; a++) arg[a + s] = given[a], is_float[a + s] = given_float[a];
+  qt_dtype dtype = (is_float[0] || is_float[1] || is_float[2]) ? QT_F32 : QT_I64;
+  qt_device *dev = NULL;
+  q_opts(L, count + 1, "arange", &dtype, &dev);
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_arange(ctx, t, dev, dtype, arg, is_float) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* linspace(start, end, n [, opts]), logspace(start, end, n [, base = 10] [, opts]). */
+static int q_spaced(lua_State *L, bool is_log) {
+  const char *op = is_log ? "logspace" : "linspace";
+  qt_ctx *ctx = lq_ctx(L);
+  double start = (double)luaL_checknumber(L, 1), end = (double)luaL_checknumber(L, 2);
+  lua_Integer n = luaL_checkinteger(L, 3);
+  int opts_arg = 4;
+  double base = 10.0;
+  if (is_log && lua_type(L, 4) == LUA_TNUMBER) {
+    base = (double)lua_tonumber(L, 4);
+    opts_arg = 5;
+  }
+  lq_checkend(L, opts_arg + 1, op, false);
+  qt_dtype dtype = QT_F32;
+  qt_device *dev = NULL;
+  q_opts(L, opts_arg, op, &dtype, &dev);
+  qt_tensor *t = lq_newtensor(L);
+  int rc = is_log ? qt_logspace(ctx, t, dev, dtype, start, end, (int64_t)n, base)
+                  : qt_linspace(ctx, t, dev, dtype, start, end, (int64_t)n);
+  if (rc != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int q_linspace(lua_State *L) { return q_spaced(L, false); }
+static int q_logspace(lua_State *L) { return q_spaced(L, true); }
+
+/* eye(n [, m] [, opts]): float32 unless opts.dtype says. */
+static int q_eye(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  lua_Integer n = luaL_checkinteger(L, 1), m = n;
+  int opts_arg = 2;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    m = luaL_checkinteger(L, 2);
+    opts_arg = 3;
+  }
+  lq_checkend(L, opts_arg + 1, "eye", false);
+  qt_dtype dtype = QT_F32;
+  qt_device *dev = NULL;
+  q_opts(L, opts_arg, "eye", &dtype, &dev);
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_eye(ctx, t, dev, dtype, (int64_t)n, (int64_t)m) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* ---- *_like(t, [value,] [opts]): t's shape, dtype and device unless opts says. */
+
+static qt_tensor *q_like_args(lua_State *L, const char *op, int opts_arg, qt_dtype *dtype,
+                              qt_device **dev) {
+  qt_tensor *t = lq_checklive(L, 1, op);
+  *dtype = t->dtype;
+  *dev = t->storage->device;
+  lq_checkopts(L, opts_arg, op, dtype, dev);
+  return t;
+}
+
+static int q_like(lua_State *L, const char *op, const qt_scalar *value) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_dtype dtype;
+  qt_device *dev;
+  qt_tensor *t = q_like_args(L, op, 2, &dtype, &dev);
+  qt_tensor *res = lq_newtensor(L);
+  if (value == NULL) {
+    if (qt_empty_like(ctx, res, t, dev, dtype) != 0)
+      return lq_raise_as(L, ctx, "empty_like", op);
+  } else if (qt_full_like(ctx, res, t, dev, dtype, *value) != 0) {
+    return lq_raise_as(L, ctx, "full_like", op);
+  }
+  return 1;
+}
+
+static int q_empty_like(lua_State *L) { return q_like(L, "empty_like", NULL); }
+
+static int q_zeros_like(lua_State *L) {
+  qt_scalar zero = qt_scalar_i(0);
+  return q_like(L, "zeros_like", &zero);
+}
+
+static int q_ones_like(lua_State *L) {
+  qt_scalar one = qt_scalar_i(1);
+  return q_like(L, "ones_like", &one);
+}
+
+static int q_full_like(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  luaL_checktype(L, 2, LUA_TNUMBER);
+  qt_dtype dtype;
+  qt_device *dev;
+  qt_tensor *t = q_like_args(L, "full_like", 3, &dtype, &dev);
+  qt_scalar value = lq_checkstorable(L, 2, "full_like", dtype);
+  qt_tensor *res = lq_newtensor(L);
+  if (qt_full_like(ctx, res, t, dev, dtype, value) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int q_random_like(lua_State *L, const char *op, qt_random_kind kind) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_dtype dtype;
+  qt_device *dev;
+  qt_tensor *t = q_like_args(L, op, 2, &dtype, &dev);
+  if (!qt_is_float(dtype))
+    return luaL_error(L, "%s: dtype %s is not supported (float32, float64)", op,
+                      qt_dtypes[dtype].name);
+  qt_tensor *res = lq_newtensor(L);
+  if (qt_empty_like(ctx, res, t, dev, dtype) != 0) return lq_raise_as(L, ctx, "empty_like", op);
+  if (qt_random_(ctx, res, kind, qt_scalar_i(0), qt_scalar_i(0)) != 0)
+    return lq_raise_as(L, ctx, kind == QT_RAND_NORMAL ? "randn" : "rand", op);
+  return 1;
+}
+
+static int q_rand_like(lua_State *L) { return q_random_like(L, "rand_like", QT_RAND_UNIFORM); }
+static int q_randn_like(lua_State *L) { return q_random_like(L, "randn_like", QT_RAND_NORMAL); }
+
+/* ================================================================ joining */
+
+/* The list at arg 1 as an array of tensors: each element pushed on the stack (so a call
+** in progress is seen to hold it), the array in a userdata pushed after them. */
+static const qt_tensor *const *q_checklist(lua_State *L, const char *op, int *n) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer len = (lua_Integer)lua_rawlen(L, 1);
+  if (len == 0) luaL_error(L, "%s: expected a non-empty list of tensors", op);
+  if (len > 200000) luaL_error(L, "%s: %I tensors (at most 200000)", op, len);
+  luaL_checkstack(L, (int)len + 4, op);
+  int base = lua_gettop(L);
+  for (lua_Integer i = 1; i <= len; i++) {
+    lua_rawgeti(L, 1, i);
+    if (qlua_totensor(L, -1) == NULL)
+      luaL_error(L, "%s: list element %I is a %s, expected a tensor", op, i,
+                 luaL_typename(L, -1));
+  }
+  const qt_tensor **ts =
+      (const qt_tensor **)lua_newuserdatauv(L, (size_t)len * sizeof(qt_tensor *), 0);
+  for (lua_Integer i = 1; i <= len; i++) ts[i - 1] = qlua_totensor(L, base + (int)i);
+  *n = (int)len;
+  return ts;
+}
+
+/* cat(list [, dim = 1]), stack(list [, dim = 1]). */
+static int q_join(lua_State *L, bool stack) {
+  const char *op = stack ? "stack" : "cat";
+  qt_ctx *ctx = lq_ctx(L);
+  lua_Integer dim = luaL_optinteger(L, 2, 1);
+  if (dim < 1)
+    return luaL_error(L, "%s: dim %I out of range (dims are 1-based; negative dims are not "
+                      "accepted)", op, dim);
+  if (dim > QT_MAXDIM + 1) return luaL_error(L, "%s: dim %I out of range", op, dim);
+  lua_settop(L, 2);
+  int n;
+  const qt_tensor *const *ts = q_checklist(L, op, &n);
+  qt_tensor *t = lq_newtensor(L);
+  int rc = stack ? qt_stack(ctx, t, n, ts, (int)dim - 1) : qt_cat(ctx, t, n, ts, (int)dim - 1);
+  if (rc != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int q_cat(lua_State *L) { return q_join(L, false); }
+static int q_stack(lua_State *L) { return q_join(L, true); }
+
+/* randperm(n [, opts]): 1..n shuffled, int64 unless opts.dtype says. */
+static int q_randperm(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  lua_Integer n = luaL_checkinteger(L, 1);
+  qt_dtype dtype = QT_I64;
+  qt_device *dev = NULL;
+  q_opts(L, 2, "randperm", &dtype, &dev);
+  qt_tensor *t = lq_newtensor(L);
+  if (qt_randperm(ctx, t, dev, dtype, (int64_t)n) != 0) return lq_raise(L, ctx);
   return 1;
 }
 
@@ -417,6 +626,11 @@ static int q_is_tensor(lua_State *L) {
 static const lq_Reg q_funcs[] = {
   {"tensor", q_tensor, 2}, {"empty", q_empty, LQ_VARARGS}, {"zeros", q_zeros, LQ_VARARGS},
   {"ones", q_ones, LQ_VARARGS}, {"full", q_full, 3}, {"range", q_range, 4},
+  {"arange", q_arange, 4}, {"linspace", q_linspace, 4}, {"logspace", q_logspace, 5},
+  {"eye", q_eye, 3}, {"empty_like", q_empty_like, 2}, {"zeros_like", q_zeros_like, 2},
+  {"ones_like", q_ones_like, 2}, {"full_like", q_full_like, 3},
+  {"rand_like", q_rand_like, 2}, {"randn_like", q_randn_like, 2},
+  {"randperm", q_randperm, 2}, {"cat", q_cat, 2}, {"stack", q_stack, 2},
   {"rand", q_rand, LQ_VARARGS}, {"randn", q_randn, LQ_VARARGS},
   {"randint", q_randint, LQ_VARARGS}, {"seed", q_seed, 1},
   {"matmul", q_matmul, 2}, {"set_tf32", q_set_tf32, 1},
