@@ -1286,6 +1286,93 @@ function M.run(opts)
             a.n = 1; a[1] = R:pick(LOAD_PATHS)
             if R:chance(0.3) then a.n = 2; a[2] = g_opts() end
           end }
+  -- issue 12: slicing, shape ops, splitting, creation and joining (their results are
+  -- checked for a sane geometry; the errors must name the function)
+  entry { name = "slice", kind = "method", ret = "tensor", shares = true, weight = 2,
+          gen = function(a, shape)
+            local d = g_dim(shape)
+            local size = shape[math.tointeger(d) or 0] or 3
+            a.n = 4; a[2], a[3], a[4] = d, R:int(-size - 1, size + 1), R:int(-size - 1, size + 1)
+            if R:chance(0.3) then a.n = 5; a[5] = R:pick({ 1, 2, 3, 0, -1, 0.5 }) end
+          end }
+  entry { name = "squeeze", kind = "method", ret = "tensor", shares = true,
+          gen = function(a, shape) if R:chance(0.6) then a.n = 2; a[2] = g_dim(shape) end end }
+  entry { name = "unsqueeze", kind = "method", ret = "tensor", shares = true,
+          gen = function(a, shape) a.n = 2; a[2] = R:chance(0.8) and R:int(1, #shape + 1) or g_dim(shape) end }
+  entry { name = "flatten", kind = "method", ret = "tensor", shares = true,
+          gen = function(a, shape)
+            if R:chance(0.6) then a.n = 3; a[2], a[3] = g_dim(shape), g_dim(shape) end
+          end }
+  entry { name = "unflatten", kind = "method", ret = "tensor", shares = true,
+          gen = function(a, shape)
+            local d = g_dim(shape)
+            local size = shape[math.tointeger(d) or 0] or 1
+            a.n = 3; a[2] = d
+            a[3] = R:chance(0.7) and { 1, size } or { R:pick({ -1, 2, 0, 3 }), R:pick({ -1, size, 2 }) }
+          end }
+  entry { name = "movedim", kind = "method", ret = "tensor", shares = true,
+          gen = function(a, shape) a.n = 3; a[2], a[3] = g_dim(shape), g_dim(shape) end }
+  entry { name = "flip", kind = "method", ret = "tensor",
+          gen = function(a, shape) a.n = 2; a[2] = R:chance(0.5) and g_dim(shape) or { g_dim(shape) } end }
+  entry { name = "roll", kind = "method", ret = "tensor",
+          gen = function(a, shape)
+            a.n = 2; a[2] = R:int(-5, 5)
+            if R:chance(0.6) then a.n = 3; a[3] = g_dim(shape) end
+          end }
+  entry { name = "repeat_tensor", kind = "method", ret = "tensor",
+          gen = function(a, shape)
+            local sizes = {}
+            for i = 1, #shape + R:int(0, 1) do sizes[i] = R:pick({ 1, 2, 1, 0, 3 }) end
+            a.n = 2; a[2] = R:chance(0.9) and sizes or g_junk()
+          end }
+  entry { name = "split", kind = "method", ret = "any",
+          gen = function(a, shape)
+            a.n = 3; a[2], a[3] = R:chance(0.8) and R:int(1, 4) or R:pick({ 0, -1, { 1, 1 }, 0.5 }), g_dim(shape)
+          end }
+  entry { name = "chunk", kind = "method", ret = "any",
+          gen = function(a, shape) a.n = 3; a[2], a[3] = R:chance(0.8) and R:int(1, 4) or g_number(), g_dim(shape) end }
+  for _, fname in ipairs({ "empty_like", "zeros_like", "ones_like", "rand_like", "randn_like" }) do
+    entry { name = fname, kind = "module", ret = "tensor",
+            gen = function(a)
+              a.n = 1; a[1] = pool_pick()
+              local o = g_opts(fname == "rand_like" or fname == "randn_like")
+              if o then a.n = 2; a[2] = o end
+            end }
+  end
+  entry { name = "full_like", kind = "module", ret = "tensor",
+          gen = function(a) a.n = 2; a[1], a[2] = pool_pick(), g_number() end }
+  -- counts are small, or beyond any machine (>= 2^46: the allocation must fail fast)
+  local function g_count()
+    return R:chance(0.85) and R:int(0, 20) or R:pick({ -1, 0.5, 1 << 50, math.maxinteger, 0 / 0, 1 / 0, "x" })
+  end
+  local function g_endpoint()
+    return R:chance(0.85) and R:int(-10, 30) or R:pick({ 0.5, -2.25, 1 << 60, -(1 << 60), 0 / 0, 1 / 0, "x" })
+  end
+  entry { name = "arange", kind = "module", ret = "tensor",
+          gen = function(a)
+            a.n = 2; a[1], a[2] = g_endpoint(), g_endpoint()
+            if R:chance(0.5) then a.n = 3; a[3] = R:pick({ 1, 2, -1, 0.5, 0.25, 0, 1e-30, 1 << 62 }) end
+          end }
+  entry { name = "linspace", kind = "module", ret = "tensor",
+          gen = function(a) a.n = 3; a[1], a[2], a[3] = g_endpoint(), g_endpoint(), g_count() end }
+  entry { name = "logspace", kind = "module", ret = "tensor",
+          gen = function(a) a.n = 3; a[1], a[2], a[3] = R:int(-3, 3), R:int(-3, 3), g_count() end }
+  entry { name = "eye", kind = "module", ret = "tensor",
+          gen = function(a)
+            a.n = 1; a[1] = g_count()
+            if R:chance(0.5) then a.n = 2; a[2] = g_count() end
+          end }
+  entry { name = "randperm", kind = "module", ret = "tensor",
+          gen = function(a) a.n = 1; a[1] = g_count() end }
+  for _, fname in ipairs({ "cat", "stack" }) do
+    entry { name = fname, kind = "module", ret = "tensor", weight = 2,
+            gen = function(a)
+              local list = {}
+              for i = 1, R:int(1, 3) do list[i] = pool_pick() end
+              a.n = 1; a[1] = list
+              if R:chance(0.6) then a.n = 2; a[2] = R:int(1, 3) end
+            end }
+  end
   entry { name = "clock", kind = "module", ret = "number", gen = function() end, weight = 0.2 }
   -- qlua.bench calls back into Lua: cheap callbacks and small counts only (a large
   -- valid count is a legitimately long benchmark, not a bug)
@@ -1349,7 +1436,14 @@ function M.run(opts)
           gen = function(a, shape)
             a.n = 2
             local r = R:float()
-            if r < 0.7 then a[2] = g_pos(shape[1] or 1)
+            if r < 0.6 then a[2] = g_pos(shape[1] or 1)
+            elseif r < 0.7 then
+              local key = {}
+              for d = 1, R:int(0, #shape) do
+                local size = math.max(shape[d], 1)
+                key[d] = R:pick({ R:int(-size, size), {}, { R:int(1, size), size }, { 1, size, 2 } })
+              end
+              a[2] = key
             elseif r < 0.85 then a[2] = R:pick({ "shape", "add", "nosuchmethod", "__gc", "" })
             else a[2] = g_junk() end
           end,
@@ -1365,6 +1459,9 @@ function M.run(opts)
               end
             elseif type(k) == "string" then
               if res[1] ~= METHODS[k] then return "t." .. k .. " is not the method" end
+            elseif type(k) == "table" and rawlen(k) > 0 then
+              -- Torch7 indexing (issue 12): a view
+              return tensor_problem(res[1])
             elseif res[1] ~= nil then
               return "t[" .. type(k) .. "] is not nil"
             end
