@@ -400,3 +400,11 @@ int lq_totable(lua_State *L) {
   lua_settop(L, 1);
   return lq_call_named(L, a_totable_build, 1, 1, "totable", what);
 }
+
+/* A 1-based dim argument as a 0-based dim of t. */
+int lq_checkdim(lua_State *L, int arg, const qt_tensor *t, const char *op) {
+  lua_Integer d = luaL_checkinteger(L, arg);
+  if (t->ndim == 0) luaL_error(L, "%s: dim %I out of range (tensor is 0-d)", op, d);
+  if (d < 1 || d > t->ndim) luaL_error(L, "%s: dim %I out of range (1..%d)", op, d, t->ndim);
+  return (int)d - 1;
+}

@@ -143,6 +143,8 @@ qt_device *lq_device_by_name_or_null(lua_State *L, const char *op, const char *n
 qt_device *lq_checkdevice(lua_State *L, int arg, const char *op);
 /* The GPU with that ordinal, opened on first use; raises "<op>: <registry message>". */
 qt_device *lq_gpu(lua_State *L, const char *op, int ordinal);
+/* A 1-based dim argument as a 0-based dim of t ("<op>: dim 3 out of range (1..2)"). */
+int lq_checkdim(lua_State *L, int arg, const qt_tensor *t, const char *op);
 /* A dtype by name, or "<op>: unknown dtype 'x' (float32, float64, int32, int64)". */
 qt_dtype lq_dtype_by_name(lua_State *L, const char *op, const char *name);
 /* The Lua number at idx as a qt_scalar; *is_float says which subtype it was (the int
@@ -165,6 +167,9 @@ int lq_totable(lua_State *L);
 /* Makes the qlua.Kernel and qlua.Module metatables and puts the module functions into
 ** the table at module_idx. */
 void lq_open_kernel(lua_State *L, int box_idx, int module_idx);
+
+/* ---- l_shape.c: slicing and shape methods, registered by l_tensor.c */
+extern const lq_Reg lq_shape_methods[];
 
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */
