@@ -186,7 +186,11 @@ _Atomic int64_t ops_cpu_gc_limit = OPS_CPU_GC_FLOOR;
 
 static void ops_cpu_gc_pace(qt_ctx *ctx, size_t nbytes) {
   if (ctx->gc == NULL || nbytes < OPS_CPU_GC_MIN_BYTES) return;
-  if (qt_cpu_allocated() + (int64_t)nbytes <= atomic_load(&ops_cpu_gc_limit)) return;
+  /* allocated + nbytes <= limit, without overflowing for a request near 2^63 bytes
+  ** (the allocation then fails; the pacing must not overflow first) */
+  if (nbytes <= (size_t)INT64_MAX &&
+      qt_cpu_allocated() <= atomic_load(&ops_cpu_gc_limit) - (int64_t)nbytes)
+    return;
   ctx->gc(ctx->gc_ud, 0);
   int64_t allocated = qt_cpu_allocated();
   int64_t limit = allocated > INT64_MAX / 2 ? INT64_MAX : 2 * allocated;
@@ -204,7 +208,9 @@ int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t nbytes,
   if (dev->iface->alloc == NULL)
     return qt_errorf(&ctx->err, "%s: not supported on %s", op, dev->name);
   bool gpu = dev->kind == QT_DEV_CUDA;
-  if (gpu && ctx->gc != NULL && atomic_load(&ctx->gpu_live_bytes) + (int64_t)nbytes > ctx->gpu_gc_limit)
+  if (gpu && ctx->gc != NULL &&
+      (nbytes > (size_t)INT64_MAX ||
+       atomic_load(&ctx->gpu_live_bytes) > ctx->gpu_gc_limit - (int64_t)nbytes))
     ctx->gc(ctx->gc_ud, 0);
   if (dev->kind == QT_DEV_CPU) ops_cpu_gc_pace(ctx, nbytes);
 
