@@ -5,18 +5,12 @@
 local T = require "qlua.testing"
 local qlua = T.qlua
 
-local HAS_GPU, NO_GPU_REASON = T.gpu_status()
+local HAS_GPU = T.gpu_status()
 
 local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
 
 -- A test that runs only with a GPU; without one it is reported as pending.
-local function gtest(name, fn)
-  if HAS_GPU then
-    it(name, function() T.reseed(name); fn() end)
-  else
-    it(name, function() pending("no GPU: " .. tostring(NO_GPU_REASON)) end)
-  end
-end
+local gtest = T.gpu_tests(_ENV)
 
 -- t has dtype, shape and the values of the nested table (or flat list) expected.
 local function check(t, dtype, shape, expected, what)

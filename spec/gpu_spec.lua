@@ -10,18 +10,12 @@ local T = require "qlua.testing"
 local qlua = T.qlua
 local ref = T.ref
 
-local HAS_GPU, NO_GPU_REASON = T.gpu_status()
+local HAS_GPU = T.gpu_status()
 local GPU = "gpu:0"   -- what t:device() says for the default GPU
 local MiB, GiB = 1024 * 1024, 1024 * 1024 * 1024
 
 -- A test that runs only with a GPU; without one it is reported as pending.
-local function gtest(name, fn)
-  if HAS_GPU then
-    it(name, function() T.reseed(name); fn() end)
-  else
-    it(name, function() pending("no GPU: " .. tostring(NO_GPU_REASON)) end)
-  end
-end
+local gtest = T.gpu_tests(_ENV)
 
 local TOL = { float32 = 1e-5, float64 = 1e-12 }
 

@@ -6,15 +6,9 @@ local T = require "qlua.testing"
 local P = require "spec.helpers.process"
 local qlua = T.qlua
 
-local HAS_GPU, NO_GPU_REASON = T.gpu_status()
+local HAS_GPU = T.gpu_status()
 
-local function gtest(name, fn)
-  if HAS_GPU then
-    it(name, function() T.reseed(name); fn() end)
-  else
-    it(name, function() pending("no GPU: " .. tostring(NO_GPU_REASON)) end)
-  end
-end
+local gtest = T.gpu_tests(_ENV)
 
 local function values(t) return T.flatten(t:cpu():totable()) end
 

@@ -95,6 +95,22 @@ end
 
 function T.has_gpu() return (T.gpu_status()) end
 
+-- A maker of busted tests that need a GPU: `local gtest = T.gpu_tests(_ENV)`. busted's
+-- it and pending live in the spec file's environment, and pending means "this test is
+-- pending" only when looked up while the test runs, so both are looked up at call time.
+-- A test made by gtest(name, fn) runs with data seeded from its name (T.reseed); without
+-- a GPU it is reported as pending with the reason.
+function T.gpu_tests(env)
+  local has, reason = T.gpu_status()
+  return function(name, fn)
+    if has then
+      env.it(name, function() T.reseed(name); fn() end)
+    else
+      env.it(name, function() env.pending("no GPU: " .. tostring(reason)) end)
+    end
+  end
+end
+
 -- {"cpu"} plus "gpu" when a GPU is present.
 function T.devices()
   local list = { "cpu" }
