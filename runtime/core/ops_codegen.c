@@ -318,97 +318,63 @@ static int cg_bind(qt_ctx *ctx, const char *op, const qt_codegen *g, int nargs,
 
 /* ================================================================== sources */
 
-typedef struct cg_src {
-  char *data;
-  size_t len, cap;
-  bool failed;
-} cg_src;
-
-static void cg_add(cg_src *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void cg_add(cg_src *s, const char *fmt, ...) {
-  if (s->failed) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(s->data ? s->data + s->len : NULL, s->data ? s->cap - s->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      s->failed = true;
-      return;
-    }
-    if (s->data != NULL && s->len + (size_t)n < s->cap) {
-      s->len += (size_t)n;
-      return;
-    }
-    size_t cap = s->cap ? s->cap * 2 : 4096;
-    while (cap < s->len + (size_t)n + 1) cap *= 2;
-    char *grown = realloc(s->data, cap);
-    if (grown == NULL) {
-      s->failed = true;
-      return;
-    }
-    s->data = grown;
-    s->cap = cap;
-  }
-}
-
 /* typedefs of the type variables, the preamble, and the geometry struct. */
-static void cg_head(cg_src *s, const qt_codegen *g, const int *dtypes, int ntensors) {
-  cg_add(s, "// qlua %s '%s'\n", g->reduction ? "reduction" : "elementwise", g->name);
+static void cg_head(ops_buf *s, const qt_codegen *g, const int *dtypes, int ntensors) {
+  ops_buf_printf(s, "// qlua %s '%s'\n", g->reduction ? "reduction" : "elementwise", g->name);
   int nparams = g->nin + g->nout;
   for (int k = 0; k < nparams; k++) {
     if (!g->params[k].var[0]) continue;
     bool first = true;
     for (int j = 0; j < k; j++) first &= strcmp(g->params[j].var, g->params[k].var) != 0;
-    if (first) cg_add(s, "typedef %s %s;\n", cg_ctype(dtypes[k]), g->params[k].var);
+    if (first) ops_buf_printf(s, "typedef %s %s;\n", cg_ctype(dtypes[k]), g->params[k].var);
   }
-  cg_add(s, "%s\n", g->preamble);
-  cg_add(s, "struct _qgeom { int ndim; long long size[%d]; long long stride[%d][%d]; };\n",
+  ops_buf_printf(s, "%s\n", g->preamble);
+  ops_buf_printf(s, "struct _qgeom { int ndim; long long size[%d]; long long stride[%d][%d]; };\n",
          QT_MAXDIM, ntensors > 0 ? ntensors : 1, QT_MAXDIM);
 }
 
 /* Offsets _qo<k> of the operands for the row-major index _qr (IDX arithmetic). */
-static void cg_offsets(cg_src *s, int ntensors, const char *index, const char *idx_type) {
-  cg_add(s, "    %s _qr = (%s)(%s);\n", idx_type, idx_type, index);
-  for (int t = 0; t < ntensors; t++) cg_add(s, "    long long _qo%d = 0;\n", t);
-  cg_add(s, "    for (int _qd = _qg.ndim - 1; _qd > 0; _qd--) {\n"
+static void cg_offsets(ops_buf *s, int ntensors, const char *index, const char *idx_type) {
+  ops_buf_printf(s, "    %s _qr = (%s)(%s);\n", idx_type, idx_type, index);
+  for (int t = 0; t < ntensors; t++) ops_buf_printf(s, "    long long _qo%d = 0;\n", t);
+  ops_buf_printf(s, "    for (int _qd = _qg.ndim - 1; _qd > 0; _qd--) {\n"
             "      %s _qs = (%s)_qg.size[_qd], _qq = _qr / _qs, _qm = _qr - _qq * _qs;\n",
          idx_type, idx_type);
   for (int t = 0; t < ntensors; t++)
-    cg_add(s, "      _qo%d += (long long)_qm * _qg.stride[%d][_qd];\n", t, t);
-  cg_add(s, "      _qr = _qq;\n    }\n");
+    ops_buf_printf(s, "      _qo%d += (long long)_qm * _qg.stride[%d][_qd];\n", t, t);
+  ops_buf_printf(s, "      _qr = _qq;\n    }\n");
   for (int t = 0; t < ntensors; t++)
-    cg_add(s, "    _qo%d += (long long)_qr * _qg.stride[%d][0];\n", t, t);
+    ops_buf_printf(s, "    _qo%d += (long long)_qr * _qg.stride[%d][0];\n", t, t);
 }
 
 /* The kernel's parameters: a pointer per tensor operand, the value of each number. */
-static void cg_params(cg_src *s, const qt_codegen *g, const int *dtypes, int nargs_numbers,
+static void cg_params(ops_buf *s, const qt_codegen *g, const int *dtypes, int nargs_numbers,
                       int nparams) {
   bool first = true;
   for (int k = 0; k < nparams; k++) {
     bool number = (nargs_numbers >> k) & 1;
     bool input = k < g->nin;
-    cg_add(s, "%s", first ? "" : ", ");
+    ops_buf_printf(s, "%s", first ? "" : ", ");
     first = false;
-    if (number) cg_add(s, "%s %s", cg_ctype(dtypes[k]), g->params[k].name);
-    else cg_add(s, "%s%s *_qp_%s", input ? "const " : "", cg_ctype(dtypes[k]), g->params[k].name);
+    if (number) ops_buf_printf(s, "%s %s", cg_ctype(dtypes[k]), g->params[k].name);
+    else ops_buf_printf(s, "%s%s *_qp_%s", input ? "const " : "", cg_ctype(dtypes[k]), g->params[k].name);
   }
 }
 
 static char *cg_elementwise_source(const qt_codegen *g, const int *dtypes, int numbers,
                                    int layout) {
-  cg_src s = {0};
+  ops_buf s = {0};
   int nparams = g->nin + g->nout, ntensors = 0;
   for (int k = 0; k < nparams; k++) ntensors += !((numbers >> k) & 1);
   cg_head(&s, g, dtypes, ntensors);
-  cg_add(&s, "extern \"C\" __global__ void %s(", g->name);
+  ops_buf_printf(&s, "extern \"C\" __global__ void %s(", g->name);
   cg_params(&s, g, dtypes, numbers, nparams);
-  cg_add(&s, ", const long long n%s) {\n", layout ? ", const _qgeom _qg" : "");
+  ops_buf_printf(&s, ", const long long n%s) {\n", layout ? ", const _qgeom _qg" : "");
   if (layout == 0)  /* dense: one element per thread (the grid covers n), no loop */
-    cg_add(&s, "  {\n    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    ops_buf_printf(&s, "  {\n    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
                "    if (i >= n) return;\n");
   else
-    cg_add(&s, "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+    ops_buf_printf(&s, "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
                "       i += (long long)gridDim.x * blockDim.x) {\n");
   if (layout) cg_offsets(&s, ntensors, "i", layout == 1 ? "unsigned int" : "long long");
   int t = 0;
@@ -418,13 +384,13 @@ static char *cg_elementwise_source(const qt_codegen *g, const int *dtypes, int n
     char off[16];
     snprintf(off, sizeof off, "_qo%d", t++);
     if (k < g->nin)
-      cg_add(&s, "    const %s %s = _qp_%s[%s];\n", cg_ctype(dtypes[k]), g->params[k].name,
+      ops_buf_printf(&s, "    const %s %s = _qp_%s[%s];\n", cg_ctype(dtypes[k]), g->params[k].name,
              g->params[k].name, at ? at : off);
     else
-      cg_add(&s, "    %s &%s = _qp_%s[%s];\n", cg_ctype(dtypes[k]), g->params[k].name,
+      ops_buf_printf(&s, "    %s &%s = _qp_%s[%s];\n", cg_ctype(dtypes[k]), g->params[k].name,
              g->params[k].name, at ? at : off);
   }
-  cg_add(&s, "    (void)n;\n    {\n%s\n;\n    }\n  }\n}\n", g->body);
+  ops_buf_printf(&s, "    (void)n;\n    {\n%s\n;\n    }\n  }\n}\n", g->body);
   if (s.failed) {
     free(s.data);
     return NULL;
@@ -436,36 +402,36 @@ static char *cg_elementwise_source(const qt_codegen *g, const int *dtypes, int n
 ** Pass 2: a block per row folds its partials and writes the output by the post-map. */
 static char *cg_reduction_source(const qt_codegen *g, const int *dtypes, int numbers, int rdtype,
                                  int layout) {
-  cg_src s = {0};
+  ops_buf s = {0};
   int nparams = g->nin + g->nout, ntensors = 0;
   for (int k = 0; k < g->nin; k++) ntensors += !((numbers >> k) & 1);
   const char *R = cg_ctype(rdtype);
   const char *idx = layout == 2 ? "long long" : "unsigned int";
   cg_head(&s, g, dtypes, ntensors);
-  cg_add(&s, "typedef %s _qR;\n", R);
-  cg_add(&s, "#define _QREDUCE(_qx, _qy) ([&]() { _qR a = (_qx), b = (_qy); (void)a; (void)b; "
+  ops_buf_printf(&s, "typedef %s _qR;\n", R);
+  ops_buf_printf(&s, "#define _QREDUCE(_qx, _qy) ([&]() { _qR a = (_qx), b = (_qy); (void)a; (void)b; "
              "return (_qR)(%s); }())\n", g->reduce);
   /* pass 1 */
-  cg_add(&s, "extern \"C\" __global__ void %s_p1(", g->name);
+  ops_buf_printf(&s, "extern \"C\" __global__ void %s_p1(", g->name);
   cg_params(&s, g, dtypes, numbers, g->nin);
-  cg_add(&s, ", _qR *_qpart, const long long _qrows, const long long _qlen, const int _qbpr, "
+  ops_buf_printf(&s, ", _qR *_qpart, const long long _qrows, const long long _qlen, const int _qbpr, "
              "const _qgeom _qg, const _qgeom _ql) {\n"
              "  extern __shared__ unsigned char _qsm[];\n"
              "  _qR *_qsh = (_qR *)_qsm;\n"
              "  for (long long _qrow = blockIdx.y; _qrow < _qrows; _qrow += gridDim.y) {\n");
   cg_offsets(&s, ntensors, "_qrow", idx);
-  cg_add(&s, "    _qR _qacc = (_qR)(%s);\n"
+  ops_buf_printf(&s, "    _qR _qacc = (_qR)(%s);\n"
              "    for (long long _qj = (long long)blockIdx.x * blockDim.x + threadIdx.x; _qj < _qlen;\n"
              "         _qj += (long long)_qbpr * blockDim.x) {\n"
              "      const long long i = _qj; (void)i;\n", g->identity);
   int t = 0;
   for (int k = 0; k < g->nin; k++) {
     if ((numbers >> k) & 1) continue;
-    cg_add(&s, "      const %s %s = _qp_%s[_qo%d + _qj * _ql.stride[%d][0]];\n",
+    ops_buf_printf(&s, "      const %s %s = _qp_%s[_qo%d + _qj * _ql.stride[%d][0]];\n",
            cg_ctype(dtypes[k]), g->params[k].name, g->params[k].name, t, t);
     t++;
   }
-  cg_add(&s, "      _qacc = _QREDUCE(_qacc, (_qR)(%s));\n"
+  ops_buf_printf(&s, "      _qacc = _QREDUCE(_qacc, (_qR)(%s));\n"
              "    }\n"
              "    _qsh[threadIdx.x] = _qacc;\n"
              "    __syncthreads();\n"
@@ -477,9 +443,9 @@ static char *cg_reduction_source(const qt_codegen *g, const int *dtypes, int num
              "    __syncthreads();\n"
              "  }\n}\n", g->body);
   /* pass 2 */
-  cg_add(&s, "extern \"C\" __global__ void %s_p2(const _qR *_qpart, ", g->name);
+  ops_buf_printf(&s, "extern \"C\" __global__ void %s_p2(const _qR *_qpart, ", g->name);
   cg_params(&s, g, dtypes, numbers, nparams);
-  cg_add(&s, ", const long long _qrows, const int _qbpr) {\n"
+  ops_buf_printf(&s, ", const long long _qrows, const int _qbpr) {\n"
              "  extern __shared__ unsigned char _qsm[];\n"
              "  _qR *_qsh = (_qR *)_qsm;\n"
              "  for (long long _qrow = blockIdx.x; _qrow < _qrows; _qrow += gridDim.x) {\n"

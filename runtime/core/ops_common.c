@@ -5,6 +5,8 @@
 */
 #include "ops_internal.h"
 
+#include <stdarg.h>
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -227,4 +229,41 @@ void ops_view_expanded(qt_view *v, const qt_tensor *t, int ndim, const int64_t *
   for (int d = ndim; d < QT_MAXDIM; d++) v->size[d] = 1, v->stride[d] = 0;
   v->ndim = ndim;
   v->numel = numel;
+}
+
+/* ================================================================== ops_buf */
+
+static bool ops_buf_reserve(ops_buf *b, size_t more) {
+  if (b->failed) return false;
+  if (b->len + more + 1 <= b->cap) return true;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->len + more + 1) cap *= 2;
+  char *grown = realloc(b->data, cap);
+  if (grown == NULL) {
+    b->failed = true;
+    return false;
+  }
+  b->data = grown;
+  b->cap = cap;
+  return true;
+}
+
+void ops_buf_add(ops_buf *b, const void *data, size_t n) {
+  if (!ops_buf_reserve(b, n)) return;
+  memcpy(b->data + b->len, data, n);
+  b->len += n;
+  b->data[b->len] = '\0';
+}
+
+void ops_buf_printf(ops_buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) b->failed = true;
+  if (n < 0 || !ops_buf_reserve(b, (size_t)n)) return;
+  va_start(ap, fmt);
+  vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
 }

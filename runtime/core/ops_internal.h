@@ -68,6 +68,16 @@ int ops_broadcast_shape(qt_ctx *ctx, const char *op, const qt_tensor *a, const q
 bool ops_expand_strides(const qt_tensor *t, int ndim, const int64_t *size, int64_t *stride);
 void ops_view_expanded(qt_view *v, const qt_tensor *t, int ndim, const int64_t *size);
 
+/* ---- a growing byte buffer, always NUL-terminated; `failed` once an allocation failed
+** (every later add is then a no-op, and the caller reports out of memory once) */
+typedef struct ops_buf {
+  char *data;
+  size_t len, cap;
+  bool failed;
+} ops_buf;
+void ops_buf_add(ops_buf *b, const void *data, size_t n);
+void ops_buf_printf(ops_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* ---- ops_kernel_sig.c: user kernels' parameters */
 /* The parameters of the __global__ function `name` (or "name<args>") in source. */
 int ops_kernel_parse_source(qt_ctx *ctx, const char *op, const char *source, const char *name,

@@ -102,38 +102,14 @@ static uint64_t kernel_hash(const void *data, size_t n, uint64_t h) {
 }
 #define KERNEL_HASH_SEED 0xcbf29ce484222325ull
 
-typedef struct kernel_buf {
-  char *data;
-  size_t len, cap;
-  bool failed;
-} kernel_buf;
-
-static void kernel_buf_add(kernel_buf *b, const void *data, size_t n) {
-  if (b->failed) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *grown = realloc(b->data, cap);
-    if (grown == NULL) {
-      b->failed = true;
-      return;
-    }
-    b->data = grown;
-    b->cap = cap;
-  }
-  memcpy(b->data + b->len, data, n);
-  b->len += n;
-  b->data[b->len] = '\0';
-}
-
 /* A field of the key: tag, length, bytes (so no two different inputs give one key). */
-static void kernel_key_field(kernel_buf *b, char tag, const char *text) {
+static void kernel_key_field(ops_buf *b, char tag, const char *text) {
   char head[32];
   size_t n = strlen(text);
   int h = snprintf(head, sizeof head, "%c%zu:", tag, n);
-  kernel_buf_add(b, head, (size_t)h);
-  kernel_buf_add(b, text, n);
-  kernel_buf_add(b, "\n", 1);
+  ops_buf_add(b, head, (size_t)h);
+  ops_buf_add(b, text, n);
+  ops_buf_add(b, "\n", 1);
 }
 
 typedef struct kernel_entry {
@@ -206,10 +182,10 @@ static int kernel_mkdirs(const char *path) {
 #define KERNEL_MAGIC "QLUAKC01"
 #define KERNEL_MAX_ENTRY ((size_t)512 << 20)
 
-static void kernel_put_u64(kernel_buf *b, uint64_t v) {
+static void kernel_put_u64(ops_buf *b, uint64_t v) {
   unsigned char bytes[8];
   for (int i = 0; i < 8; i++) bytes[i] = (unsigned char)(v >> (8 * i));
-  kernel_buf_add(b, bytes, 8);
+  ops_buf_add(b, bytes, 8);
 }
 
 static bool kernel_get_u64(const unsigned char **p, const unsigned char *end, uint64_t *v) {
@@ -222,7 +198,7 @@ static bool kernel_get_u64(const unsigned char **p, const unsigned char *end, ui
 
 /* Reads an entry: the key must match byte for byte and the checksum hold, or it is a
 ** miss (a torn or foreign file is then overwritten by the next compile). */
-static bool kernel_disk_read(const char *path, const kernel_buf *key, qt_compile_result *out) {
+static bool kernel_disk_read(const char *path, const ops_buf *key, qt_compile_result *out) {
   memset(out, 0, sizeof *out);
   FILE *f = fopen(path, "rb");
   if (f == NULL) return false;
@@ -277,20 +253,20 @@ done:
 /* Writes an entry atomically: a private temporary file renamed over the name, so two
 ** processes compiling at once both succeed and a reader never sees half a file. A
 ** failure to write is not an error (the cache is an optimisation). */
-static void kernel_disk_write(const char *dir, const char *path, const kernel_buf *key,
+static void kernel_disk_write(const char *dir, const char *path, const ops_buf *key,
                               const qt_compile_result *r) {
   if (kernel_mkdirs(dir) != 0) return;
-  kernel_buf b = {0};
-  kernel_buf_add(&b, KERNEL_MAGIC, 8);
+  ops_buf b = {0};
+  ops_buf_add(&b, KERNEL_MAGIC, 8);
   kernel_put_u64(&b, key->len);
-  kernel_buf_add(&b, key->data, key->len);
+  ops_buf_add(&b, key->data, key->len);
   kernel_put_u64(&b, (uint64_t)r->nlowered);
   for (int i = 0; i < r->nlowered; i++) {
     kernel_put_u64(&b, strlen(r->lowered[i]));
-    kernel_buf_add(&b, r->lowered[i], strlen(r->lowered[i]));
+    ops_buf_add(&b, r->lowered[i], strlen(r->lowered[i]));
   }
   kernel_put_u64(&b, r->image_size);
-  kernel_buf_add(&b, r->image, r->image_size);
+  ops_buf_add(&b, r->image, r->image_size);
   if (!b.failed) kernel_put_u64(&b, kernel_hash(b.data, b.len, KERNEL_HASH_SEED));
   if (!b.failed) {
     static _Atomic unsigned counter;
@@ -495,7 +471,7 @@ int qt_kernel_compile(qt_ctx *ctx, qt_kernel **out, qt_device *dev, const char *
     free(expr);
     return -1;
   }
-  kernel_buf key = {0};
+  ops_buf key = {0};
   kernel_key_field(&key, 'v', "qlua kernel 1");
   kernel_key_field(&key, 'c', id);
   for (int i = 0; i < opts->noptions; i++) kernel_key_field(&key, 'o', opts->options[i]);
