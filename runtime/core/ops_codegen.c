@@ -39,6 +39,12 @@ typedef struct cg_geom {
   long long stride[CG_MAXPARAMS][QT_MAXDIM];
 } cg_geom;
 
+/* One kernel parameter's bytes: a device pointer, or a number as its dtype stores it. */
+typedef union cg_value {
+  void *p;
+  qt_cell cell;
+} cg_value;
+
 typedef struct cg_param {
   char name[40];
   int dtype;          /* a fixed dtype, or -1: the type variable `var` */
@@ -705,17 +711,11 @@ int qt_codegen_call(qt_ctx *ctx, qt_codegen *g, int nargs, const qt_kernel_arg *
     if (cg_variant_get(ctx, op, g, dev, dtypes, numbers, -1, layout, &variant)) goto fail;
     cg_geom geo;
     cg_geometry(&geo, vp, nviews);
-    union { void *p; int32_t i32; int64_t i64; float f32; double f64; } values[CG_MAXPARAMS];
+    cg_value values[CG_MAXPARAMS];
     void *kargs[CG_MAXPARAMS + 2];
     for (int k = 0; k < nparams; k++) {
       if ((numbers >> k) & 1) {
-        const qt_kernel_arg *a = &args[k];
-        switch (dtypes[k]) {
-          case QT_F32: values[k].f32 = (float)a->value.f; break;
-          case QT_F64: values[k].f64 = a->value.f; break;
-          case QT_I32: values[k].i32 = (int32_t)a->value.i; break;
-          default: values[k].i64 = a->value.i; break;
-        }
+        qt_scalar_store((qt_dtype)dtypes[k], &values[k].cell, args[k].value);
       } else {
         values[k].p = addresses[k];
       }
@@ -824,17 +824,12 @@ int qt_codegen_call(qt_ctx *ctx, qt_codegen *g, int nargs, const qt_kernel_arg *
       goto fail_rename;
     }
     partial = cg_address(&part);
-    union { void *p; int32_t i32; int64_t i64; float f32; double f64; } values[CG_MAXPARAMS];
+    cg_value values[CG_MAXPARAMS];
     void *kargs[CG_MAXPARAMS + 8];
     int na = 0;
     for (int k = 0; k < g->nin; k++) {
       if ((numbers >> k) & 1) {
-        switch (dtypes[k]) {
-          case QT_F32: values[k].f32 = (float)args[k].value.f; break;
-          case QT_F64: values[k].f64 = args[k].value.f; break;
-          case QT_I32: values[k].i32 = (int32_t)args[k].value.i; break;
-          default: values[k].i64 = args[k].value.i; break;
-        }
+        qt_scalar_store((qt_dtype)dtypes[k], &values[k].cell, args[k].value);
       } else {
         values[k].p = addresses[k];
       }
