@@ -8,26 +8,34 @@
 ** skipped: gather/index_select/take write 0 there, scatter/index_add write nothing. No extra
 ** pass, no host sync, no trap, and nothing outside a tensor is ever touched.
 **
-** Kernels that only move elements (everything but index_add) work on raw bits: a 4-byte and an
-** 8-byte element type cover the four dtypes with half the instantiations. index_add adds, so it
-** is typed (float/double atomicAdd, int atomicAdd, int64 through unsigned long long atomicAdd:
-** two's complement makes the wrap-around the same as signed addition).
+** Kernels that only move elements (everything but index_add) work on raw bits: one unsigned
+** type per element size (1, 2, 4 or 8 bytes) covers every dtype of that size with one
+** instantiation. index_add adds, so it is typed (gat_atomic_add): float/double atomicAdd, int
+** atomicAdd, int64 through unsigned long long atomicAdd (two's complement makes the
+** wrap-around the same as signed addition), 1- and 2-byte integers by atomicCAS on the aligned
+** 32-bit word holding them (CUDA has no narrower atomic add), bool as a logical or (PyTorch's
+** index_add_ on bool: true + anything is true) by atomicOr on that word.
 **
 ** Paths, fastest first:
 **   - rows:    out[r][c] = src[r][idx[r][c]-1] with idx and out unit-stride along c; covers the
 **              1-D gather, take of a contiguous source, and gather along the last dim (leading
-**              dims collapsed). 4 indices per thread with 16-byte loads/stores when aligned.
+**              dims collapsed). 4 indices per thread with 16-byte index loads and one
+**              4-element store (4 to 32 bytes) when aligned.
 **   - slices:  index_select of contiguous tensors: every selected slice is a contiguous run,
 **              copied by a group of threads with 16-byte accesses.
 **   - general: one thread per element of the iteration shape with arbitrary strides.
 */
 #include <string.h>
 
+#include <type_traits>
+
 #include "dispatch.cuh"
 #include "kernels.h"
 
 #define GAT_THREADS 256
 
+typedef unsigned char gat_u8;
+typedef unsigned short gat_u16;
 typedef unsigned int gat_u32;
 typedef unsigned long long gat_u64;
 
@@ -51,7 +59,14 @@ __device__ __forceinline__ void gat_load4(const long long *p, long long *v) {
   longlong2 b = reinterpret_cast<const longlong2 *>(p)[1];
   v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
 }
-/* Four consecutive elements to a 16-byte aligned address. */
+/* Four consecutive elements to an address aligned to their 4 * sizeof(E) bytes (the rows
+** kernel's VEC case: out and its row starts 16-byte aligned, units of 4 elements). */
+__device__ __forceinline__ void gat_store4(gat_u8 *p, const gat_u8 *x) {
+  *reinterpret_cast<uchar4 *>(p) = make_uchar4(x[0], x[1], x[2], x[3]);
+}
+__device__ __forceinline__ void gat_store4(gat_u16 *p, const gat_u16 *x) {
+  *reinterpret_cast<ushort4 *>(p) = make_ushort4(x[0], x[1], x[2], x[3]);
+}
 __device__ __forceinline__ void gat_store4(gat_u32 *p, const gat_u32 *x) {
   *reinterpret_cast<uint4 *>(p) = make_uint4(x[0], x[1], x[2], x[3]);
 }
@@ -60,11 +75,46 @@ __device__ __forceinline__ void gat_store4(gat_u64 *p, const gat_u64 *x) {
   reinterpret_cast<ulonglong2 *>(p)[1] = make_ulonglong2(x[2], x[3]);
 }
 
-__device__ __forceinline__ void gat_atomic_add(float *p, float v) { atomicAdd(p, v); }
-__device__ __forceinline__ void gat_atomic_add(double *p, double v) { atomicAdd(p, v); }
-__device__ __forceinline__ void gat_atomic_add(int *p, int v) { atomicAdd(p, v); }
-__device__ __forceinline__ void gat_atomic_add(long long *p, long long v) {
-  atomicAdd(reinterpret_cast<gat_u64 *>(p), (gat_u64)v);
+/* *p += v for an element narrower than 4 bytes, through the aligned 32-bit word holding it
+** (an element of 1 or 2 bytes never straddles one): read the word, replace the element's
+** bytes by the wrapped sum, compare-and-swap, retry when another thread changed the word in
+** between. The word's other bytes are written back unchanged, atomically, so neighbours
+** updated by other threads at the same time are never lost; the word lies inside the
+** allocation (device allocations are at least 256-byte aligned). Little-endian: the element
+** at byte offset k of the word is bits 8k up. */
+template <typename T>
+__device__ __forceinline__ void gat_atomic_add_narrow(T *p, T v) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2, "gat_atomic_add_narrow: 1 or 2 bytes");
+  unsigned int *word = reinterpret_cast<unsigned int *>((uintptr_t)p & ~(uintptr_t)3);
+  const unsigned shift = (unsigned)((uintptr_t)p & 3) * 8u;
+  const unsigned mask = (sizeof(T) == 1 ? 0xffu : 0xffffu) << shift;
+  unsigned add = 0;
+  memcpy(&add, &v, sizeof v);  /* the element's bits in the low bytes, zero above */
+  unsigned old = *word, assumed;
+  do {
+    assumed = old;
+    const unsigned sum = (((assumed & mask) >> shift) + add) << shift;
+    old = atomicCAS(word, assumed, (assumed & ~mask) | (sum & mask));
+  } while (old != assumed);
+}
+
+/* *p += v, atomically, for the element type T of an index_add (qt_cuda_word's: int64 is
+** long long). bool: true when either is (setting the byte to 1 is an atomicOr on its word;
+** adding false changes nothing). */
+template <typename T>
+__device__ __forceinline__ void gat_atomic_add(T *p, T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (v) {
+      unsigned int *word = reinterpret_cast<unsigned int *>((uintptr_t)p & ~(uintptr_t)3);
+      atomicOr(word, 1u << ((unsigned)((uintptr_t)p & 3) * 8u));
+    }
+  } else if constexpr (std::is_integral_v<T> && sizeof(T) < 4) {
+    gat_atomic_add_narrow(p, v);
+  } else if constexpr (std::is_same_v<T, long long>) {
+    atomicAdd(reinterpret_cast<gat_u64 *>(p), (gat_u64)v);
+  } else {
+    atomicAdd(p, v);  /* float, double, int (and the 16-bit floats' own overloads) */
+  }
 }
 
 /* ------------------------------------------------------------------ rows kernel */
@@ -249,7 +299,8 @@ static int gat_check_index(const qt_view *index, const char *op, qt_err *err) {
 
 static int gat_check_elsize(const qt_view *v, const char *op, qt_err *err) {
   size_t s = qt_elsize(v->dtype);
-  if (s != 4 && s != 8) return qt_errorf(err, "%s: unsupported dtype %s", op, qt_dtypes[v->dtype].name);
+  if (s != 1 && s != 2 && s != 4 && s != 8)
+    return qt_errorf(err, "%s: unsupported dtype %s", op, qt_dtypes[v->dtype].name);
   return 0;
 }
 
@@ -320,10 +371,8 @@ static int gat_launch_general(qt_device *dev, const char *op_name, int op, const
   qt_cuda_ctx *c = qt_cuda_context(dev);
   E value;
   memset(&value, 0, sizeof value);
-  if (ACTION == GAT_WRITE) {
-    if (sizeof(E) == 4) { gat_u32 b = (gat_u32)value_bits; memcpy(&value, &b, 4); }
-    else memcpy(&value, &value_bits, 8);
-  }
+  /* the element is the low sizeof(E) bytes of value_bits (little-endian) */
+  if (ACTION == GAT_WRITE) memcpy(&value, &value_bits, sizeof value);
   gat_general_kernel<E, I, ACTION, SLICE><<<gat_blocks(c, n, GAT_THREADS), GAT_THREADS, 0,
                                             c->stream>>>(*g, (E *)at_ptr, (E *)sel_ptr,
                                                          (const I *)idx, n, bound, value,
@@ -331,12 +380,20 @@ static int gat_launch_general(qt_device *dev, const char *op_name, int op, const
   return qt_cuda_check_launch(dev, op_name, err);
 }
 
-/* Calls body(E(), I()) with E the raw element type for `elsize` bytes (4 or 8) and I the
-** index type: the one switch every slot but index_add goes through. */
+/* Calls body(E(), I()) with E the raw element type for `elsize` bytes (1, 2, 4 or 8;
+** gat_check_elsize has refused any other) and I the index type: the one switch every slot
+** but index_add goes through. */
 template <typename Body>
 static int gat_dispatch(size_t elsize, qt_dtype idx_dtype, Body body) {
-  if (elsize == 4) return idx_dtype == QT_I32 ? body(gat_u32(), int()) : body(gat_u32(), 0LL);
-  return idx_dtype == QT_I32 ? body(gat_u64(), int()) : body(gat_u64(), 0LL);
+  auto by_index = [&](auto e) {
+    return idx_dtype == QT_I32 ? body(e, int()) : body(e, 0LL);
+  };
+  switch (elsize) {
+    case 1: return by_index(gat_u8());
+    case 2: return by_index(gat_u16());
+    case 4: return by_index(gat_u32());
+    default: return by_index(gat_u64());
+  }
 }
 
 /* ------------------------------------------------------------------ gather */

@@ -4,8 +4,8 @@
 **
 ** Every slot first checks all index values (cpu_index_check), so a bad one is reported
 ** before anything is written and the row functions never check. gather, take and scatter
-** move elements as raw 32- or 64-bit words, never converting them, so their rows are
-** per element size and index dtype; index_add adds, so its rows are per dtype.
+** move elements as raw 8-, 16-, 32- or 64-bit words, never converting them, so their rows
+** are per element size and index dtype; index_add adds, so its rows are per dtype.
 */
 #include <stdint.h>
 #include <string.h>
@@ -62,9 +62,23 @@ static int cpu_index_check(const qt_view *index, int64_t bound, const char *op, 
 ** for 1Mi random indices into 64 MiB here). Indices are validated, so the address is. */
 #define CPU_PREFETCH 32
 
-/* Data moves as raw 4- or 8-byte words (gather, take, scatter copy values, never
+/* Data moves as raw 1-, 2-, 4- or 8-byte words (gather, take, scatter copy values, never
 ** convert them), so these rows are per element size, not per dtype: cpu_gather_32bit_by_i64
-** moves 32-bit elements (float32, int32) picked by an int64 index. */
+** moves 32-bit elements (float32, int32) picked by an int64 index. The widths: X(P, w, TD). */
+#define CPU_INDEX_WIDTHS(X, P) \
+  X(P, 8bit, uint8_t) X(P, 16bit, uint16_t) X(P, 32bit, uint32_t) X(P, 64bit, uint64_t)
+
+/* Row tables are [width][index is int64], the width slot of a dtype from its size (every
+** dtype of the list is 1, 2, 4 or 8 bytes). */
+#define CPU_WIDTH_ROWS_(OP, w, TD) { cpu_##OP##_##w##_by_i32, cpu_##OP##_##w##_by_i64 },
+static int cpu_width_slot(qt_dtype d) {
+  switch (qt_elsize(d)) {
+    case 1: return 0;
+    case 2: return 1;
+    case 4: return 2;
+    default: return 3;
+  }
+}
 
 /* gather rows: p = { dst, src with stride 0 along dim, index }; the index value picks
 ** the position along dim (args->dim_stride). */
@@ -88,15 +102,14 @@ static int cpu_index_check(const qt_view *index, int64_t bound, const char *op, 
         dst[i * sd] = src[i * ss + ((int64_t)idx[i * si] - 1) * sdim];                    \
     }                                                                                     \
   }
-CPU_GATHER_ROW(cpu_gather_32bit_by_i32, uint32_t, int32_t)
-CPU_GATHER_ROW(cpu_gather_32bit_by_i64, uint32_t, int64_t)
-CPU_GATHER_ROW(cpu_gather_64bit_by_i32, uint64_t, int32_t)
-CPU_GATHER_ROW(cpu_gather_64bit_by_i64, uint64_t, int64_t)
+#define CPU_GATHER_FNS_(P, w, TD)                          \
+  CPU_GATHER_ROW(cpu_gather_##w##_by_i32, TD, int32_t)     \
+  CPU_GATHER_ROW(cpu_gather_##w##_by_i64, TD, int64_t)
+CPU_INDEX_WIDTHS(CPU_GATHER_FNS_, ~)
+static const cpu_row_fn cpu_gather_rows[4][2] = { CPU_INDEX_WIDTHS(CPU_WIDTH_ROWS_, gather) };
 
 static cpu_row_fn cpu_gather_row(qt_dtype data, qt_dtype index) {
-  bool is_64bit = qt_elsize(data) == 8, index64 = index == QT_I64;
-  return is_64bit ? (index64 ? cpu_gather_64bit_by_i64 : cpu_gather_64bit_by_i32)
-                  : (index64 ? cpu_gather_32bit_by_i64 : cpu_gather_32bit_by_i32);
+  return cpu_gather_rows[cpu_width_slot(data)][index == QT_I64];
 }
 
 static int cpu_check_dim(const qt_view *v, int dim, const char *op, qt_err *err) {
@@ -211,10 +224,11 @@ int cpu_index_select(qt_device *dev, const qt_view *dst, const qt_view *src, int
       dst[i * sd] = src[off];                                                             \
     }                                                                                     \
   }
-CPU_TAKE_ROW(cpu_take_32bit_by_i32, uint32_t, int32_t)
-CPU_TAKE_ROW(cpu_take_32bit_by_i64, uint32_t, int64_t)
-CPU_TAKE_ROW(cpu_take_64bit_by_i32, uint64_t, int32_t)
-CPU_TAKE_ROW(cpu_take_64bit_by_i64, uint64_t, int64_t)
+#define CPU_TAKE_FNS_(P, w, TD)                        \
+  CPU_TAKE_ROW(cpu_take_##w##_by_i32, TD, int32_t)     \
+  CPU_TAKE_ROW(cpu_take_##w##_by_i64, TD, int64_t)
+CPU_INDEX_WIDTHS(CPU_TAKE_FNS_, ~)
+static const cpu_row_fn cpu_take_rows[4][2] = { CPU_INDEX_WIDTHS(CPU_WIDTH_ROWS_, take) };
 
 int cpu_take(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *index,
              qt_err *err) {
@@ -231,9 +245,7 @@ int cpu_take(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_vi
   cpu_args args;
   memset(&args, 0, sizeof args);
   args.take_src = &sv;
-  bool is_64bit = qt_elsize(src->dtype) == 8, index64 = index->dtype == QT_I64;
-  cpu_row_fn row = is_64bit ? (index64 ? cpu_take_64bit_by_i64 : cpu_take_64bit_by_i32)
-                            : (index64 ? cpu_take_32bit_by_i64 : cpu_take_32bit_by_i32);
+  cpu_row_fn row = cpu_take_rows[cpu_width_slot(src->dtype)][index->dtype == QT_I64];
   const qt_view *views[2] = { dst, index };
   cpu_walk(views, 2, row, &args);
   return 0;
@@ -249,10 +261,11 @@ int cpu_take(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_vi
     for (int64_t i = 0; i < n; i++)                                                       \
       dst[i * sd + ((int64_t)idx[i * si] - 1) * sdim] = src[i * ss];                      \
   }
-CPU_SCATTER_ROW(cpu_scatter_32bit_by_i32, uint32_t, int32_t)
-CPU_SCATTER_ROW(cpu_scatter_32bit_by_i64, uint32_t, int64_t)
-CPU_SCATTER_ROW(cpu_scatter_64bit_by_i32, uint64_t, int32_t)
-CPU_SCATTER_ROW(cpu_scatter_64bit_by_i64, uint64_t, int64_t)
+#define CPU_SCATTER_FNS_(P, w, TD)                           \
+  CPU_SCATTER_ROW(cpu_scatter_##w##_by_i32, TD, int32_t)     \
+  CPU_SCATTER_ROW(cpu_scatter_##w##_by_i64, TD, int64_t)
+CPU_INDEX_WIDTHS(CPU_SCATTER_FNS_, ~)
+static const cpu_row_fn cpu_scatter_rows[4][2] = { CPU_INDEX_WIDTHS(CPU_WIDTH_ROWS_, scatter) };
 
 /* dst[p with p[dim] = index[p]] = src[p] over index's shape; with duplicates the last in
 ** row-major order wins (the API leaves it unspecified). */
@@ -274,16 +287,19 @@ int cpu_scatter(qt_device *dev, const qt_view *dst, int dim, const qt_view *inde
   cpu_args args;
   memset(&args, 0, sizeof args);
   args.dim_stride = dst->stride[dim];
-  bool is_64bit = qt_elsize(dst->dtype) == 8, index64 = index->dtype == QT_I64;
-  cpu_row_fn row = is_64bit ? (index64 ? cpu_scatter_64bit_by_i64 : cpu_scatter_64bit_by_i32)
-                            : (index64 ? cpu_scatter_32bit_by_i64 : cpu_scatter_32bit_by_i32);
+  cpu_row_fn row = cpu_scatter_rows[cpu_width_slot(dst->dtype)][index->dtype == QT_I64];
   const qt_view *views[3] = { &dst_walk, index, &src_walk };
   cpu_walk(views, 3, row, &args);
   return 0;
 }
 
-/* index_add rows: p = { dst with stride 0 along dim, index broadcast, src }; integer
-** sums wrap (computed unsigned). */
+/* a + b in one element type, by the dtype's kind: integer sums wrap (computed unsigned and
+** narrowed back), bool is a logical or (PyTorch's index_add_ on bool: true + x is true). */
+#define CPU_INDEX_SUM_FLOAT(U, a, b) ((a) + (b))
+#define CPU_INDEX_SUM_INT(U, a, b) ((U)(a) + (U)(b))
+#define CPU_INDEX_SUM_BOOL(U, a, b) ((a) || (b))
+
+/* index_add rows: p = { dst with stride 0 along dim, index broadcast, src }. */
 #define CPU_INDEX_ADD_ROW(NAME, T, U, TI, KIND)                                           \
   static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {         \
     T *dst = (T *)p[0];                                                                   \
@@ -293,7 +309,7 @@ int cpu_scatter(qt_device *dev, const qt_view *dst, int dim, const qt_view *inde
     for (int64_t i = 0; i < n; i++) {                                                     \
       T *at = &dst[i * sd + ((int64_t)idx[i * si] - 1) * sdim];                           \
       T v = src[i * ss];                                                                  \
-      *at = (T)QT_PICK_##KIND(*at + v, (U)*at + (U)v);                                    \
+      *at = (T)CPU_INDEX_SUM_##KIND(U, *at, v);                                           \
     }                                                                                     \
   }
 #define CPU_INDEX_ADD_FNS_(P, E, sfx, name, T, U, size, kind)        \
