@@ -638,6 +638,7 @@ static const lq_Reg q_funcs[] = {
   {"set_device", q_set_device, 1}, {"sync", q_sync, 1}, {"memory", q_memory, 1},
   {"empty_cache", q_empty_cache, 0}, {"save", q_save, 2}, {"load", q_load, 2},
   {"clock", q_clock, 0}, {"bench", q_bench, 2 | LQ_UNCOUNTED}, {"is_tensor", q_is_tensor, 1},
+  {"help", lq_help, 1 | LQ_UNCOUNTED},
   {NULL, NULL, 0}
 };
 

@@ -34,15 +34,16 @@ static void t_pushsizes(lua_State *L, int n, const int64_t *v) {
   }
 }
 
+/* shape() and size() (API.md: the same) give a table that prints as {2, 3} (l_help.c). */
 static int t_shape(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "shape");
-  t_pushsizes(L, t->ndim, t->size);
+  lq_pushshape(L, t->ndim, t->size);
   return 1;
 }
 
 static int t_size(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "size");
-  if (lua_isnoneornil(L, 2)) t_pushsizes(L, t->ndim, t->size);
+  if (lua_isnoneornil(L, 2)) lq_pushshape(L, t->ndim, t->size);
   else lua_pushinteger(L, (lua_Integer)t->size[lq_checkdim(L, 2, t, "size")]);
   return 1;
 }

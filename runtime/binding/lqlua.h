@@ -179,4 +179,9 @@ int lq_tostring(lua_State *L);              /* __tostring */
 ** function is the value at box_idx (the state box). Leaves the stack as it was. */
 void lq_open_tensor(lua_State *L, int box_idx);
 
+/* ---- l_help.c: what the REPL shows */
+/* Pushes a table of the n sizes at keys 1..n whose tostring is "{2, 3}" (t:shape()). */
+void lq_pushshape(lua_State *L, int n, const int64_t *size);
+int lq_help(lua_State *L);                  /* qlua.help */
+
 #endif

@@ -1,0 +1,423 @@
+/*
+** l_help.c — what makes qlua readable at the REPL: qlua.help, one line of documentation
+** (signature and purpose) for every module function and method, and the metatable of
+** the tables t:shape() returns, whose __tostring shows them as {2, 3}.
+**
+** The one-liners are written in one place, lh_entries below, as signature/purpose
+** pairs; the signature's prefix says what it documents ("qlua.cat(...)" the module
+** function cat, "t:slice(...)" the Tensor method slice, "k:" a qlua.Kernel's method,
+** "m:" a qlua.Module's), so a name is never written twice. spec/help_spec.lua lists
+** qlua and the Tensor methods at run time and fails when a function has no entry or an
+** entry names nothing that exists, so the table cannot go stale silently.
+**
+** help holds no tensor and calls Lua's print, so it is registered uncounted (as bench):
+** ops run by a replaced print do not search the stack for calls below them.
+*/
+#include <string.h>
+
+#include "lqlua.h"
+
+/* ================================================================ shape tables */
+
+#define LH_SHAPE "qlua.Shape"
+
+/* __tostring of a shape table: its entries as they are now (the table is the caller's
+** to change), "{2, 3}", "{}" for a 0-d tensor's. */
+static int lh_shape_tostring(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '{');
+  for (lua_Integer i = 1; i <= n; i++) {
+    if (i > 1) luaL_addstring(&b, ", ");
+    lua_rawgeti(L, 1, i);
+    luaL_tolstring(L, -1, NULL);
+    lua_remove(L, -2);            /* the entry; its string stays on top for addvalue */
+    luaL_addvalue(&b);
+  }
+  luaL_addchar(&b, '}');
+  luaL_pushresult(&b);
+  return 1;
+}
+
+/* A plain table of the n sizes at keys 1..n, so indexing, # and ipairs are a table's;
+** only tostring differs. No __eq: == stays identity, which callers use to tell a fresh
+** table from another (the fuzzer does). The metatable is made on first use and kept in
+** the registry under LH_SHAPE. */
+void lq_pushshape(lua_State *L, int n, const int64_t *size) {
+  lua_createtable(L, n, 0);
+  for (int d = 0; d < n; d++) {
+    lua_pushinteger(L, (lua_Integer)size[d]);
+    lua_rawseti(L, -2, d + 1);
+  }
+  if (luaL_newmetatable(L, LH_SHAPE)) {   /* sets __name */
+    lua_pushcfunction(L, lh_shape_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_setmetatable(L, -2);
+}
+
+/* ================================================================ the one-liners */
+
+typedef struct lh_entry {
+  const char *signature;  /* its prefix names the kind, then the name (lh_parse) */
+  const char *purpose;
+} lh_entry;
+
+static const lh_entry lh_entries[] = {
+  /* ---- module functions: creation */
+  {"qlua.tensor(data [, opts])", "a tensor from a number (0-d) or a nested table; dtype "
+   "inferred (any float: float32, all integers: int64) unless opts.dtype says"},
+  {"qlua.empty(shape [, opts])", "an uninitialised tensor (shape: 2, 3 or {2, 3}; opts: "
+   "{dtype =, device =})"},
+  {"qlua.zeros(shape [, opts])", "a tensor of zeros"},
+  {"qlua.ones(shape [, opts])", "a tensor of ones"},
+  {"qlua.full(shape, value [, opts])", "a tensor filled with value"},
+  {"qlua.range(first, last [, step] [, opts])", "the values of Lua's "
+   "`for i = first, last, step` (last included); int64 for integers, else float32"},
+  {"qlua.arange([start,] stop [, step] [, opts])", "half-open, as PyTorch's: "
+   "arange(1, 4) is 1, 2, 3 and arange(n) is 0 .. n-1"},
+  {"qlua.linspace(start, end, n [, opts])", "n evenly spaced values from start to end, "
+   "both included; float32 by default"},
+  {"qlua.logspace(start, end, n [, base] [, opts])", "base ^ v (base 10 by default) for "
+   "each v of linspace(start, end, n)"},
+  {"qlua.eye(n [, m] [, opts])", "n x m (default n x n) with ones on the diagonal, zeros "
+   "elsewhere"},
+  {"qlua.empty_like(t [, opts])", "uninitialised, with t's shape, dtype and device"},
+  {"qlua.zeros_like(t [, opts])", "zeros with t's shape, dtype and device"},
+  {"qlua.ones_like(t [, opts])", "ones with t's shape, dtype and device"},
+  {"qlua.full_like(t, value [, opts])", "value with t's shape, dtype and device"},
+  {"qlua.rand_like(t [, opts])", "uniform in [0, 1) with t's shape (a float dtype)"},
+  {"qlua.randn_like(t [, opts])", "normal (mean 0, sd 1) with t's shape (a float dtype)"},
+  {"qlua.rand(shape [, opts])", "uniform in [0, 1), float32 by default"},
+  {"qlua.randn(shape [, opts])", "normal, mean 0, sd 1, float32 by default"},
+  {"qlua.randint(lo, hi, shape [, opts])", "uniform integers in [lo, hi] (both "
+   "included), int64 by default"},
+  {"qlua.randperm(n [, opts])", "a random permutation of 1 .. n, int64 by default"},
+  {"qlua.seed(n)", "makes the random functions reproducible: one seed, the same "
+   "numbers on every device"},
+  /* ---- module functions: joining, products, selection */
+  {"qlua.cat(list [, dim])", "the tensors of list joined along dim (default 1); sizes "
+   "must agree except along dim"},
+  {"qlua.stack(list [, dim])", "tensors of one shape joined along a new dim inserted at "
+   "dim (default 1)"},
+  {"qlua.matmul(a, b)", "matrix product: 1-D, 2-D and batched (batch dims broadcast); "
+   "float32 or float64"},
+  {"qlua.set_tf32(on)", "true allows TF32 tensor cores for float32 products on the GPU "
+   "(off by default)"},
+  {"qlua.where(cond, a, b)", "a where cond is nonzero, else b (tensors or numbers, "
+   "broadcast)"},
+  {"qlua.logical_and(a, b)", "elementwise a and b (nonzero is true), broadcast"},
+  {"qlua.logical_or(a, b)", "elementwise a or b (nonzero is true), broadcast"},
+  {"qlua.logical_xor(a, b)", "elementwise: exactly one of a, b nonzero, broadcast"},
+  {"qlua.logical_not(t)", "elementwise not t (true where t is 0)"},
+  /* ---- module functions: devices, memory, files, timing */
+  {"qlua.gpu_count()", "the number of GPUs this qlua sees (0 in a CPU-only build)"},
+  {"qlua.device_name(ordinal)", "the name of GPU ordinal (0-based, as CUDA's); "
+   "\"cpu\" for \"cpu\""},
+  {"qlua.set_device(ordinal)", "makes gpu:ordinal the current GPU, the one \"gpu\" means"},
+  {"qlua.sync([device])", "waits for the work queued on device (default: every device "
+   "this state used)"},
+  {"qlua.memory([device])", "{allocated =, reserved =, peak =, total =, free =} in "
+   "bytes (default: the current GPU, or the CPU)"},
+  {"qlua.empty_cache()", "collects garbage, then gives back every cached block that "
+   "holds no live tensor"},
+  {"qlua.save(path, t)", "writes t to a NumPy .npy file, all or nothing"},
+  {"qlua.load(path [, opts])", "reads a NumPy .npy file; a CPU tensor unless "
+   "opts.device says"},
+  {"qlua.clock()", "monotonic time in seconds (a float)"},
+  {"qlua.bench(fn [, {calls =, runs =, warmup =}])", "times fn as make bench does: "
+   "{median =, min =, max =, mean =, runs =, calls =}, seconds per call"},
+  {"qlua.is_tensor(x)", "true when x is a qlua.Tensor"},
+  {"qlua.help([name | function])", "prints the signature and purpose of a qlua function "
+   "or method (\"cat\", \"slice\", \"Tensor.slice\", qlua.cat); \"qlua\", \"Tensor\" "
+   "list them all"},
+  {"qlua.version", "the qlua version string"},
+  /* ---- module functions: user CUDA kernels */
+  {"qlua.kernel(source, name [, opts])", "compiles CUDA C++ with NVRTC into a "
+   "qlua.Kernel; k(grid, block, args...) launches it"},
+  {"qlua.module(path_or_bytes [, opts])", "loads PTX, cubin or fatbin as a qlua.Module; "
+   "m.name or m:kernel(name) gives its kernels"},
+  {"qlua.elementwise(in_params, out_params, body [, name | opts])", "a callable GPU "
+   "kernel running body once per element, as CuPy's ElementwiseKernel"},
+  {"qlua.reduction{in_params =, out_params =, map_expr =, reduce_expr =, identity =, ...}",
+   "a callable GPU reduction f(x [, {dim = d}]), as CuPy's ReductionKernel"},
+  {"qlua.kernel_cache_clear()", "empties the user kernels' memory and disk caches"},
+
+  /* ---- Tensor: inspection */
+  {"t:shape()", "the sizes, {2, 3} ({} for 0-d): a fresh table whose tostring is {2, 3}"},
+  {"t:size([dim])", "the sizes as t:shape(), or the size of dim"},
+  {"t:stride([dim])", "the strides in elements, or the stride of dim"},
+  {"t:dim()", "the number of dims"},
+  {"t:numel()", "the number of elements"},
+  {"t:dtype()", "the dtype's name: \"float32\", \"int64\", ..."},
+  {"t:device()", "the device's name: \"cpu\", \"gpu:0\", ..."},
+  {"t:is_contiguous()", "true when the elements are dense in row-major order"},
+  {"t:item()", "the value of a one-element tensor (an integer for integer dtypes)"},
+  {"t:totable()", "nested Lua tables of the values (a number for 0-d)"},
+  /* ---- Tensor: views */
+  {"t:view(shape)", "a view with another shape over the same storage (one size may be -1)"},
+  {"t:reshape(shape)", "as view, copying only when the strides cannot express it"},
+  {"t:narrow(dim, start, length)", "a view of length elements of dim from start"},
+  {"t:select(dim, i)", "the view of position i of dim, that dim removed"},
+  {"t:transpose(d1, d2)", "a view with dims d1 and d2 swapped"},
+  {"t:t()", "the transpose of a 2-D tensor (1-D and 0-d as they are)"},
+  {"t:permute(d1, d2, ...)", "a view with the dims in that order (or one table of them)"},
+  {"t:expand(shape)", "a view broadcasting size-1 dims to shape (stride 0)"},
+  {"t:contiguous()", "t itself when contiguous, else a contiguous copy"},
+  {"t:clone()", "a copy, always"},
+  /* ---- Tensor: slicing, shape and splitting */
+  {"t:slice(dim, first, last [, step])", "a view of positions first..last (inclusive; -1 "
+   "is the last) of dim, every step-th"},
+  {"t:squeeze([dim])", "a view without the size-1 dims (or without dim, if its size is 1)"},
+  {"t:unsqueeze(dim)", "a view with a size-1 dim inserted at dim"},
+  {"t:flatten([first [, last]])", "dims first..last (default all) merged into one"},
+  {"t:unflatten(dim, sizes)", "a view with dim split into the table sizes (one may be -1)"},
+  {"t:movedim(from, to)", "a view with dim from moved to position to (numbers or tables)"},
+  {"t:flip(dims)", "a new tensor with the dims (a number or a table) reversed"},
+  {"t:roll(shifts [, dims])", "a new tensor with elements shifted along dims, wrapping "
+   "(without dims: the flattened tensor)"},
+  {"t:repeat_tensor(sizes)", "t tiled sizes[d] times along each dim d (PyTorch's repeat)"},
+  {"t:split(size | {s1, s2, ...} [, dim])", "a Lua list of views along dim (default 1) "
+   "of size elements each, or of those sizes"},
+  {"t:chunk(n [, dim])", "a Lua list of up to n views along dim (default 1) of "
+   "ceil(size / n) elements each"},
+  /* ---- Tensor: moving and converting */
+  {"t:gpu([ordinal])", "t on a GPU (default: the current one); t itself if already there"},
+  {"t:cpu()", "t on the CPU; t itself if already there"},
+  {"t:to(name)", "t converted to a dtype or moved to a device, by name"},
+  {"t:copy_(src)", "copies src into t (broadcast, across dtypes and devices)"},
+  /* ---- Tensor: indexing */
+  {"t:gather(dim, index)", "torch.gather: out[i][j] = t[index[i][j]][j] for dim 1; "
+   "index's shape"},
+  {"t:index_select(dim, index)", "the whole slices along dim at the 1-D index's "
+   "positions"},
+  {"t:take(index)", "the elements at index's positions in the flattened t; index's shape"},
+  {"t:scatter_(dim, index, src)", "t[index[i][j]][j] = src[i][j] for dim 1 (src a "
+   "tensor or number)"},
+  {"t:scatter_add_(dim, index, src)", "t[index[i][j]][j] += src[i][j] for dim 1; "
+   "duplicates accumulate"},
+  {"t:index_add_(dim, index, src)", "t:select(dim, index[k]) += src:select(dim, k); "
+   "duplicates accumulate"},
+  {"t:index_fill_(dim, index, v)", "fills the slices of dim at the 1-D index's "
+   "positions with the number v"},
+  {"t:index_copy_(dim, index, src)", "t:select(dim, index[k]) = src:select(dim, k)"},
+  {"t:masked_fill_(mask, v)", "sets the elements where mask is nonzero to v "
+   "(mask broadcast)"},
+  {"t:masked_fill(mask, v)", "a copy of t with the elements where mask is nonzero set "
+   "to v"},
+  {"t:masked_select(mask)", "a 1-D tensor of the elements where mask is nonzero, in "
+   "row-major order"},
+  {"t:nonzero()", "an n x dim int64 tensor of the 1-based positions of the nonzero "
+   "elements"},
+  /* ---- Tensor: arithmetic (x: a tensor, broadcast, or a number) */
+  {"t:add(x)", "t + x"},
+  {"t:sub(x)", "t - x"},
+  {"t:mul(x)", "t * x, elementwise"},
+  {"t:div(x)", "t / x (float64 for integer tensors)"},
+  {"t:pow(x)", "t ^ x"},
+  {"t:maximum(x)", "the elementwise larger of t and x"},
+  {"t:minimum(x)", "the elementwise smaller of t and x"},
+  {"t:eq(x)", "elementwise t == x"},
+  {"t:ne(x)", "elementwise t ~= x"},
+  {"t:lt(x)", "elementwise t < x"},
+  {"t:le(x)", "elementwise t <= x"},
+  {"t:gt(x)", "elementwise t > x"},
+  {"t:ge(x)", "elementwise t >= x"},
+  {"t:add_(x)", "t + x in place"},
+  {"t:sub_(x)", "t - x in place"},
+  {"t:mul_(x)", "t * x in place"},
+  {"t:div_(x)", "t / x in place (a float tensor)"},
+  {"t:pow_(x)", "t ^ x in place"},
+  {"t:maximum_(x)", "maximum(t, x) in place"},
+  {"t:minimum_(x)", "minimum(t, x) in place"},
+  {"t:eq_(x)", "t == x in place"},
+  {"t:ne_(x)", "t ~= x in place"},
+  {"t:lt_(x)", "t < x in place"},
+  {"t:le_(x)", "t <= x in place"},
+  {"t:gt_(x)", "t > x in place"},
+  {"t:ge_(x)", "t >= x in place"},
+  {"t:logical_and(x)", "elementwise t and x (nonzero is true)"},
+  {"t:logical_or(x)", "elementwise t or x (nonzero is true)"},
+  {"t:logical_xor(x)", "elementwise: exactly one of t, x nonzero"},
+  {"t:logical_not()", "elementwise not t (true where t is 0)"},
+  {"t:neg()", "-t"},
+  {"t:abs()", "|t|"},
+  {"t:exp()", "e ^ t (float64 for integer tensors)"},
+  {"t:log()", "the natural logarithm (float64 for integer tensors)"},
+  {"t:sqrt()", "the square root (float64 for integer tensors)"},
+  {"t:tanh()", "the hyperbolic tangent (float64 for integer tensors)"},
+  {"t:sigmoid()", "1 / (1 + e ^ -t) (float64 for integer tensors)"},
+  {"t:relu()", "max(t, 0)"},
+  {"t:clamp(lo, hi)", "t limited to [lo, hi] (nil: no bound)"},
+  {"t:neg_()", "-t in place"},
+  {"t:abs_()", "|t| in place"},
+  {"t:exp_()", "e ^ t in place (a float tensor)"},
+  {"t:log_()", "log(t) in place (a float tensor)"},
+  {"t:sqrt_()", "sqrt(t) in place (a float tensor)"},
+  {"t:tanh_()", "tanh(t) in place (a float tensor)"},
+  {"t:sigmoid_()", "sigmoid(t) in place (a float tensor)"},
+  {"t:relu_()", "max(t, 0) in place"},
+  {"t:clamp_(lo, hi)", "clamp(t, lo, hi) in place"},
+  {"t:fill_(v)", "sets every element to the number v"},
+  {"t:zero_()", "sets every element to 0"},
+  /* ---- Tensor: reductions and products */
+  {"t:sum([dim])", "the sum: a number, or along dim a tensor without it"},
+  {"t:mean([dim])", "the mean: a number, or along dim a tensor without it"},
+  {"t:max([dim])", "the largest value; along dim, the values and their int64 positions"},
+  {"t:min([dim])", "the smallest value; along dim, the values and their int64 positions"},
+  {"t:argmax([dim])", "the 1-based position of the largest value (flat, or along dim)"},
+  {"t:argmin([dim])", "the 1-based position of the smallest value (flat, or along dim)"},
+  {"t:any([dim])", "whether any element is nonzero (along dim: a tensor without it)"},
+  {"t:all([dim])", "whether every element is nonzero (along dim: a tensor without it)"},
+  {"t:count_nonzero([dim])", "the number of nonzero elements (along dim: a tensor "
+   "without it)"},
+  {"t:matmul(b)", "the matrix product t @ b, as qlua.matmul"},
+  /* ---- Tensor: memory */
+  {"t:free()", "gives the storage's memory back now; t and its views become freed"},
+
+  /* ---- qlua.Kernel and qlua.Module methods */
+  {"k:launch{grid =, block =, shared =, args = {...}}", "launches the kernel with "
+   "dynamic shared memory (k(grid, block, ...) without)"},
+  {"k:attributes()", "{registers =, max_threads =, static_shared =, "
+   "max_dynamic_shared =, params =, device =}"},
+  {"k:signature()", "the kernel's parameters as a string: \"const float *x, int n\""},
+  {"m:kernel(name [, signature])", "the module's kernel name as a qlua.Kernel"},
+  {"m:kernels()", "the names of the module's kernels"},
+};
+
+#define LH_NENTRIES ((int)(sizeof lh_entries / sizeof lh_entries[0]))
+
+/* What an entry documents: a kind and where its values are found at run time. */
+typedef enum { LH_QLUA, LH_TENSOR, LH_KERNEL, LH_MODULE, LH_NKINDS } lh_kind;
+
+static const struct lh_kindinfo {
+  const char *topic;        /* qlua.help(topic) lists the kind's entries */
+  const char *signature;    /* the prefix of its entries' signatures */
+  const char *names[3];     /* more prefixes a name may be asked with */
+} lh_kinds[LH_NKINDS] = {
+  {"qlua", "qlua.", {NULL, NULL, NULL}},
+  {"Tensor", "t:", {"Tensor.", "Tensor:", "t."}},
+  {"Kernel", "k:", {"Kernel.", "Kernel:", "k."}},
+  {"Module", "m:", {"Module.", "Module:", "m."}},
+};
+
+/* The kind of an entry and its name (pointer into the signature, length *len). */
+static lh_kind lh_parse(const lh_entry *e, const char **name, size_t *len) {
+  lh_kind k = LH_QLUA;
+  for (int i = 0; i < LH_NKINDS; i++)
+    if (strncmp(e->signature, lh_kinds[i].signature, strlen(lh_kinds[i].signature)) == 0)
+      k = (lh_kind)i;
+  *name = e->signature + strlen(lh_kinds[k].signature);
+  *len = strspn(*name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+  return k;
+}
+
+/* Pushes the table where the functions of kind k live (nil when there is none). */
+static void lh_pushplace(lua_State *L, lh_kind k) {
+  switch (k) {
+    case LH_QLUA:
+      lua_getfield(L, LUA_REGISTRYINDEX, "qlua.module");
+      return;
+    case LH_TENSOR:
+      luaL_getmetatable(L, QLUA_TENSOR);
+      if (lua_istable(L, -1)) lua_getfield(L, -1, "__methods");
+      else lua_pushnil(L);
+      break;
+    case LH_KERNEL:
+      luaL_getmetatable(L, "qlua.Kernel");
+      if (lua_istable(L, -1)) lua_getfield(L, -1, "__index");
+      else lua_pushnil(L);
+      break;
+    default:  /* a Module's methods sit behind its __index function: found by name only */
+      lua_pushnil(L);
+      return;
+  }
+  lua_remove(L, -2);  /* the metatable */
+}
+
+/* Finds the entries that document the function at idx (by identity); returns their count. */
+static int lh_find_function(lua_State *L, int idx, int *found) {
+  int n = 0;
+  for (int i = 0; i < LH_NENTRIES; i++) {
+    const char *name;
+    size_t len;
+    lh_kind k = lh_parse(&lh_entries[i], &name, &len);
+    lh_pushplace(L, k);
+    if (lua_istable(L, -1)) {
+      lua_pushlstring(L, name, len);
+      lua_rawget(L, -2);
+      if (lua_rawequal(L, -1, idx)) found[n++] = i;
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  return n;
+}
+
+/* Finds the entries named s: "cat", "qlua.cat", "slice", "Tensor.slice", "t:slice",
+** ... (a bare name matches every kind: "matmul" is qlua.matmul and t:matmul), or a
+** kind's topic ("Tensor"), which lists them all. Returns their count. */
+static int lh_find_name(const char *s, int *found) {
+  int topic = -1, kind = -1;
+  const char *want = s;
+  for (int k = 0; k < LH_NKINDS && kind < 0; k++) {
+    const struct lh_kindinfo *ki = &lh_kinds[k];
+    if (strcmp(s, ki->topic) == 0) topic = kind = k;
+    const char *prefixes[4] = {ki->signature, ki->names[0], ki->names[1], ki->names[2]};
+    for (int p = 0; p < 4 && kind < 0; p++)
+      if (prefixes[p] != NULL && strncmp(s, prefixes[p], strlen(prefixes[p])) == 0) {
+        kind = k;
+        want = s + strlen(prefixes[p]);
+      }
+  }
+  int n = 0;
+  for (int i = 0; i < LH_NENTRIES; i++) {
+    const char *name;
+    size_t len;
+    lh_kind k = lh_parse(&lh_entries[i], &name, &len);
+    if (kind >= 0 && (int)k != kind) continue;
+    if (topic >= 0 || (strlen(want) == len && strncmp(want, name, len) == 0)) found[n++] = i;
+  }
+  return n;
+}
+
+/* qlua.help([name | function]): prints, through the global print (so a replaced print
+** captures it), one line per entry found: "signature -- purpose". Returns nothing, so
+** the REPL does not print it twice. */
+int lq_help(lua_State *L) {
+  int found[LH_NENTRIES];
+  int n;
+  if (lua_isnoneornil(L, 1)) {
+    lua_getglobal(L, "print");
+    lua_pushliteral(L, "usage: qlua.help(\"cat\" | \"slice\" | \"Tensor.slice\" | "
+                    "qlua.cat) prints a function's signature and purpose; "
+                    "qlua.help(\"qlua\"), qlua.help(\"Tensor\") list them all");
+    lua_call(L, 1, 0);
+    return 0;
+  }
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    n = lh_find_name(lua_tostring(L, 1), found);
+    if (n == 0) return luaL_error(L, "help: no documentation for '%s'", lua_tostring(L, 1));
+  } else if (lua_isfunction(L, 1)) {
+    n = lh_find_function(L, 1, found);
+    if (n == 0)
+      return luaL_error(L, "help: no documentation for this function (not a qlua "
+                        "function or method)");
+  } else {
+    return luaL_typeerror(L, 1, "string or function");
+  }
+  lua_getglobal(L, "print");
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 0; i < n; i++) {
+    if (i > 0) luaL_addchar(&b, '\n');
+    luaL_addstring(&b, lh_entries[found[i]].signature);
+    luaL_addstring(&b, " -- ");
+    luaL_addstring(&b, lh_entries[found[i]].purpose);
+  }
+  luaL_pushresult(&b);
+  lua_call(L, 1, 0);
+  return 0;
+}
