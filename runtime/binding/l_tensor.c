@@ -12,18 +12,6 @@
 
 #include "lqlua.h"
 
-/* ================================================================ arguments of the methods */
-
-/* An index argument: a tensor as is, or a table converted to int64 on src's device
-** (pushed on the stack, so the collector owns it). */
-static qt_tensor *t_checkindex(lua_State *L, int arg, const char *op, const qt_tensor *src) {
-  qt_tensor *t = qlua_totensor(L, arg);
-  if (t != NULL) return t;
-  if (lua_type(L, arg) != LUA_TTABLE) luaL_typeerror(L, arg, "qlua.Tensor or table of indices");
-  return lq_fromtable(L, arg, op, QT_I64, src->storage->device, true);
-}
-
-
 /* ================================================================ inspection */
 
 static void t_pushsizes(lua_State *L, int n, const int64_t *v) {
@@ -325,72 +313,6 @@ static int t_copy_(lua_State *L) {
   qt_tensor *dst = lq_checklive(L, 1, "copy_");
   qt_tensor *src = qlua_checktensor(L, 2);
   if (qt_copy_(ctx, dst, src) != 0) return lq_raise(L, ctx);
-  lua_settop(L, 1);
-  return 1;
-}
-
-/* ================================================================ indexing ops */
-
-static int t_gather(lua_State *L) {
-  qt_ctx *ctx = lq_ctx(L);
-  qt_tensor *src = lq_checklive(L, 1, "gather");
-  int dim = 0, index_arg = 2;
-  if (lua_type(L, 2) == LUA_TNUMBER) {
-    dim = lq_checkdim(L, 2, src, "gather");
-    index_arg = 3;
-  } else if (src->ndim != 1) {
-    return luaL_error(L, "gather: a %d-d source needs a dim: src:gather(dim, index)", src->ndim);
-  }
-  qt_tensor *index = t_checkindex(L, index_arg, "gather", src);
-  qt_tensor *out = lq_newtensor(L);
-  if (qt_gather(ctx, out, src, dim, index) != 0) return lq_raise(L, ctx);
-  return 1;
-}
-
-static int t_index_select(lua_State *L) {
-  qt_ctx *ctx = lq_ctx(L);
-  qt_tensor *src = lq_checklive(L, 1, "index_select");
-  int dim = lq_checkdim(L, 2, src, "index_select");
-  qt_tensor *index = t_checkindex(L, 3, "index_select", src);
-  qt_tensor *out = lq_newtensor(L);
-  if (qt_index_select(ctx, out, src, dim, index) != 0) return lq_raise(L, ctx);
-  return 1;
-}
-
-static int t_take(lua_State *L) {
-  qt_ctx *ctx = lq_ctx(L);
-  qt_tensor *src = lq_checklive(L, 1, "take");
-  qt_tensor *index = t_checkindex(L, 2, "take", src);
-  qt_tensor *out = lq_newtensor(L);
-  if (qt_take(ctx, out, src, index) != 0) return lq_raise(L, ctx);
-  return 1;
-}
-
-static int t_scatter_(lua_State *L) {
-  qt_ctx *ctx = lq_ctx(L);
-  qt_tensor *dst = lq_checklive(L, 1, "scatter_");
-  int dim = lq_checkdim(L, 2, dst, "scatter_");
-  qt_tensor *index = t_checkindex(L, 3, "scatter_", dst);
-  int rc;
-  if (lua_type(L, 4) == LUA_TNUMBER) {
-    rc = qt_scatter_(ctx, dst, dim, index, NULL, lq_checkstorable(L, 4, "scatter_", dst->dtype));
-  } else {
-    qt_tensor *src = qlua_totensor(L, 4);
-    if (src == NULL) luaL_typeerror(L, 4, "qlua.Tensor or number");
-    rc = qt_scatter_(ctx, dst, dim, index, src, qt_scalar_i(0));
-  }
-  if (rc != 0) return lq_raise(L, ctx);
-  lua_settop(L, 1);
-  return 1;
-}
-
-static int t_index_add_(lua_State *L) {
-  qt_ctx *ctx = lq_ctx(L);
-  qt_tensor *dst = lq_checklive(L, 1, "index_add_");
-  int dim = lq_checkdim(L, 2, dst, "index_add_");
-  qt_tensor *index = t_checkindex(L, 3, "index_add_", dst);
-  qt_tensor *src = qlua_checktensor(L, 4);
-  if (qt_index_add_(ctx, dst, dim, index, src) != 0) return lq_raise(L, ctx);
   lua_settop(L, 1);
   return 1;
 }
@@ -832,9 +754,6 @@ static const lq_Reg t_methods[] = {
   {"contiguous", t_contiguous, 1}, {"clone", t_clone, 1},
   /* moving */
   {"gpu", t_gpu, 2}, {"cpu", t_cpu, 1}, {"to", t_to, 2}, {"copy_", t_copy_, 2},
-  /* indexing */
-  {"gather", t_gather, 3}, {"index_select", t_index_select, 3}, {"take", t_take, 2},
-  {"scatter_", t_scatter_, 4}, {"index_add_", t_index_add_, 4},
   /* arithmetic */
   {"add", t_add, 2}, {"sub", t_sub, 2}, {"mul", t_mul, 2}, {"div", t_div, 2},
   {"pow", t_pow, 2}, {"maximum", t_maximum, 2}, {"minimum", t_minimum, 2},
@@ -881,6 +800,7 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   lua_createtable(L, 0, (int)(sizeof t_methods / sizeof t_methods[0]));
   lq_setfuncs(L, t_methods, box_idx, true);     /* methods: upvalue 1 = the state box */
   lq_setfuncs(L, lq_shape_methods, box_idx, true);
+  lq_setfuncs(L, lq_index_methods, box_idx, true);
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__methods");             /* for the REPL's completion */
   lua_pushvalue(L, box_idx);

@@ -170,6 +170,8 @@ void lq_open_kernel(lua_State *L, int box_idx, int module_idx);
 
 /* ---- l_shape.c: slicing and shape methods, registered by l_tensor.c */
 extern const lq_Reg lq_shape_methods[];
+/* ---- l_index.c: the indexing methods (gather ... index_add_), registered by l_tensor.c */
+extern const lq_Reg lq_index_methods[];
 
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */

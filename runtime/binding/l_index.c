@@ -1,0 +1,95 @@
+/*
+** l_index.c — the qlua.Tensor methods that index with a tensor of positions: gather,
+** index_select, take, scatter_ and index_add_. The core does the work (ops_index.c); this
+** file reads the 1-based dim and the index argument (a tensor, or a table of integers made
+** an int64 tensor on the data's device). l_tensor.c registers lq_index_methods with the
+** other methods.
+*/
+#include <stdint.h>
+#include <string.h>
+
+#include "lqlua.h"
+
+/* ================================================================ arguments of the methods */
+
+/* An index argument: a tensor as is, or a table converted to int64 on src's device
+** (pushed on the stack, so the collector owns it). */
+static qt_tensor *t_checkindex(lua_State *L, int arg, const char *op, const qt_tensor *src) {
+  qt_tensor *t = qlua_totensor(L, arg);
+  if (t != NULL) return t;
+  if (lua_type(L, arg) != LUA_TTABLE) luaL_typeerror(L, arg, "qlua.Tensor or table of indices");
+  return lq_fromtable(L, arg, op, QT_I64, src->storage->device, true);
+}
+
+
+/* ================================================================ indexing ops */
+
+static int t_gather(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *src = lq_checklive(L, 1, "gather");
+  int dim = 0, index_arg = 2;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    dim = lq_checkdim(L, 2, src, "gather");
+    index_arg = 3;
+  } else if (src->ndim != 1) {
+    return luaL_error(L, "gather: a %d-d source needs a dim: src:gather(dim, index)", src->ndim);
+  }
+  qt_tensor *index = t_checkindex(L, index_arg, "gather", src);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_gather(ctx, out, src, dim, index) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_index_select(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *src = lq_checklive(L, 1, "index_select");
+  int dim = lq_checkdim(L, 2, src, "index_select");
+  qt_tensor *index = t_checkindex(L, 3, "index_select", src);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_index_select(ctx, out, src, dim, index) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_take(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *src = lq_checklive(L, 1, "take");
+  qt_tensor *index = t_checkindex(L, 2, "take", src);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_take(ctx, out, src, index) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_scatter_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *dst = lq_checklive(L, 1, "scatter_");
+  int dim = lq_checkdim(L, 2, dst, "scatter_");
+  qt_tensor *index = t_checkindex(L, 3, "scatter_", dst);
+  int rc;
+  if (lua_type(L, 4) == LUA_TNUMBER) {
+    rc = qt_scatter_(ctx, dst, dim, index, NULL, lq_checkstorable(L, 4, "scatter_", dst->dtype));
+  } else {
+    qt_tensor *src = qlua_totensor(L, 4);
+    if (src == NULL) luaL_typeerror(L, 4, "qlua.Tensor or number");
+    rc = qt_scatter_(ctx, dst, dim, index, src, qt_scalar_i(0));
+  }
+  if (rc != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int t_index_add_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *dst = lq_checklive(L, 1, "index_add_");
+  int dim = lq_checkdim(L, 2, dst, "index_add_");
+  qt_tensor *index = t_checkindex(L, 3, "index_add_", dst);
+  qt_tensor *src = qlua_checktensor(L, 4);
+  if (qt_index_add_(ctx, dst, dim, index, src) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+const lq_Reg lq_index_methods[] = {
+  {"gather", t_gather, 3}, {"index_select", t_index_select, 3}, {"take", t_take, 2},
+  {"scatter_", t_scatter_, 4}, {"index_add_", t_index_add_, 4},
+  {NULL, NULL, 0},
+};
