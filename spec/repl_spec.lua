@@ -138,6 +138,27 @@ describe("the REPL through a pipe", function()
       assert.are.equal("", r.stderr)
       assert.truthy(has(r.stdout, "> qlua.tensor({1, 2, 3})\n" .. expected), r.stdout)
     end)
+
+    it("prints each result on a line of its own when a tensor is among them", function()
+      local r = piped("x = qlua.tensor({1, 2, 3})\nreturn x, 1\n'a', nil, x\nreturn 1, 2\n")
+      local shown = P.run({ QLUA, "-e", "io.write(tostring(qlua.tensor({1, 2, 3})))" }).stdout
+      assert.are.equal("", r.stderr)
+      assert.are.equal(table.concat({
+        "> x = qlua.tensor({1, 2, 3})",
+        "> return x, 1", shown, "1",
+        "> 'a', nil, x", "a", "nil", shown,
+        "> return 1, 2", "1\t2",
+        "> ", "" }, "\n"), transcript(r))
+    end)
+
+    it("stops printing the results at an error in print, as with one call", function()
+      local r = piped("x = qlua.tensor({1})\n" ..
+                      "x, setmetatable({}, { __tostring = function() error('no string') end }), 3\n" ..
+                      "print('after')\n")
+      assert.truthy(has(r.stderr, "error calling 'print' ("), r.stderr)
+      assert.falsy(has(r.stdout, "\n3\n"), r.stdout)
+      assert.truthy(has(r.stdout, "\nafter\n"), r.stdout)
+    end)
   else
     pending("prints tensors with their __tostring [qlua.tensor is not in this build yet]")
   end

@@ -12,7 +12,9 @@
 ** plain lines and prints exactly what Debian's lua5.4 prints (prompt, echo of the
 ** line), so piped sessions stay scriptable and comparable. Loading a line follows
 ** lua.c: "return <line>" first, then the line as a statement, reading more lines
-** while the error ends in <eof>.
+** while the error ends in <eof>. Results print as lua.c prints them (tab separated),
+** except that several results with a tensor among them print one per line: a tensor's
+** tostring is a block of lines, which tabs would tear apart.
 **
 ** Three sections, each using only those above it: tab completion; reading lines
 ** (readline setup, Ctrl-C at the prompt, history); the loop itself (qh_repl, the one
@@ -35,6 +37,7 @@
 #include "lua.h"
 #include "lauxlib.h"
 
+#include "qlua.h"   /* QLUA_TENSOR, the tensor's metatable name */
 #include "host.h"
 
 #define QH_PROMPT           "> "
@@ -654,14 +657,37 @@ static int qh_loadline (lua_State *L) {
   return status;
 }
 
-/* Print the statement's results with the global print, tab separated. */
+/* Is any of the n values on the stack a qlua.Tensor? */
+static int qh_has_tensor (lua_State *L, int n) {
+  for (int i = 1; i <= n; i++)
+    if (luaL_testudata(L, i, QLUA_TENSOR) != NULL) return 1;
+  return 0;
+}
+
+/*
+** Print the statement's results with the global print: tab separated in one call, as
+** lua.c does, unless a tensor is among several of them; a tensor prints as a block of
+** lines, so then each result gets a print call (its own line or lines) of its own. An
+** error in print ends the printing.
+*/
 static void qh_print_results (lua_State *L) {
   int n = lua_gettop(L);
   if (n > 0) {
     luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
-    lua_getglobal(L, "print");
-    lua_insert(L, 1);
-    if (lua_pcall(L, n, 0, 0) != LUA_OK)
+    int status;
+    if (n > 1 && qh_has_tensor(L, n)) {
+      status = LUA_OK;
+      for (int i = 1; i <= n && status == LUA_OK; i++) {
+        lua_getglobal(L, "print");
+        lua_pushvalue(L, i);
+        status = lua_pcall(L, 1, 0, 0);
+      }
+    } else {
+      lua_getglobal(L, "print");
+      lua_insert(L, 1);
+      status = lua_pcall(L, n, 0, 0);
+    }
+    if (status != LUA_OK)
       qh_message(qh_progname, lua_pushfstring(L, "error calling 'print' (%s)",
                                              lua_tostring(L, -1)));
   }
