@@ -17,6 +17,8 @@ local not_yet = {
   ["Tensor.any"] = true, ["Tensor.all"] = true, ["Tensor.count_nonzero"] = true,
   ["Tensor.logical_and"] = true, ["Tensor.logical_or"] = true,
   ["Tensor.logical_xor"] = true, ["Tensor.logical_not"] = true,
+  ["Tensor.logical_and_"] = true, ["Tensor.logical_or_"] = true,
+  ["Tensor.logical_xor_"] = true, ["Tensor.logical_not_"] = true,
   ["Tensor.scatter_add_"] = true, ["Tensor.index_fill_"] = true,
   ["Tensor.index_copy_"] = true,
 }
