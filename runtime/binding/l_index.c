@@ -12,13 +12,17 @@
 
 /* ================================================================ arguments of the methods */
 
-/* An index argument: a tensor as is, or a table converted to int64 on src's device
-** (pushed on the stack, so the collector owns it). */
+/* An index argument: a tensor as is, or a table converted to int64 on src's device. The
+** tensor made from a table takes the table's stack slot (the collector owns it there): pushed
+** on top instead, it would stand in for a missing later argument, and t:scatter_(1, {{1}})
+** scattered the index itself. */
 static qt_tensor *t_checkindex(lua_State *L, int arg, const char *op, const qt_tensor *src) {
   qt_tensor *t = qlua_totensor(L, arg);
   if (t != NULL) return t;
   if (lua_type(L, arg) != LUA_TTABLE) luaL_typeerror(L, arg, "qlua.Tensor or table of indices");
-  return lq_fromtable(L, arg, op, QT_I64, src->storage->device, true);
+  t = lq_fromtable(L, arg, op, QT_I64, src->storage->device, true);
+  lua_replace(L, arg);
+  return t;
 }
 
 
@@ -65,7 +69,7 @@ static int t_scatter_(lua_State *L) {
   int dim = lq_checkdim(L, 2, dst, "scatter_");
   qt_tensor *index = t_checkindex(L, 3, "scatter_", dst);
   int rc;
-  if (lua_type(L, 4) == LUA_TNUMBER) {
+  if (lua_type(L, 4) == LUA_TNUMBER || lua_type(L, 4) == LUA_TBOOLEAN) {  /* true is 1 */
     rc = qt_scatter_(ctx, dst, dim, index, NULL, lq_checkstorable(L, 4, "scatter_", dst->dtype));
   } else {
     qt_tensor *src = qlua_totensor(L, 4);
