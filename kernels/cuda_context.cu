@@ -106,6 +106,9 @@ static const char *cuda_index_op_name(int op) {
     case QT_CUDA_OP_TAKE: return "take";
     case QT_CUDA_OP_SCATTER: return "scatter_";
     case QT_CUDA_OP_INDEX_ADD: return "index_add_";
+    case QT_CUDA_OP_SCATTER_ADD: return "scatter_add_";
+    case QT_CUDA_OP_INDEX_FILL: return "index_fill_";
+    case QT_CUDA_OP_INDEX_COPY: return "index_copy_";
     default: return "index";
   }
 }

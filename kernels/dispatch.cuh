@@ -28,6 +28,7 @@ struct qt_dtype_traits;
   struct qt_dtype_traits<T> {                                         \
     static constexpr qt_dtype dtype = E;                              \
     static constexpr bool is_float = QT_KIND_IS_FLOAT_##kind;         \
+    static constexpr bool is_bool = QT_KIND_IS_BOOL_##kind;           \
     typedef U unsigned_type;                                          \
   };
 QT_DTYPE_LIST(QT_DISPATCH_TRAITS_, ~)
@@ -36,6 +37,10 @@ QT_DTYPE_LIST(QT_DISPATCH_TRAITS_, ~)
 /* Whether T is a float dtype's type (host and device code alike). */
 template <typename T>
 constexpr bool qt_is_float_v = qt_dtype_traits<T>::is_float;
+/* Whether T is bool's type: values 0 and 1 only, computed by the integer expressions
+** read as nonzero (QT_PICK_BOOL). */
+template <typename T>
+constexpr bool qt_is_bool_v = qt_dtype_traits<T>::is_bool;
 
 /* Calls f(T()) with T the C type of dtype d; false (f not called) for a value outside
 ** the list. */
@@ -51,10 +56,11 @@ inline bool qt_dtype_switch(qt_dtype d, F &&f) {
 }
 
 /* A qt_scalar as T, as qt_scalar_store writes it: floats from .f, integers from .i,
-** wrapping. */
+** wrapping, bool from .f's nonzero. */
 template <typename T>
 inline T qt_scalar_as(qt_scalar s) {
   if constexpr (qt_is_float_v<T>) return (T)s.f;
+  else if constexpr (qt_is_bool_v<T>) return s.f != 0;
   else return (T)(typename qt_dtype_traits<T>::unsigned_type)(uint64_t)s.i;
 }
 

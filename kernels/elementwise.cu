@@ -20,7 +20,7 @@
 **
 ** What each op computes on one element is runtime/scalar.h's op lists, expanded here into
 ** the in-kernel switches and on the CPU into its row functions: the two devices agree by
-** construction (integer arithmetic wraps, x/0 = 0 for integers, comparisons give 1/0,
+** construction (integer arithmetic wraps, x/0 = 0 for integers, comparisons and logical ops give bool,
 ** maximum/minimum propagate NaN, float -> int conversion saturates with NaN -> 0).
 **
 ** Host overhead per call is kept small for tiny tensors (a 16-element add should cost
@@ -45,23 +45,37 @@ __device__ __forceinline__ TD ew_convert(TS x) {
   typedef typename qt_dtype_traits<TD>::unsigned_type UD;
   constexpr bool fd = qt_is_float_v<TD>, fs = qt_is_float_v<TS>;
   if constexpr (std::is_same<TD, TS>::value) return x;
+  else if constexpr (qt_is_bool_v<TD> || qt_is_bool_v<TS>) return (TD)(x);  /* QT_CONVERT_*_BOOL */
   else if constexpr (fd && fs) return QT_CONVERT_FLOAT_FLOAT(TD, UD, x);
   else if constexpr (fd) return QT_CONVERT_FLOAT_INT(TD, UD, x);
   else if constexpr (fs) return QT_CONVERT_INT_FLOAT(TD, UD, x);
   else return QT_CONVERT_INT_INT(TD, UD, x);
 }
 
-/* One case per op of the list, with the expression of T's kind. The expressions name
-** x, y, T and U (and the unary parameters), so they are in scope here. */
-#define EW_BINOP_CASE_(P, E, name, fexpr, iexpr) \
-  case E: if constexpr (qt_is_float_v<T>) return (T)(fexpr); else return (T)(iexpr);
+/* A binary op's result type: T, or bool for the ops whose result column is BOOL
+** (comparisons, logical ops). BOOLOUT is a template parameter rather than read from the
+** op, so that one kernel serves each family. */
+template <typename T, bool BOOLOUT>
+using ew_out_t = typename std::conditional<BOOLOUT, bool, T>::type;
 
-template <typename T>
-__device__ __forceinline__ T ew_binop(int op, T x, T y) {
+/* One case per op of the list, with the expression of T's kind (QT_PICK_<kind>). The
+** expressions name x, y, T and U (and the unary parameters), so they are in scope here.
+** An op of the other family than BOOLOUT is never launched with it (qt_cuda_binary picks
+** by the op), and its case is empty. */
+#define EW_BINOP_CASE_(P, E, name, result, fexpr, iexpr)                   \
+  case E:                                                                  \
+    if constexpr (QT_BINOP_IS_BOOL_##result != BOOLOUT) return R(0);       \
+    else if constexpr (qt_is_float_v<T>) return (R)(fexpr);                \
+    else if constexpr (qt_is_bool_v<T>) return (R)QT_PICK_BOOL(fexpr, iexpr); \
+    else return (R)(iexpr);
+
+template <typename T, bool BOOLOUT>
+__device__ __forceinline__ ew_out_t<T, BOOLOUT> ew_binop(int op, T x, T y) {
   typedef typename qt_dtype_traits<T>::unsigned_type U;
+  typedef ew_out_t<T, BOOLOUT> R;
   switch (op) {
     QT_BINOP_LIST(EW_BINOP_CASE_, ~)
-    default: return T(0);
+    default: return R(0);
   }
 }
 
@@ -76,9 +90,10 @@ struct ew_unary_params {
 /* Integer dtypes skip the float-only ops (ints == 0): the core casts those first. */
 #define EW_UNOP_CASE_(P, E, name, ints, fexpr, iexpr)                 \
   case E:                                                             \
-    if constexpr (qt_is_float_v<T>) return (T)(fexpr);           \
-    else if constexpr (ints) return (T)(iexpr);                       \
-    else return T(0);
+    if constexpr (qt_is_float_v<T>) return (T)(fexpr);                \
+    else if constexpr (!ints) return T(0);                            \
+    else if constexpr (qt_is_bool_v<T>) return (T)QT_PICK_BOOL(fexpr, iexpr); \
+    else return (T)(iexpr);
 
 template <typename T>
 __device__ __forceinline__ T ew_unop(int op, T x, const ew_unary_params<T> &p) {
@@ -128,6 +143,13 @@ struct alignas(16) ew_pack {
   T v[16 / sizeof(T)];
 };
 
+/* W results of type R stored at once: a pack of T's results (16 bytes when R is T; W bytes
+** when R is bool, the store of a comparison). */
+template <typename R, int W>
+struct alignas(sizeof(R) * W) ew_vec {
+  R v[W];
+};
+
 __device__ __forceinline__ int64_t ew_thread_index() {
   return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 }
@@ -137,69 +159,76 @@ __device__ __forceinline__ int64_t ew_thread_count() {
 
 /* ------------------------------------------------------------------ kernels */
 
-/* PACKED: all pointers are 16-byte aligned; the packs, then the tail one by one. */
-template <typename T, bool PACKED>
-__global__ void ew_binary_contiguous(int op, T *dst, const T *a, const T *b, int64_t n) {
+/* PACKED: all pointers are 16-byte aligned; the packs, then the tail one by one. R is
+** the result type (ew_out_t). */
+template <typename T, bool BOOLOUT, bool PACKED>
+__global__ void ew_binary_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T *a, const T *b,
+                                     int64_t n) {
+  typedef ew_out_t<T, BOOLOUT> R;
   int64_t start = ew_thread_index(), step = ew_thread_count();
   int64_t done = 0;
   if constexpr (PACKED) {
     constexpr int W = 16 / sizeof(T);
     int64_t packs = n / W;
     const ew_pack<T> *pa = (const ew_pack<T> *)a, *pb = (const ew_pack<T> *)b;
-    ew_pack<T> *pd = (ew_pack<T> *)dst;
+    ew_vec<R, W> *pd = (ew_vec<R, W> *)dst;
     for (int64_t k = start; k < packs; k += step) {
-      ew_pack<T> x = pa[k], y = pb[k], r;
+      ew_pack<T> x = pa[k], y = pb[k];
+      ew_vec<R, W> r;
 #pragma unroll
-      for (int j = 0; j < W; j++) r.v[j] = ew_binop<T>(op, x.v[j], y.v[j]);
+      for (int j = 0; j < W; j++) r.v[j] = ew_binop<T, BOOLOUT>(op, x.v[j], y.v[j]);
       pd[k] = r;
     }
     done = packs * W;
   }
-  for (int64_t i = done + start; i < n; i += step) dst[i] = ew_binop<T>(op, a[i], b[i]);
+  for (int64_t i = done + start; i < n; i += step) dst[i] = ew_binop<T, BOOLOUT>(op, a[i], b[i]);
 }
 
-template <typename T, typename IndexT>
-__global__ void ew_binary_strided(int op, T *dst, const T *a, const T *b, ew_geometry<3> g,
-                                  int64_t n) {
+template <typename T, bool BOOLOUT, typename IndexT>
+__global__ void ew_binary_strided(int op, ew_out_t<T, BOOLOUT> *dst, const T *a, const T *b,
+                                  ew_geometry<3> g, int64_t n) {
   for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
     int64_t off[3];
     ew_offsets<IndexT, 3>(g, i, off);
-    dst[off[0]] = ew_binop<T>(op, a[off[1]], b[off[2]]);
+    dst[off[0]] = ew_binop<T, BOOLOUT>(op, a[off[1]], b[off[2]]);
   }
 }
 
 /* dst = a op s, or s op a (scalar_first). */
-template <typename T, bool PACKED>
-__global__ void ew_scalar_contiguous(int op, T *dst, const T *a, T s, bool scalar_first,
-                                     int64_t n) {
+template <typename T, bool BOOLOUT, bool PACKED>
+__global__ void ew_scalar_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T *a, T s,
+                                     bool scalar_first, int64_t n) {
+  typedef ew_out_t<T, BOOLOUT> R;
   int64_t start = ew_thread_index(), step = ew_thread_count();
   int64_t done = 0;
   if constexpr (PACKED) {
     constexpr int W = 16 / sizeof(T);
     int64_t packs = n / W;
     const ew_pack<T> *pa = (const ew_pack<T> *)a;
-    ew_pack<T> *pd = (ew_pack<T> *)dst;
+    ew_vec<R, W> *pd = (ew_vec<R, W> *)dst;
     for (int64_t k = start; k < packs; k += step) {
-      ew_pack<T> x = pa[k], r;
+      ew_pack<T> x = pa[k];
+      ew_vec<R, W> r;
 #pragma unroll
       for (int j = 0; j < W; j++)
-        r.v[j] = scalar_first ? ew_binop<T>(op, s, x.v[j]) : ew_binop<T>(op, x.v[j], s);
+        r.v[j] = scalar_first ? ew_binop<T, BOOLOUT>(op, s, x.v[j])
+                              : ew_binop<T, BOOLOUT>(op, x.v[j], s);
       pd[k] = r;
     }
     done = packs * W;
   }
   for (int64_t i = done + start; i < n; i += step)
-    dst[i] = scalar_first ? ew_binop<T>(op, s, a[i]) : ew_binop<T>(op, a[i], s);
+    dst[i] = scalar_first ? ew_binop<T, BOOLOUT>(op, s, a[i]) : ew_binop<T, BOOLOUT>(op, a[i], s);
 }
 
-template <typename T, typename IndexT>
-__global__ void ew_scalar_strided(int op, T *dst, const T *a, T s, bool scalar_first,
-                                  ew_geometry<2> g, int64_t n) {
+template <typename T, bool BOOLOUT, typename IndexT>
+__global__ void ew_scalar_strided(int op, ew_out_t<T, BOOLOUT> *dst, const T *a, T s,
+                                  bool scalar_first, ew_geometry<2> g, int64_t n) {
   for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
     int64_t off[2];
     ew_offsets<IndexT, 2>(g, i, off);
     T x = a[off[1]];
-    dst[off[0]] = scalar_first ? ew_binop<T>(op, s, x) : ew_binop<T>(op, x, s);
+    dst[off[0]] = scalar_first ? ew_binop<T, BOOLOUT>(op, s, x) : ew_binop<T, BOOLOUT>(op, x, s);
   }
 }
 
@@ -368,59 +397,82 @@ static unsigned ew_blocks(qt_device *dev, int64_t n, size_t elsize, bool packed)
 
 /* ---- binary */
 
-template <typename T>
+template <typename T, bool BOOLOUT>
 static void ew_binary_launch(qt_device *dev, int op, const ew_plan<3> &p) {
   cudaStream_t stream = qt_cuda_context(dev)->stream;
-  T *d = (T *)p.view[0].data;
+  ew_out_t<T, BOOLOUT> *d = (ew_out_t<T, BOOLOUT> *)p.view[0].data;
   const T *a = (const T *)p.view[1].data, *b = (const T *)p.view[2].data;
   if (p.contiguous) {
     unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
-    if (p.packed) ew_binary_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
-    else ew_binary_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
+    if (p.packed)
+      ew_binary_contiguous<T, BOOLOUT, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
+    else
+      ew_binary_contiguous<T, BOOLOUT, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
   } else {
     unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
     if (p.small_index)
-      ew_binary_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.geometry, p.n);
+      ew_binary_strided<T, BOOLOUT, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(
+          op, d, a, b, p.geometry, p.n);
     else
-      ew_binary_strided<T, int64_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.geometry, p.n);
+      ew_binary_strided<T, BOOLOUT, int64_t><<<blocks, EW_THREADS, 0, stream>>>(
+          op, d, a, b, p.geometry, p.n);
   }
+}
+
+/* The operands' dtype and the result's: a's, or bool for comparisons and logical ops. */
+static int ew_check_binary(qt_binop op, const qt_view *dst, const qt_view *a, qt_err *err) {
+  qt_dtype result = qt_binop_gives_bool(op) ? QT_BOOL : a->dtype;
+  if ((unsigned)a->dtype >= (unsigned)QT_NDTYPES || dst->dtype != result)
+    return qt_errorf(err, "%s: operands must have one dtype and the result %s", qt_binop_name(op),
+                     qt_binop_gives_bool(op) ? "bool" : "theirs");
+  return 0;
 }
 
 extern "C" int qt_cuda_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
                               const qt_view *b, qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NBINOPS) return qt_errorf(err, "binary: unknown op %d", (int)op);
   const char *name = qt_binop_name(op);
-  if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || a->dtype != dst->dtype || b->dtype != dst->dtype)
-    return qt_errorf(err, "%s: operands must have the result's dtype", name);
+  if (ew_check_binary(op, dst, a, err)) return -1;
+  if (b->dtype != a->dtype)
+    return qt_errorf(err, "%s: operands must have one dtype and the result %s", name,
+                     qt_binop_gives_bool(op) ? "bool" : "theirs");
   if (qt_cuda_enter(dev, name, err) != 0) return -1;
   if (dst->numel == 0) return 0;
   const qt_view *views[3] = {dst, a, b};
   ew_plan<3> plan;
   ew_plan_make<3>(&plan, views);
-  qt_dtype_switch(dst->dtype, [&](auto zero) {
+  const bool bool_out = qt_binop_gives_bool(op);
+  qt_dtype_switch(a->dtype, [&](auto zero) {
     using T = decltype(zero);
-    ew_binary_launch<T>(dev, op, plan);
+    if (bool_out) ew_binary_launch<T, true>(dev, op, plan);
+    else ew_binary_launch<T, false>(dev, op, plan);
   });
   return qt_cuda_check_launch(dev, name, err);
 }
 
 /* ---- binary with a scalar */
 
-template <typename T>
+template <typename T, bool BOOLOUT>
 static void ew_scalar_launch(qt_device *dev, int op, const ew_plan<2> &p, T s, bool first) {
   cudaStream_t stream = qt_cuda_context(dev)->stream;
-  T *d = (T *)p.view[0].data;
+  ew_out_t<T, BOOLOUT> *d = (ew_out_t<T, BOOLOUT> *)p.view[0].data;
   const T *a = (const T *)p.view[1].data;
   if (p.contiguous) {
     unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
-    if (p.packed) ew_scalar_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.n);
-    else ew_scalar_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.n);
+    if (p.packed)
+      ew_scalar_contiguous<T, BOOLOUT, true><<<blocks, EW_THREADS, 0, stream>>>(
+          op, d, a, s, first, p.n);
+    else
+      ew_scalar_contiguous<T, BOOLOUT, false><<<blocks, EW_THREADS, 0, stream>>>(
+          op, d, a, s, first, p.n);
   } else {
     unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
     if (p.small_index)
-      ew_scalar_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.geometry, p.n);
+      ew_scalar_strided<T, BOOLOUT, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(
+          op, d, a, s, first, p.geometry, p.n);
     else
-      ew_scalar_strided<T, int64_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.geometry, p.n);
+      ew_scalar_strided<T, BOOLOUT, int64_t><<<blocks, EW_THREADS, 0, stream>>>(
+          op, d, a, s, first, p.geometry, p.n);
   }
 }
 
@@ -429,16 +481,17 @@ extern "C" int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view 
                                      qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NBINOPS) return qt_errorf(err, "binary: unknown op %d", (int)op);
   const char *name = qt_binop_name(op);
-  if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || a->dtype != dst->dtype)
-    return qt_errorf(err, "%s: operands must have the result's dtype", name);
+  if (ew_check_binary(op, dst, a, err)) return -1;
   if (qt_cuda_enter(dev, name, err) != 0) return -1;
   if (dst->numel == 0) return 0;
   const qt_view *views[2] = {dst, a};
   ew_plan<2> plan;
   ew_plan_make<2>(&plan, views);
-  qt_dtype_switch(dst->dtype, [&](auto zero) {
+  const bool bool_out = qt_binop_gives_bool(op);
+  qt_dtype_switch(a->dtype, [&](auto zero) {
     using T = decltype(zero);
-    ew_scalar_launch<T>(dev, op, plan, qt_scalar_as<T>(s), scalar_first);
+    if (bool_out) ew_scalar_launch<T, true>(dev, op, plan, qt_scalar_as<T>(s), scalar_first);
+    else ew_scalar_launch<T, false>(dev, op, plan, qt_scalar_as<T>(s), scalar_first);
   });
   return qt_cuda_check_launch(dev, name, err);
 }
@@ -477,9 +530,7 @@ extern "C" int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, con
   const char *name = qt_unop_name(op);
   if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || src->dtype != dst->dtype)
     return qt_errorf(err, "%s: source and result must have one dtype", name);
-  bool float_only = op == QT_EXP || op == QT_LOG || op == QT_SQRT || op == QT_TANH ||
-                    op == QT_SIGMOID;
-  if (float_only && !qt_is_float(dst->dtype))
+  if (!qt_unop_takes_ints(op) && !qt_is_float(dst->dtype))
     return qt_errorf(err, "%s: not defined for %s tensors (cast to a float dtype first)", name,
                      qt_dtypes[dst->dtype].name);
   if (qt_cuda_enter(dev, name, err) != 0) return -1;

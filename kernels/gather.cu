@@ -1,11 +1,13 @@
 /*
 ** gather.cu — the indexing slots of the CUDA device: gather, index_select, take, scatter,
-** index_add (semantics in runtime/device.h).
+** index_add, scatter_add, index_fill, index_copy (semantics in runtime/device.h). The last
+** three are walks of the general kernel: scatter_add is scatter's walk with index_add's
+** atomic sums, index_fill and index_copy index_add's walk with scatter's plain stores.
 **
 ** Index values are 1-based int32 or int64 and are validated inside the kernels, in the same
 ** pass that uses them: a value outside 1..bound is recorded with qt_cuda_report_index (the
 ** first one wins; cuda_device.cu turns it into the error at the next sync) and its element is
-** skipped: gather/index_select/take write 0 there, scatter/index_add write nothing. No extra
+** skipped: gather/index_select/take write 0 there, the writing slots write nothing. No extra
 ** pass, no host sync, no trap, and nothing outside a tensor is ever touched.
 **
 ** Kernels that only move elements (everything but index_add) work on raw bits: one unsigned
@@ -594,21 +596,45 @@ extern "C" int qt_cuda_index_select(qt_device *dev, const qt_view *dst, const qt
   });
 }
 
+/* ------------------------------------------------------------------ the writing walks' geometry */
+
+/* The geometry of the slice-mode walks (index_add, index_copy, index_fill): the iteration
+** shape `size` (src's, or dst's with #index along dim), dst stepped by sel with the index
+** value along dim, src (at) by its own strides (NULL: none, a value is written). */
+static void gat_slices_geom(gat_geom *g, const qt_view *dst, int dim, const qt_view *index,
+                            const int64_t *size, const qt_view *src) {
+  memset(g, 0, sizeof *g);
+  g->ndim = dst->ndim;
+  g->dim = dim;
+  for (int d = 0; d < g->ndim; d++) {
+    g->size[d] = size[d];
+    g->at[d] = src ? src->stride[d] : 0;
+    g->sel[d] = dst->stride[d];
+  }
+  g->idx[dim] = index->ndim > 0 ? index->stride[0] : 0;
+}
+
+/* scatter's geometry (element mode: the walk is over index's shape). */
+static void gat_scatter_geom(gat_geom *g, const qt_view *dst, int dim, const qt_view *index,
+                             const qt_view *src) {
+  memset(g, 0, sizeof *g);
+  g->ndim = index->ndim;
+  g->dim = dim;
+  for (int d = 0; d < g->ndim; d++) {
+    g->size[d] = index->size[d];
+    g->at[d] = src ? src->stride[d] : 0;
+    g->sel[d] = dst->stride[d];
+    g->idx[d] = index->stride[d];
+  }
+}
+
 /* ------------------------------------------------------------------ scatter */
 
 template <typename E, typename I>
 static int gat_scatter_typed(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                              const qt_view *src, gat_u64 value_bits, int64_t n, qt_err *err) {
   gat_geom g;
-  memset(&g, 0, sizeof g);
-  g.ndim = index->ndim;
-  g.dim = dim;
-  for (int d = 0; d < g.ndim; d++) {
-    g.size[d] = index->size[d];
-    g.at[d] = src ? src->stride[d] : 0;
-    g.sel[d] = dst->stride[d];
-    g.idx[d] = index->stride[d];
-  }
+  gat_scatter_geom(&g, dst, dim, index, src);
   return gat_launch_general<E, I, GAT_WRITE, false>(dev, "scatter", QT_CUDA_OP_SCATTER, &g,
                                                     src ? src->data : NULL, dst->data,
                                                     index->data, n, dst->size[dim], value_bits,
@@ -636,38 +662,40 @@ extern "C" int qt_cuda_scatter(qt_device *dev, const qt_view *dst, int dim, cons
   });
 }
 
-/* ------------------------------------------------------------------ index_add */
+/* ------------------------------------------------------------------ index_add, scatter_add */
 
-template <typename T, typename I>
-static int gat_index_add_typed(qt_device *dev, const qt_view *dst, int dim,
-                               const qt_view *index, const qt_view *src, int64_t n,
-                               qt_err *err) {
-  gat_geom g;
-  memset(&g, 0, sizeof g);
-  g.ndim = src->ndim;
-  g.dim = dim;
-  for (int d = 0; d < g.ndim; d++) {
-    g.size[d] = src->size[d];
-    g.at[d] = src->stride[d];
-    g.sel[d] = dst->stride[d];
-  }
-  g.idx[dim] = index->ndim > 0 ? index->stride[0] : 0;
-  return gat_launch_general<T, I, GAT_ADD, true>(dev, "index_add", QT_CUDA_OP_INDEX_ADD, &g,
-                                                 src->data, dst->data, index->data, n,
-                                                 dst->size[dim], 0, err);
-}
-
-template <typename I>
-static int gat_index_add_by_dtype(qt_device *dev, const qt_view *dst, int dim,
-                                  const qt_view *index, const qt_view *src, int64_t n,
-                                  qt_err *err) {
+/* The adding walk, typed by dst's dtype (the sums need it: gat_atomic_add). */
+template <bool SLICE>
+static int gat_add_by_dtype(qt_device *dev, const char *op_name, int op, const gat_geom *g,
+                            const qt_view *dst, int dim, const qt_view *index,
+                            const qt_view *src, int64_t n, qt_err *err) {
   int rc = -1;
   if (!qt_dtype_switch(dst->dtype, [&](auto zero) {
         using T = typename qt_cuda_word<decltype(zero)>::type;
-        rc = gat_index_add_typed<T, I>(dev, dst, dim, index, src, n, err);
+        if (index->dtype == QT_I32)
+          rc = gat_launch_general<T, int, GAT_ADD, SLICE>(dev, op_name, op, g, src->data,
+                                                         dst->data, index->data, n,
+                                                         dst->size[dim], 0, err);
+        else
+          rc = gat_launch_general<T, long long, GAT_ADD, SLICE>(dev, op_name, op, g, src->data,
+                                                               dst->data, index->data, n,
+                                                               dst->size[dim], 0, err);
       }))
-    return qt_errorf(err, "index_add: unsupported dtype %s", qt_dtypes[dst->dtype].name);
+    return qt_errorf(err, "%s: unsupported dtype %s", op_name, qt_dtypes[dst->dtype].name);
   return rc;
+}
+
+/* The checks index_add and scatter_add share (the core's are the real ones). */
+static int gat_check_add(const qt_view *dst, int dim, const qt_view *index, const qt_view *src,
+                         const char *op, qt_err *err) {
+  if (gat_check_index(index, op, err)) return -1;
+  if (dim < 0 || dim >= dst->ndim || src->ndim != dst->ndim)
+    return qt_errorf(err, "%s: dim %d out of range for a %d-d destination", op, dim + 1,
+                     dst->ndim);
+  if (src->dtype != dst->dtype)
+    return qt_errorf(err, "%s: source dtype %s differs from destination dtype %s", op,
+                     qt_dtypes[src->dtype].name, qt_dtypes[dst->dtype].name);
+  return 0;
 }
 
 /* dst.select(dim, index[k]) += src.select(dim, k); duplicates accumulate (atomics: the order
@@ -675,15 +703,80 @@ static int gat_index_add_by_dtype(qt_device *dev, const qt_view *dst, int dim,
 extern "C" int qt_cuda_index_add(qt_device *dev, const qt_view *dst, int dim,
                                  const qt_view *index, const qt_view *src, qt_err *err) {
   if (qt_cuda_enter(dev, "index_add", err)) return -1;
-  if (gat_check_index(index, "index_add", err)) return -1;
+  if (gat_check_add(dst, dim, index, src, "index_add", err)) return -1;
+  const int64_t n = gat_numel(src);
+  if (n == 0) return 0;
+  gat_geom g;
+  gat_slices_geom(&g, dst, dim, index, src->size, src);
+  return gat_add_by_dtype<true>(dev, "index_add", QT_CUDA_OP_INDEX_ADD, &g, dst, dim, index, src,
+                                n, err);
+}
+
+/* dst[index[i][j]][j] += src[i][j] (dim 0): scatter's walk, index_add's atomic sums. */
+extern "C" int qt_cuda_scatter_add(qt_device *dev, const qt_view *dst, int dim,
+                                   const qt_view *index, const qt_view *src, qt_err *err) {
+  if (qt_cuda_enter(dev, "scatter_add", err)) return -1;
+  if (gat_check_add(dst, dim, index, src, "scatter_add", err)) return -1;
+  if (index->ndim != dst->ndim)
+    return qt_errorf(err, "scatter_add: dim %d out of range for a %d-d destination", dim + 1,
+                     dst->ndim);
+  const int64_t n = gat_numel(index);
+  if (n == 0) return 0;
+  gat_geom g;
+  gat_scatter_geom(&g, dst, dim, index, src);
+  return gat_add_by_dtype<false>(dev, "scatter_add", QT_CUDA_OP_SCATTER_ADD, &g, dst, dim, index,
+                                 src, n, err);
+}
+
+/* ------------------------------------------------------------------ index_fill, index_copy */
+
+/* dst.select(dim, index[k]) = value: the slice-mode write over dst's shape with #index along
+** dim, every thread storing the value's raw bits. */
+extern "C" int qt_cuda_index_fill(qt_device *dev, const qt_view *dst, int dim,
+                                  const qt_view *index, qt_scalar value, qt_err *err) {
+  if (qt_cuda_enter(dev, "index_fill", err)) return -1;
+  if (gat_check_index(index, "index_fill", err) || gat_check_elsize(dst, "index_fill", err))
+    return -1;
+  if (dim < 0 || dim >= dst->ndim || index->ndim != 1)
+    return qt_errorf(err, "index_fill: dim %d out of range for a %d-d destination", dim + 1,
+                     dst->ndim);
+  int64_t size[QT_MAXDIM];
+  int64_t n = 1;
+  for (int d = 0; d < dst->ndim; d++) {
+    size[d] = d == dim ? index->size[0] : dst->size[d];
+    n *= size[d];
+  }
+  if (n == 0) return 0;
+  gat_geom g;
+  gat_slices_geom(&g, dst, dim, index, size, NULL);
+  const gat_u64 bits = gat_value_bits(dst->dtype, value);
+  return gat_dispatch(qt_elsize(dst->dtype), index->dtype, [&](auto e, auto i) {
+    return gat_launch_general<decltype(e), decltype(i), GAT_WRITE, true>(
+        dev, "index_fill", QT_CUDA_OP_INDEX_FILL, &g, NULL, dst->data, index->data, n,
+        dst->size[dim], bits, err);
+  });
+}
+
+/* dst.select(dim, index[k]) = src.select(dim, k): the slice-mode write over src's shape, raw
+** bits. Duplicate targets: plain stores, any one of the writers wins. */
+extern "C" int qt_cuda_index_copy(qt_device *dev, const qt_view *dst, int dim,
+                                  const qt_view *index, const qt_view *src, qt_err *err) {
+  if (qt_cuda_enter(dev, "index_copy", err)) return -1;
+  if (gat_check_index(index, "index_copy", err) || gat_check_elsize(dst, "index_copy", err))
+    return -1;
   if (dim < 0 || dim >= dst->ndim || src->ndim != dst->ndim)
-    return qt_errorf(err, "index_add: dim %d out of range for a %d-d destination", dim + 1,
+    return qt_errorf(err, "index_copy: dim %d out of range for a %d-d destination", dim + 1,
                      dst->ndim);
   if (src->dtype != dst->dtype)
-    return qt_errorf(err, "index_add: source dtype %s differs from destination dtype %s",
+    return qt_errorf(err, "index_copy: source dtype %s differs from destination dtype %s",
                      qt_dtypes[src->dtype].name, qt_dtypes[dst->dtype].name);
   const int64_t n = gat_numel(src);
   if (n == 0) return 0;
-  if (index->dtype == QT_I32) return gat_index_add_by_dtype<int>(dev, dst, dim, index, src, n, err);
-  return gat_index_add_by_dtype<long long>(dev, dst, dim, index, src, n, err);
+  gat_geom g;
+  gat_slices_geom(&g, dst, dim, index, src->size, src);
+  return gat_dispatch(qt_elsize(dst->dtype), index->dtype, [&](auto e, auto i) {
+    return gat_launch_general<decltype(e), decltype(i), GAT_WRITE, true>(
+        dev, "index_copy", QT_CUDA_OP_INDEX_COPY, &g, src->data, dst->data, index->data, n,
+        dst->size[dim], 0, err);
+  });
 }

@@ -41,7 +41,7 @@ typedef struct qt_cuda_index_error {
 
 enum qt_cuda_index_op {
   QT_CUDA_OP_GATHER = 1, QT_CUDA_OP_INDEX_SELECT, QT_CUDA_OP_TAKE, QT_CUDA_OP_SCATTER,
-  QT_CUDA_OP_INDEX_ADD
+  QT_CUDA_OP_INDEX_ADD, QT_CUDA_OP_SCATTER_ADD, QT_CUDA_OP_INDEX_FILL, QT_CUDA_OP_INDEX_COPY
 };
 
 struct qt_cuda_allocator;  /* cuda_alloc.cu */
@@ -129,6 +129,12 @@ int qt_cuda_scatter(qt_device *dev, const qt_view *dst, int dim, const qt_view *
                     const qt_view *src, qt_scalar value, qt_err *err);
 int qt_cuda_index_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                       const qt_view *src, qt_err *err);
+int qt_cuda_scatter_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                        const qt_view *src, qt_err *err);
+int qt_cuda_index_fill(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                       qt_scalar value, qt_err *err);
+int qt_cuda_index_copy(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                       const qt_view *src, qt_err *err);
 /* matmul.cu */
 int qt_cuda_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
                    bool allow_tf32, qt_err *err);

@@ -1,6 +1,6 @@
 /*
 ** reduce.cu — the reduce slot of the CUDA device: sum, mean, max, min, argmax, argmin over
-** all elements (dim == -1) or along one dim, for the four dtypes and any strides.
+** all elements (dim == -1) or along one dim, for every dtype and any strides.
 **
 ** Results are those of the CPU device (runtime/cpu/): int sums wrap in int64, float sums and
 ** means accumulate in float64, max/min propagate NaN, argmax/argmin give the 1-based first
@@ -40,7 +40,12 @@ template <typename T> __device__ __forceinline__ bool red_isnan(T) { return fals
 template <> __device__ __forceinline__ bool red_isnan<float>(float x) { return x != x; }
 template <> __device__ __forceinline__ bool red_isnan<double>(double x) { return x != x; }
 
-template <typename T> struct red_limits;
+/* The identities of max and min: the infinities for floats, the type's range otherwise. */
+template <typename T> struct red_limits {
+  typedef typename qt_dtype_traits<T>::unsigned_type U;
+  static __device__ T lowest() { return (T)QT_INT_MIN(T, U); }
+  static __device__ T highest() { return (T)QT_INT_MAX(T, U); }
+};
 template <> struct red_limits<float> {
   static __device__ float lowest() { return -INFINITY; }
   static __device__ float highest() { return INFINITY; }
@@ -49,29 +54,28 @@ template <> struct red_limits<double> {
   static __device__ double lowest() { return -INFINITY; }
   static __device__ double highest() { return INFINITY; }
 };
-template <> struct red_limits<int> {
-  static __device__ int lowest() { return INT32_MIN; }
-  static __device__ int highest() { return INT32_MAX; }
-};
-template <> struct red_limits<long long> {
+template <> struct red_limits<long long> {  /* int64's word (qt_cuda_word) */
   static __device__ long long lowest() { return INT64_MIN; }
   static __device__ long long highest() { return INT64_MAX; }
 };
-
-/* Sum accumulators and results: floats in double, ints in wrapping 64-bit. */
-template <typename T> struct red_sum_types;
-template <> struct red_sum_types<float> { typedef double acc; typedef float out; };
-template <> struct red_sum_types<double> { typedef double acc; typedef double out; };
-template <> struct red_sum_types<int> { typedef unsigned long long acc; typedef long long out; };
-template <> struct red_sum_types<long long> {
-  typedef unsigned long long acc; typedef long long out;
+template <> struct red_limits<bool> {
+  static __device__ bool lowest() { return false; }
+  static __device__ bool highest() { return true; }
 };
 
-/* An element as a sum accumulator: floats exactly into double, ints sign-extended. */
+/* Sum accumulators and results: floats in double, integers and bools in wrapping 64-bit
+** (a sum of bools counts them, as int64). */
+template <typename T> struct red_sum_types { typedef unsigned long long acc; typedef long long out; };
+template <> struct red_sum_types<float> { typedef double acc; typedef float out; };
+template <> struct red_sum_types<double> { typedef double acc; typedef double out; };
+
+/* An element as a sum accumulator: floats exactly into double, the others sign-extended. */
 __device__ __forceinline__ double red_to_sum(float v) { return v; }
 __device__ __forceinline__ double red_to_sum(double v) { return v; }
-__device__ __forceinline__ unsigned long long red_to_sum(int v) { return (unsigned long long)(long long)v; }
-__device__ __forceinline__ unsigned long long red_to_sum(long long v) { return (unsigned long long)v; }
+template <typename T>
+__device__ __forceinline__ unsigned long long red_to_sum(T v) {
+  return (unsigned long long)(long long)v;
+}
 
 /* Each reducer: In (element), Acc (running state), Out (result element), identity(),
 ** make(value, position), combine(a, b) and finish(acc, count). */
@@ -137,6 +141,12 @@ __device__ __forceinline__ long long red_shfl(long long x, int d) {
 }
 __device__ __forceinline__ unsigned long long red_shfl(unsigned long long x, int d) {
   return __shfl_down_sync(0xffffffffu, x, d);
+}
+/* Types narrower than a word (bool, uint8) travel as an int. */
+template <typename T>
+__device__ __forceinline__ T red_shfl(T x, int d) {
+  static_assert(sizeof(T) < 4, "red_shfl: a word-sized type needs its own overload");
+  return (T)__shfl_down_sync(0xffffffffu, (int)x, d);
 }
 template <typename T>
 __device__ __forceinline__ red_pair<T> red_shfl(red_pair<T> p, int d) {

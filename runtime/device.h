@@ -188,9 +188,24 @@ typedef struct qt_device_iface {
   ** index->size[d] <= src->size[d] (when src given) and <= dst->size[d] for d != dim. */
   int (*scatter)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                  const qt_view *src, qt_scalar value, qt_err *err);
-  /* dst.select(dim, index[k]) += src.select(dim, k); index 1-D; duplicates accumulate. */
+  /* dst.select(dim, index[k]) += src.select(dim, k); index 1-D; duplicates accumulate.
+  ** bool: a logical or (true + anything is true, as PyTorch's). */
   int (*index_add)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                    const qt_view *src, qt_err *err);
+  /* The three below are slots of their own rather than modes of scatter and index_add:
+  ** each contract stays one line, and a device may leave any of them NULL. */
+  /* dst[index[i][j]][j] += src[i][j] (dim 0): scatter's geometry (src required, dst's
+  ** dtype), index_add's sums (integers wrap, bool or); duplicates accumulate, in no fixed
+  ** order on a device that uses atomics (float sums may differ in the last bits). */
+  int (*scatter_add)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                     const qt_view *src, qt_err *err);
+  /* dst.select(dim, index[k]) = value for every k; index 1-D. */
+  int (*index_fill)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                    qt_scalar value, qt_err *err);
+  /* dst.select(dim, index[k]) = src.select(dim, k); index 1-D, src of dst's dtype and of
+  ** dst's shape with index->size[0] along dim. Duplicates: any one of the writes wins. */
+  int (*index_copy)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                    const qt_view *src, qt_err *err);
 
   /* ---- matrix products ---- */
   /* c[b] = a[b] @ b[b] for every batch b: a is (B, M, K), b (B, K, N), c (B, M, N), all

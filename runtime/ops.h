@@ -228,6 +228,18 @@ int qt_scatter_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
                 const qt_tensor *src, qt_scalar value);
 int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
                   const qt_tensor *src);
+/* torch's scatter_add_: dst[index[i][j]][j] += src[i][j] (dim 1), index and src as
+** scatter_'s; src is converted to dst's dtype. Duplicates accumulate (bool: or). */
+int qt_scatter_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
+                    const qt_tensor *src);
+/* Every dst.select(dim, index[k]) set to `value` (range-checked by the caller, as
+** scatter_'s); index 1-D. */
+int qt_index_fill_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
+                   qt_scalar value);
+/* dst.select(dim, index[k]) = src.select(dim, k); index 1-D, src of dst's shape but #index
+** along dim, converted to dst's dtype. With duplicates any one of the writes wins. */
+int qt_index_copy_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
+                   const qt_tensor *src);
 
 /* ---------------------------------------------------------------- matrix products */
 

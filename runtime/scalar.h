@@ -54,6 +54,13 @@ QT_HD int64_t qt_sat_int(double x, int64_t lo, int64_t hi) {
 #define QT_CONVERT_INT_INT(TD, UD, x) ((TD)(UD)(x))
 #define QT_CONVERT_INT_FLOAT(TD, UD, x) \
   ((TD)qt_sat_int((double)(x), QT_INT_MIN(TD, UD), QT_INT_MAX(TD, UD)))
+/* To bool: nonzero is true (NaN too, as in NumPy), which is what C's and C++'s cast to
+** bool does. From bool: 0 or 1. */
+#define QT_CONVERT_BOOL_FLOAT(TD, UD, x) ((TD)(x))
+#define QT_CONVERT_BOOL_INT(TD, UD, x) ((TD)(x))
+#define QT_CONVERT_BOOL_BOOL(TD, UD, x) ((TD)(x))
+#define QT_CONVERT_FLOAT_BOOL(TD, UD, x) ((TD)(x))
+#define QT_CONVERT_INT_BOOL(TD, UD, x) ((TD)(x))
 
 /* ------------------------------------------------------------------ integer helpers */
 
@@ -78,8 +85,18 @@ QT_HD int64_t qt_intpow(int64_t base, int64_t e) {
 }
 
 /* Integer division truncates toward zero like C, but never traps: x / 0 gives 0 and
-** INT_MIN / -1 wraps to INT_MIN. */
-#define QT_INTDIV(U, x, y) ((y) == 0 ? (U)0 : (y) == -1 ? (U)0 - (U)(x) : (U)((x) / (y)))
+** INT_MIN / -1 wraps to INT_MIN (computed in 64 bits, where the caller's narrowing
+** wraps 2^31 back to INT32_MIN; the core computes `/` of integers in float64, so this is
+** the integer expression's definition more than a hot path). */
+QT_HD int64_t qt_intdiv(int64_t x, int64_t y) {
+  if (y == 0) return 0;
+  if (y == -1) return (int64_t)(0 - (uint64_t)x);
+  return x / y;
+}
+
+/* x < 0 for an integer of any type: a function, so that unsigned and bool types do not
+** draw "comparison is always false" warnings from the generic expressions below. */
+QT_HD int qt_is_negative(int64_t x) { return x < 0; }
 
 /* Maximum/minimum propagate NaN from either side (x != x is the NaN test; `|`, not
 ** `||`, so that the CPU's loops stay branch-free and vectorize). */
@@ -92,22 +109,33 @@ QT_HD int64_t qt_intpow(int64_t base, int64_t e) {
 
 /* ------------------------------------------------------------------ the op lists */
 
-/* Binary ops: X(P, ENUM, name, float expression, integer expression).
-** Comparisons produce 1 or 0 in the output dtype. */
+/* Binary ops: X(P, ENUM, name, result, float expression, integer expression).
+** result is SAME (the operands' dtype) or BOOL: comparisons and the logical ops give a
+** bool tensor, computed in the operands' promoted dtype (the expression's 1 or 0 is
+** stored as bool). The logical ops take any dtype through nonzero, as in NumPy. */
 #define QT_BINOP_LIST(X, P)                                                     \
-  X(P, QT_ADD, "add", x + y, (U)x + (U)y)                                       \
-  X(P, QT_SUB, "sub", x - y, (U)x - (U)y)                                       \
-  X(P, QT_MUL, "mul", x * y, (U)x * (U)y)                                       \
-  X(P, QT_DIV, "div", x / y, QT_INTDIV(U, x, y))                                \
-  X(P, QT_POW, "pow", pow(x, y), (U)(uint64_t)qt_intpow(x, y))                  \
-  X(P, QT_EQ, "eq", x == y, x == y)                                             \
-  X(P, QT_NE, "ne", x != y, x != y)                                             \
-  X(P, QT_LT, "lt", x < y, x < y)                                               \
-  X(P, QT_LE, "le", x <= y, x <= y)                                             \
-  X(P, QT_GT, "gt", x > y, x > y)                                               \
-  X(P, QT_GE, "ge", x >= y, x >= y)                                             \
-  X(P, QT_MAXIMUM, "maximum", QT_MAX_NAN(x, y), (x > y ? x : y))                \
-  X(P, QT_MINIMUM, "minimum", QT_MIN_NAN(x, y), (x < y ? x : y))
+  X(P, QT_ADD, "add", SAME, x + y, (U)x + (U)y)                                 \
+  X(P, QT_SUB, "sub", SAME, x - y, (U)x - (U)y)                                 \
+  X(P, QT_MUL, "mul", SAME, x * y, (U)x * (U)y)                                 \
+  X(P, QT_DIV, "div", SAME, x / y, (U)(uint64_t)qt_intdiv(x, y))                 \
+  X(P, QT_POW, "pow", SAME, pow(x, y), (U)(uint64_t)qt_intpow(x, y))            \
+  X(P, QT_EQ, "eq", BOOL, x == y, x == y)                                       \
+  X(P, QT_NE, "ne", BOOL, x != y, x != y)                                       \
+  X(P, QT_LT, "lt", BOOL, x < y, x < y)                                         \
+  X(P, QT_LE, "le", BOOL, x <= y, x <= y)                                       \
+  X(P, QT_GT, "gt", BOOL, x > y, x > y)                                         \
+  X(P, QT_GE, "ge", BOOL, x >= y, x >= y)                                       \
+  X(P, QT_MAXIMUM, "maximum", SAME, QT_MAX_NAN(x, y), (x > y ? x : y))          \
+  X(P, QT_MINIMUM, "minimum", SAME, QT_MIN_NAN(x, y), (x < y ? x : y))          \
+  X(P, QT_LOGICAL_AND, "logical_and", BOOL, (x != 0) & (y != 0), (x != 0) & (y != 0)) \
+  X(P, QT_LOGICAL_OR, "logical_or", BOOL, (x != 0) | (y != 0), (x != 0) | (y != 0))   \
+  X(P, QT_LOGICAL_XOR, "logical_xor", BOOL, (x != 0) ^ (y != 0), (x != 0) ^ (y != 0))
+
+/* The C type of a binary op's result, by its result column, for operands of type T. */
+#define QT_BINOP_TYPE_SAME(T) T
+#define QT_BINOP_TYPE_BOOL(T) bool
+#define QT_BINOP_IS_BOOL_SAME 0
+#define QT_BINOP_IS_BOOL_BOOL 1
 
 /* Unary ops: X(P, ENUM, name, ints, float expression, integer expression). ints is 1
 ** when the op is defined on integer dtypes, 0 when it is float-only (the core casts
@@ -115,13 +143,13 @@ QT_HD int64_t qt_intpow(int64_t base, int64_t e) {
 ** QT_CLAMP uses the two parameters as lo and hi. */
 #define QT_UNOP_LIST(X, P)                                                      \
   X(P, QT_NEG, "neg", 1, -x, (U)0 - (U)x)                                       \
-  X(P, QT_ABS, "abs", 1, fabs(x), (x < 0 ? (U)0 - (U)x : (U)x))                 \
+  X(P, QT_ABS, "abs", 1, fabs(x), (qt_is_negative(x) ? (U)0 - (U)x : (U)x))     \
   X(P, QT_EXP, "exp", 0, exp(x), 0)                                             \
   X(P, QT_LOG, "log", 0, log(x), 0)                                             \
   X(P, QT_SQRT, "sqrt", 0, sqrt(x), 0)                                          \
   X(P, QT_TANH, "tanh", 0, tanh(x), 0)                                          \
   X(P, QT_SIGMOID, "sigmoid", 0, (T)1 / ((T)1 + exp(-x)), 0)                    \
-  X(P, QT_RELU, "relu", 1, (x < 0 ? (T)0 : x), (x < 0 ? 0 : x))                 \
+  X(P, QT_RELU, "relu", 1, (x < 0 ? (T)0 : x), (qt_is_negative(x) ? 0 : x))    \
   X(P, QT_CLAMP, "clamp", 1, QT_CLAMP(x, lo_f, hi_f), QT_CLAMP((int64_t)x, lo_i, hi_i))
 
 #endif

@@ -71,21 +71,33 @@ extern "C" {
 **   sfx   a short token for generated names (cpu_copy_f32_i64);
 **   name  the Lua API's spelling;
 **   T     the C type of one element; U its unsigned twin (integers wrap through it);
-**   kind  FLOAT or INT: which expression of an op (scalar.h) and which conversion rule
-**         (QT_CONVERT_*) the dtype takes.
+**   kind  FLOAT, INT or BOOL: which expression of an op (scalar.h) and which conversion
+**         rule (QT_CONVERT_*) the dtype takes. BOOL takes the integer expressions, and
+**         every value stored in a bool is 0 or 1 (the cast to C's bool makes it so).
+** New dtypes go at the end: the enum's values are part of the C API (qlua.h).
 ** The enum, qt_dtypes and every device's per-dtype tables and switches are made from it
 ** (docs/ARCHITECTURE.md, "adding a dtype"). */
 #define QT_DTYPE_LIST(X, P)                                    \
   X(P, QT_F32, f32, "float32", float, float, 4, FLOAT)         \
   X(P, QT_F64, f64, "float64", double, double, 8, FLOAT)       \
   X(P, QT_I32, i32, "int32", int32_t, uint32_t, 4, INT)        \
-  X(P, QT_I64, i64, "int64", int64_t, uint64_t, 8, INT)
+  X(P, QT_I64, i64, "int64", int64_t, uint64_t, 8, INT)        \
+  X(P, QT_BOOL, b8, "bool", bool, uint8_t, 1, BOOL)            \
+  X(P, QT_U8, u8, "uint8", uint8_t, uint8_t, 1, INT)
 
 #define QT_KIND_IS_FLOAT_FLOAT 1
 #define QT_KIND_IS_FLOAT_INT 0
-/* QT_PICK_<kind>(float thing, integer thing) */
+#define QT_KIND_IS_FLOAT_BOOL 0
+#define QT_KIND_IS_BOOL_FLOAT 0
+#define QT_KIND_IS_BOOL_INT 0
+#define QT_KIND_IS_BOOL_BOOL 1
+/* QT_PICK_<kind>(float expression, integer expression): the one a dtype of that kind
+** computes. A bool takes the integer expression's nonzero (add is logical or, mul
+** logical and), written as a comparison so that compilers do not read `x * y` stored
+** into a bool as a mistake. */
 #define QT_PICK_FLOAT(f, i) f
 #define QT_PICK_INT(f, i) i
+#define QT_PICK_BOOL(f, i) ((i) != 0)
 
 /* Every ordered pair of dtypes: X(dst ENUM, sfx, name, T, U, bytes, kind, src ENUM, sfx,
 ** name, T, U, bytes, kind), for tables indexed by two dtypes (the CPU's conversions).
@@ -107,7 +119,8 @@ typedef struct qt_dtype_info {
   const char *name;  /* "float32" ... as the Lua API spells it */
   size_t size;       /* bytes per element */
   bool is_float;
-  int64_t min, max;  /* integer dtypes: the values they hold (0, 0 for floats) */
+  bool is_bool;
+  int64_t min, max;  /* integer and bool dtypes: the values they hold (0, 0 for floats) */
 } qt_dtype_info;
 
 extern const qt_dtype_info qt_dtypes[QT_NDTYPES];
@@ -116,8 +129,11 @@ extern const qt_dtype_info qt_dtypes[QT_NDTYPES];
 int qt_dtype_from_name(const char *name);
 static inline size_t qt_elsize(qt_dtype d) { return qt_dtypes[d].size; }
 static inline bool qt_is_float(qt_dtype d) { return qt_dtypes[d].is_float; }
-/* NumPy's promotion for the four dtypes: f32+f64 -> f64, f32+i32 -> f64,
-** f32+i64 -> f64, i32+i64 -> i64, same -> same. */
+static inline bool qt_is_bool(qt_dtype d) { return qt_dtypes[d].is_bool; }
+/* NumPy's promotion: bool with anything gives the other; two integers or two floats give
+** the wider (uint8 with int32 gives int32); a float with an integer gives the narrowest
+** float that holds every value of both (float32 with bool or uint8, float64 with int32
+** or int64). */
 qt_dtype qt_promote(qt_dtype a, qt_dtype b);
 
 /* A number crossing the C/device boundary: both fields always filled, so a device

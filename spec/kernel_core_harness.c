@@ -683,7 +683,7 @@ static void test_signatures(void) {
     CHECK_PARAM(k, 7, QT_PARAM_I32, NONE, false, "signed", "s");
     CHECK_PARAM(k, 8, QT_PARAM_I64, NONE, false, "long int", "li");
     CHECK_PARAM(k, 9, QT_PARAM_I32, NONE, false, "int", "c");
-    CHECK_PARAM(k, 10, QT_PARAM_POINTER, NONE, false, "unsigned char *", "bytes");
+    CHECK_PARAM(k, 10, QT_PARAM_POINTER, QT_U8, false, "unsigned char *", "bytes");
     CHECK_PARAM(k, 11, QT_PARAM_POINTER, NONE, false, "__half *", "h");
     qt_kernel_release(k);
   }

@@ -14,8 +14,6 @@ local function ipow(a, b)
   return r
 end
 
-local function b2n(c) return c and 1 or 0 end
-
 -- The binary ops: reference on two numbers (already of the inputs' dtypes) computing the
 -- value the result dtype rd holds, and the data each operand is drawn from.
 local BINARY = {
@@ -32,18 +30,20 @@ local BINARY = {
   },
   maximum = { f = function(a, b) return math.max(a, b) end },
   minimum = { f = function(a, b) return math.min(a, b) end },
-  eq = { f = function(a, b) return b2n(a == b) end, cmp = true },
-  ne = { f = function(a, b) return b2n(a ~= b) end, cmp = true },
-  lt = { f = function(a, b) return b2n(a < b) end, cmp = true },
-  le = { f = function(a, b) return b2n(a <= b) end, cmp = true },
-  gt = { f = function(a, b) return b2n(a > b) end, cmp = true },
-  ge = { f = function(a, b) return b2n(a >= b) end, cmp = true },
+  eq = { f = function(a, b) return a == b end, cmp = true },
+  ne = { f = function(a, b) return a ~= b end, cmp = true },
+  lt = { f = function(a, b) return a < b end, cmp = true },
+  le = { f = function(a, b) return a <= b end, cmp = true },
+  gt = { f = function(a, b) return a > b end, cmp = true },
+  ge = { f = function(a, b) return a >= b end, cmp = true },
 }
 local BINARY_NAMES = { "add", "sub", "mul", "div", "pow", "maximum", "minimum",
   "eq", "ne", "lt", "le", "gt", "ge" }
 
--- docs/API.md: the promoted dtype, except / of two integer tensors gives float64.
+-- docs/API.md: the promoted dtype, except / of two integer tensors gives float64, and
+-- comparisons give bool.
 local function result_dtype(name, da, db)
+  if BINARY[name].cmp then return "bool" end
   local p = T.promote(da, db)
   if name == "div" and not T.is_float_dtype(p) then return "float64" end
   return p
@@ -137,8 +137,8 @@ describe("binary ops", function()
     local i = qlua.ones(2, { dtype = "int32" })
     assert.equal("float64", (i / i):dtype())
     assert.equal("int32", (i ^ i):dtype())
-    assert.equal("int32", i:eq(i):dtype())
-    assert.equal("float64", i:lt(qlua.ones(2)):dtype())
+    assert.equal("bool", i:eq(i):dtype())
+    assert.equal("bool", i:lt(qlua.ones(2)):dtype())
   end)
 
   test("broadcast with NumPy's rules", function()
@@ -189,6 +189,7 @@ describe("binary ops with numbers", function()
   -- (tensor dtype, number) -> result dtype, docs/API.md: an integer keeps the tensor's
   -- dtype; a float with an integer tensor gives float64 (and / of integers is float64).
   local function scalar_dtype(name, dtype, s)
+    if BINARY[name].cmp then return "bool" end
     if T.is_float_dtype(dtype) then return dtype end
     if math.type(s) == "float" then return "float64" end
     if name == "div" then return "float64" end
@@ -281,8 +282,8 @@ describe("binary ops with numbers", function()
     T.assert_equal(qlua.tensor({ (1 << 40) + 3 }) * qlua.tensor({ (1 << 20) + 1 }), { ((1 << 40) + 3) * ((1 << 20) + 1) })
     T.assert_equal(t + (1 << 55), { big + (1 << 55), big + 1 + (1 << 55), -big + (1 << 55) })
     -- 2^60 and 2^60 + 1 are one double apart from each other: compare as integers
-    T.assert_equal(t:eq(big), { 1, 0, 0 })
-    T.assert_equal(t:lt(big + 1), { 1, 0, 1 })
+    T.assert_equal(t:eq(big), { true, false, false })
+    T.assert_equal(t:lt(big + 1), { true, false, true })
     T.assert_equal(t:maximum(big + 1), { big + 1, big + 1, big + 1 })
     T.assert_equal(t:minimum(qlua.tensor({ big + 1, big, 0 })), { big, big, -big })
     T.assert_equal(qlua.tensor({ 3 }) ^ qlua.tensor({ 39 }), { ipow(3, 39) })
@@ -294,12 +295,12 @@ describe("binary ops with numbers", function()
   test("comparisons with NaN follow IEEE", function()
     local n = qlua.tensor({ 0 / 0, 1 }, { dtype = "float64" })
     local m = qlua.tensor({ 0 / 0, 0 / 0 }, { dtype = "float64" })
-    T.assert_equal(n:eq(m), { 0, 0 })
-    T.assert_equal(n:ne(m), { 1, 1 })
-    T.assert_equal(n:lt(m), { 0, 0 })
-    T.assert_equal(n:ge(m), { 0, 0 })
-    T.assert_equal(n:eq(0 / 0), { 0, 0 })
-    T.assert_equal(n:le(1), { 0, 1 })
+    T.assert_equal(n:eq(m), { false, false })
+    T.assert_equal(n:ne(m), { true, true })
+    T.assert_equal(n:lt(m), { false, false })
+    T.assert_equal(n:ge(m), { false, false })
+    T.assert_equal(n:eq(0 / 0), { false, false })
+    T.assert_equal(n:le(1), { false, true })
   end)
 
   test("an operand may be self", function()

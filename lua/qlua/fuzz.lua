@@ -420,7 +420,7 @@ function M.run(opts)
     1 << 31, (1 << 31) - 1, 1 << 32, -(1 << 31), 1 << 50, 2.0 ^ 50, 1e300, -1e300, 1e-300,
     5e-324, 16, 17, 64, 100, math.pi,
   }
-  local DTYPES = { "float32", "float64", "int32", "int64" }
+  local DTYPES = { "float32", "float64", "int32", "int64", "bool", "uint8" }
   local DEVICES = has_gpu and { "cpu", "gpu", "gpu:0" } or { "cpu" }
   local BAD_NAMES = { "", "x", "float16", "bfloat16", "bool", "gpu:1", "gpu:99", "gpu:-1",
                       "gpu:", "gpu:0x1", "gpu:99999999999", "cuda", "CPU", "cpu ", "gpu:0\0",
@@ -591,7 +591,8 @@ function M.run(opts)
     any_shape_ok, any_shape_ok, any_shape_ok, any_shape_ok
 
   -- ------------------------------------------------------------- result checks
-  local DTYPE_SET = { float32 = true, float64 = true, int32 = true, int64 = true }
+  local DTYPE_SET = { float32 = true, float64 = true, int32 = true, int64 = true, bool = true,
+                      uint8 = true }
 
   local DEFERRED = { "gather", "take", "index_select", "scatter_", "index_add_" }
   local function deferred_error(msg)
@@ -599,6 +600,9 @@ function M.run(opts)
     for _, n in ipairs(DEFERRED) do if head == n then return true end end
     return false
   end
+
+  -- An element read back to Lua: a number, or a boolean for a bool tensor.
+  local function is_element(v) return type(v) == "number" or type(v) == "boolean" end
 
   -- nil when t is a live tensor with a sane geometry, else what is wrong
   local function tensor_problem(t)
@@ -641,7 +645,7 @@ function M.run(opts)
     end
     local shape = t:shape()
     if #shape == 0 then
-      if type(tab) ~= "number" then return "totable() of a 0-d tensor is a " .. type(tab) end
+      if not is_element(tab) then return "totable() of a 0-d tensor is a " .. type(tab) end
     elseif type(tab) ~= "table" or #tab ~= shape[1] then
       return "totable() does not match shape " .. list_str(shape)
     end
@@ -758,7 +762,7 @@ function M.run(opts)
   entry { name = "totable", kind = "method", gen = function() end, ret = "any",
           expect = function(shape, _, res)
             if #shape == 0 then
-              if type(res[1]) ~= "number" then return "totable() of a 0-d tensor is not a number" end
+              if not is_element(res[1]) then return "totable() of a 0-d tensor is not a number or boolean" end
             elseif type(res[1]) ~= "table" or #res[1] ~= shape[1] then
               return "totable() does not match the shape"
             end
@@ -1074,10 +1078,15 @@ function M.run(opts)
     end
   end
   for _, op in ipairs({ "add", "sub", "mul", "div", "pow", "maximum", "minimum",
-                        "eq", "ne", "lt", "le", "gt", "ge" }) do
+                        "eq", "ne", "lt", "le", "gt", "ge",
+                        "logical_and", "logical_or", "logical_xor" }) do
     entry { name = op, kind = "method", ret = "tensor", gen = g_operand, expect = binary_expect }
     entry { name = op .. "_", kind = "method", ret = "self", mutates = true, gen = g_operand }
   end
+  entry { name = "logical_not", kind = "method", gen = function() end, ret = "tensor",
+          expect = same_shape_expect }
+  entry { name = "logical_not_", kind = "method", gen = function() end, ret = "self",
+          mutates = true }
   for _, op in ipairs({ "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu" }) do
     entry { name = op, kind = "method", gen = function() end, ret = "tensor", expect = same_shape_expect }
     entry { name = op .. "_", kind = "method", gen = function() end, ret = "self", mutates = true }
@@ -1099,7 +1108,7 @@ function M.run(opts)
             gen = function(a, shape) if R:chance(0.6) then a.n = 2; a[2] = g_dim(shape) end end,
             expect = function(shape, a, res)
               if a[1] == nil then
-                if type(res[1]) ~= "number" then return "expected a number, got " .. type(res[1]) end
+                if not is_element(res[1]) then return "expected a number, got " .. type(res[1]) end
                 if (op == "argmax" or op == "argmin") and math.type(res[1]) ~= "integer" then
                   return "argmax/argmin gave a float"
                 end
@@ -1451,7 +1460,7 @@ function M.run(opts)
             local k = a[1]
             if type(k) == "number" then
               if #shape == 1 then
-                if type(res[1]) ~= "number" then return "t[i] of a 1-D tensor is a " .. type(res[1]) end
+                if not is_element(res[1]) then return "t[i] of a 1-D tensor is a " .. type(res[1]) end
               else
                 local p = tensor_problem(res[1])
                 if p then return p end
@@ -1607,7 +1616,7 @@ function M.run(opts)
     elseif ret == "integer" then
       if math.type(v) ~= "integer" or v < 0 then return "expected an integer >= 0, got " .. tostring(v) end
     elseif ret == "number" then
-      if type(v) ~= "number" then return "expected a number, got " .. type(v) end
+      if not is_element(v) then return "expected a number, got " .. type(v) end
     elseif ret == "string" then
       if type(v) ~= "string" then return "expected a string, got " .. type(v) end
     elseif ret == "boolean" then
@@ -1768,11 +1777,13 @@ function M.run(opts)
                                { 1, "empty" }, { 1, "range" } })
     local args
     if maker == "rand" then
-      if dtype == "int32" or dtype == "int64" then maker = "randn"; o.dtype = "float64" end
+      if dtype ~= "float32" and dtype ~= "float64" then maker = "randn"; o.dtype = "float64" end
       args = pack(shape, o)
     elseif maker == "randint" then
       if dtype == "float32" or dtype == "float64" then o.dtype = "int64" end
-      args = pack(-3, 9, shape, o)
+      if dtype == "bool" then args = pack(0, 1, shape, o)
+      elseif dtype == "uint8" then args = pack(0, 255, shape, o)
+      else args = pack(-3, 9, shape, o) end
     elseif maker == "full" then args = pack(shape, g_number(), o)
     elseif maker == "range" then
       args = pack(R:int(-5, 5), R:int(-5, 40), o)

@@ -42,24 +42,43 @@ function T.f32(x)
   return (string.unpack("<f", string.pack("<f", x)))
 end
 
--- A number as the given dtype stores it (float32 rounding; ints must already be ints).
+-- A number as the given dtype stores it (float32 rounding; integers must already be
+-- integers, and uint8 keeps the low 8 bits as C's narrowing does; bool is nonzero, as a
+-- Lua boolean, and takes booleans as they are).
 function T.as_dtype(x, dtype)
+  if dtype == "bool" then
+    if type(x) == "boolean" then return x end
+    return x ~= 0
+  end
+  if type(x) == "boolean" then x = x and 1 or 0 end
   if dtype == "float32" then return T.f32(x) end
   if dtype == "float64" then return x + 0.0 end
-  return math.tointeger(x) or error("as_dtype: " .. tostring(x) .. " is not an integer")
+  local i = math.tointeger(x) or error("as_dtype: " .. tostring(x) .. " is not an integer")
+  if dtype == "uint8" then return i & 0xFF end
+  return i
 end
 
 function T.is_float_dtype(dtype) return dtype == "float32" or dtype == "float64" end
+-- The dtypes every arithmetic spec loops over; bool and uint8 (T.small_dtypes) have
+-- their own specs (spec/dtype_bool_uint8_spec.lua), since bool refuses some arithmetic.
 T.dtypes = { "float32", "float64", "int32", "int64" }
 T.float_dtypes = { "float32", "float64" }
 T.int_dtypes = { "int32", "int64" }
+T.small_dtypes = { "bool", "uint8" }
+T.all_dtypes = { "float32", "float64", "int32", "int64", "bool", "uint8" }
+local SIZE = { float32 = 4, float64 = 8, int32 = 4, int64 = 8, bool = 1, uint8 = 1 }
 
--- NumPy's promotion for the four dtypes (docs/API.md "Arithmetic").
+-- NumPy's promotion (docs/API.md "Arithmetic"): bool with anything gives the other; two
+-- floats or two integers the wider; a float with an integer the float when it holds
+-- every value of the integer (float32 with uint8), else float64.
 function T.promote(a, b)
-  if a == b then return a end
+  if a == b or b == "bool" then return a end
+  if a == "bool" then return b end
   local fa, fb = T.is_float_dtype(a), T.is_float_dtype(b)
-  if fa or fb then return "float64" end  -- f32+f64, f32+int, f64+anything
-  return "int64"                         -- int32+int64
+  if fa == fb then return SIZE[a] >= SIZE[b] and a or b end
+  local f, i = fa and a or b, fa and b or a
+  if SIZE[i] * 2 <= SIZE[f] then return f end
+  return "float64"
 end
 
 -- Relative tolerances for comparing a float result with the float64 Lua reference.
@@ -136,6 +155,12 @@ end
 -- default), zero (ints: allow 0; floats never give 0).
 function T.random_value(dtype, opts)
   opts = opts or {}
+  if dtype == "bool" then return math.random() < 0.5 end
+  if dtype == "uint8" then
+    local lo, hi = math.max(opts.lo or 1, 0), math.min(opts.hi or 200, 255)
+    if opts.zero then lo = math.max(opts.lo or 0, 0) end
+    return math.random(lo, hi)
+  end
   if T.is_float_dtype(dtype) then
     local lo, hi = opts.lo or 0.5, opts.hi or 2.0
     local v
@@ -595,7 +620,11 @@ T.noncontiguous_layouts = { "transposed", "narrowed", "stepped" }
 -- What fills the elements of a base tensor that the view does not show: NaN for floats,
 -- a sentinel for ints, so an op that reads outside its view gives a visibly wrong result.
 T.SENTINEL = -987654321  -- fits int32
-function T.junk(dtype) return T.is_float_dtype(dtype) and 0 / 0 or T.SENTINEL end
+function T.junk(dtype)
+  if dtype == "bool" then return true end
+  if dtype == "uint8" then return 0xAB end
+  return T.is_float_dtype(dtype) and 0 / 0 or T.SENTINEL
+end
 
 local function tensor_opts(dtype, device) return { dtype = dtype, device = device or "cpu" } end
 

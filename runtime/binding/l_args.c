@@ -159,9 +159,10 @@ qt_scalar lq_toscalar(lua_State *L, int idx, bool *is_float) {
 }
 
 qt_scalar lq_checkstorable(lua_State *L, int idx, const char *op, qt_dtype dtype) {
+  if (lua_type(L, idx) == LUA_TBOOLEAN) return qt_scalar_i(lua_toboolean(L, idx));
   if (lua_type(L, idx) != LUA_TNUMBER)
     luaL_error(L, "%s: expected a number, got %s", op, luaL_typename(L, idx));
-  if (qt_is_float(dtype)) {
+  if (qt_is_float(dtype) || qt_is_bool(dtype)) {  /* a bool takes any number's nonzero */
     qt_scalar s;
     s.f = lua_tonumber(L, idx);
     s.i = lua_isinteger(L, idx) ? (int64_t)lua_tointeger(L, idx) : 0;
@@ -172,13 +173,14 @@ qt_scalar lq_checkstorable(lua_State *L, int idx, const char *op, qt_dtype dtype
   if (!isint)
     luaL_error(L, "%s: cannot store %f in %s tensor", op, lua_tonumber(L, idx),
                qt_dtypes[dtype].name);
-  if (dtype == QT_I32 && (v < INT32_MIN || v > INT32_MAX))
-    luaL_error(L, "%s: value %I out of range for int32", op, v);
+  if (v < qt_dtypes[dtype].min || v > qt_dtypes[dtype].max)
+    luaL_error(L, "%s: value %I out of range for %s", op, v, qt_dtypes[dtype].name);
   return qt_scalar_i((int64_t)v);
 }
 
 void lq_pushscalar(lua_State *L, qt_dtype dtype, qt_scalar v) {
   if (qt_is_float(dtype)) lua_pushnumber(L, (lua_Number)v.f);
+  else if (qt_is_bool(dtype)) lua_pushboolean(L, v.i != 0);
   else lua_pushinteger(L, (lua_Integer)v.i);
 }
 
@@ -192,6 +194,7 @@ typedef struct a_table_walk {
   int64_t size[QT_MAXDIM];
   int64_t path[QT_MAXDIM];
   bool has_float;
+  bool has_number;    /* a leaf is a number (else every leaf is a boolean) */
   bool as_index;
   qt_dtype dtype;
   char *out;          /* fill pass: next element */
@@ -209,8 +212,8 @@ static const char *a_pathstr(const a_table_walk *w, int depth, char *buf, size_t
   return buf;
 }
 
-/* Pass 1 over the table on top of the stack, at depth `dim`: rectangular, numbers at
-** the leaves; notes whether any leaf is a float. */
+/* Pass 1 over the table on top of the stack, at depth `dim`: rectangular, numbers or
+** booleans at the leaves; notes whether any leaf is a float, and any a number. */
 static void a_walk_check(lua_State *L, a_table_walk *w, int dim) {
   char where[QT_MAXDIM * 21];
   int64_t n = (int64_t)lua_rawlen(L, -1);
@@ -223,6 +226,11 @@ static void a_walk_check(lua_State *L, a_table_walk *w, int dim) {
     w->path[dim] = i;
     int type = lua_rawgeti(L, -1, (lua_Integer)i);
     if (dim == w->ndim - 1) {
+      if (type == LUA_TBOOLEAN && !w->as_index) {
+        lua_pop(L, 1);
+        continue;
+      }
+      w->has_number = true;
       if (type != LUA_TNUMBER) {
         if (type == LUA_TTABLE)
           luaL_error(L, "%s: ragged nested table: element %s is a table, expected a number",
@@ -254,7 +262,9 @@ static void a_walk_check(lua_State *L, a_table_walk *w, int dim) {
 ** row-major position, for messages. */
 static void a_store(lua_State *L, a_table_walk *w, int idx, int64_t flat) {
   const qt_dtype_info *info = &qt_dtypes[w->dtype];
-  if (info->is_float) {
+  if (lua_type(L, idx) == LUA_TBOOLEAN) {  /* true is 1, as in NumPy */
+    qt_scalar_store(w->dtype, w->out, qt_scalar_i(lua_toboolean(L, idx)));
+  } else if (info->is_float || info->is_bool) {  /* a bool takes the number's nonzero */
     qt_scalar_store(w->dtype, w->out, qt_scalar_from_double((double)lua_tonumber(L, idx)));
   } else {
     int isint;
@@ -292,8 +302,11 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
   w.as_index = as_index;
   idx = lua_absindex(L, idx);
 
-  if (lua_type(L, idx) == LUA_TNUMBER) {  /* a 0-d tensor */
-    w.dtype = dtype >= 0 ? (qt_dtype)dtype : (lua_isinteger(L, idx) ? QT_I64 : QT_F32);
+  if (lua_type(L, idx) == LUA_TNUMBER ||
+      (lua_type(L, idx) == LUA_TBOOLEAN && !as_index)) {  /* a 0-d tensor */
+    w.dtype = dtype >= 0 ? (qt_dtype)dtype
+                         : lua_isboolean(L, idx) ? QT_BOOL
+                                                 : (lua_isinteger(L, idx) ? QT_I64 : QT_F32);
     union { double f; int64_t i; } cell;
     w.out = (char *)&cell;
     a_store(L, &w, idx, 1);
@@ -323,7 +336,8 @@ qt_tensor *lq_fromtable(lua_State *L, int idx, const char *op, int dtype, qt_dev
   a_walk_check(L, &w, 0);
   lua_pop(L, 1);
 
-  w.dtype = dtype >= 0 ? (qt_dtype)dtype : (w.has_float ? QT_F32 : QT_I64);
+  w.dtype = dtype >= 0 ? (qt_dtype)dtype
+                      : (w.has_float ? QT_F32 : w.has_number ? QT_I64 : QT_BOOL);
   int64_t numel = qt_contiguous_strides(w.ndim, w.size, NULL);
   if (numel < 0) luaL_error(L, "%s: table too large", op);
   if (dtype < 0 && numel == 0) w.dtype = QT_F32;  /* {} and {{}}: no values, float32 */

@@ -1,6 +1,7 @@
 /*
 ** l_index.c — the qlua.Tensor methods that index with a tensor of positions: gather,
-** index_select, take, scatter_ and index_add_. The core does the work (ops_index.c); this
+** index_select, take, scatter_, index_add_, scatter_add_, index_fill_ and index_copy_. The
+** core does the work (ops_index.c); this
 ** file reads the 1-based dim and the index argument (a tensor, or a table of integers made
 ** an int64 tensor on the data's device). l_tensor.c registers lq_index_methods with the
 ** other methods.
@@ -92,8 +93,44 @@ static int t_index_add_(lua_State *L) {
   return 1;
 }
 
+static int t_scatter_add_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *dst = lq_checklive(L, 1, "scatter_add_");
+  int dim = lq_checkdim(L, 2, dst, "scatter_add_");
+  qt_tensor *index = t_checkindex(L, 3, "scatter_add_", dst);
+  qt_tensor *src = qlua_checktensor(L, 4);
+  if (qt_scatter_add_(ctx, dst, dim, index, src) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* The value is a number (or a boolean, 1 or 0) that dst's dtype can hold, as scatter_'s. */
+static int t_index_fill_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *dst = lq_checklive(L, 1, "index_fill_");
+  int dim = lq_checkdim(L, 2, dst, "index_fill_");
+  qt_tensor *index = t_checkindex(L, 3, "index_fill_", dst);
+  qt_scalar value = lq_checkstorable(L, 4, "index_fill_", dst->dtype);
+  if (qt_index_fill_(ctx, dst, dim, index, value) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int t_index_copy_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *dst = lq_checklive(L, 1, "index_copy_");
+  int dim = lq_checkdim(L, 2, dst, "index_copy_");
+  qt_tensor *index = t_checkindex(L, 3, "index_copy_", dst);
+  qt_tensor *src = qlua_checktensor(L, 4);
+  if (qt_index_copy_(ctx, dst, dim, index, src) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
 const lq_Reg lq_index_methods[] = {
   {"gather", t_gather, 3}, {"index_select", t_index_select, 3}, {"take", t_take, 2},
   {"scatter_", t_scatter_, 4}, {"index_add_", t_index_add_, 4},
+  {"scatter_add_", t_scatter_add_, 4}, {"index_fill_", t_index_fill_, 4},
+  {"index_copy_", t_index_copy_, 4},
   {NULL, NULL, 0},
 };

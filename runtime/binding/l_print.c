@@ -7,7 +7,7 @@
 **     qlua.Tensor float32 2x2 cpu
 **
 ** Values:
-**   - integer dtypes print as integers; float dtypes share one format chosen from the
+**   - integer dtypes print as integers, bool as true and false; float dtypes share one format chosen from the
 **     finite values shown: "%.1f" when they are all integral (and below 1e8), else
 **     "%.4f", or "%.4e" when the largest magnitude is >= 1e8, the smallest non-zero
 **     one < 1e-4, or their ratio > 1000 (PyTorch's rule). nan, inf and -inf as such.
@@ -127,6 +127,7 @@ static int p_read(qt_ctx *ctx, const qt_tensor *t, const p_layout *lay, char *ho
 
 static int p_entry(const p_format *f, int64_t k, char *buf, size_t len) {
   qt_scalar s = qt_scalar_load(f->dtype, f->data + (size_t)k * f->elsize);
+  if (qt_is_bool(f->dtype)) return snprintf(buf, len, "%s", s.i ? "true" : "false");
   if (!qt_is_float(f->dtype)) return snprintf(buf, len, "%lld", (long long)s.i);
   if (isnan(s.f)) return snprintf(buf, len, "nan");
   if (isinf(s.f)) return snprintf(buf, len, s.f > 0 ? "inf" : "-inf");

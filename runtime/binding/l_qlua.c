@@ -360,10 +360,11 @@ static int q_randint(lua_State *L) {
   qt_device *dev = NULL;
   q_opts(L, next, "randint", &dtype, &dev);
   if (qt_is_float(dtype))
-    return luaL_error(L, "randint: dtype %s is not supported (int32, int64)", qt_dtypes[dtype].name);
+    return luaL_error(L, "randint: dtype %s is not supported (an integer dtype or bool)",
+                      qt_dtypes[dtype].name);
   if (lo > hi) return luaL_error(L, "randint: empty range (lo %I > hi %I)", lo, hi);
-  if (dtype == QT_I32 && (lo < INT32_MIN || hi > INT32_MAX))
-    return luaL_error(L, "randint: bounds %I..%I do not fit int32", lo, hi);
+  if (lo < qt_dtypes[dtype].min || hi > qt_dtypes[dtype].max)
+    return luaL_error(L, "randint: bounds %I..%I do not fit %s", lo, hi, qt_dtypes[dtype].name);
   qt_tensor *t = lq_newtensor(L);
   if (qt_empty(ctx, t, dev, dtype, ndim, size) != 0) return lq_raise_as(L, ctx, "empty", "randint");
   if (qt_random_(ctx, t, QT_RAND_INT, qt_scalar_i((int64_t)lo), qt_scalar_i((int64_t)hi)) != 0)

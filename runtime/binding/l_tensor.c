@@ -319,6 +319,17 @@ static int t_copy_(lua_State *L) {
 
 /* ================================================================ arithmetic */
 
+/* The number (or boolean: true is 1, as in NumPy) at idx as the other operand of a
+** binary op; raises for anything else. */
+static qt_scalar t_checkoperand(lua_State *L, int idx, bool *is_float) {
+  if (lua_type(L, idx) == LUA_TBOOLEAN) {
+    *is_float = false;
+    return qt_scalar_i(lua_toboolean(L, idx));
+  }
+  if (lua_type(L, idx) != LUA_TNUMBER) luaL_typeerror(L, idx, "qlua.Tensor or number");
+  return lq_toscalar(L, idx, is_float);
+}
+
 /* a op b with either side a number (operators: 2 - t calls __sub(2, t)); pushes the
 ** result. */
 static int t_arith(lua_State *L, qt_binop op) {
@@ -330,14 +341,12 @@ static int t_arith(lua_State *L, qt_binop op) {
     out = lq_newtensor(L);
     if (qt_binary(ctx, out, op, a, b) != 0) return lq_raise(L, ctx);
   } else if (a != NULL) {
-    if (lua_type(L, 2) != LUA_TNUMBER) luaL_typeerror(L, 2, "qlua.Tensor or number");
-    qt_scalar s = lq_toscalar(L, 2, &is_float);
+    qt_scalar s = t_checkoperand(L, 2, &is_float);
     out = lq_newtensor(L);
     if (qt_binary_scalar(ctx, out, op, a, s, is_float, false) != 0) return lq_raise(L, ctx);
   } else {
     if (b == NULL) luaL_typeerror(L, 2, "qlua.Tensor");
-    if (lua_type(L, 1) != LUA_TNUMBER) luaL_typeerror(L, 1, "qlua.Tensor or number");
-    qt_scalar s = lq_toscalar(L, 1, &is_float);
+    qt_scalar s = t_checkoperand(L, 1, &is_float);
     out = lq_newtensor(L);
     if (qt_binary_scalar(ctx, out, op, b, s, is_float, true) != 0) return lq_raise(L, ctx);
   }
@@ -349,9 +358,9 @@ static int t_arith_(lua_State *L, qt_binop op, const char *name) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *a = lq_checklive(L, 1, name);
   int rc;
-  if (lua_type(L, 2) == LUA_TNUMBER) {
+  if (lua_type(L, 2) == LUA_TNUMBER || lua_type(L, 2) == LUA_TBOOLEAN) {
     bool is_float;
-    qt_scalar s = lq_toscalar(L, 2, &is_float);
+    qt_scalar s = t_checkoperand(L, 2, &is_float);
     rc = qt_binary_scalar_(ctx, op, a, s, is_float);
   } else {
     qt_tensor *b = qlua_totensor(L, 2);
@@ -383,6 +392,28 @@ T_BINARY(lt, QT_LT)
 T_BINARY(le, QT_LE)
 T_BINARY(gt, QT_GT)
 T_BINARY(ge, QT_GE)
+T_BINARY(logical_and, QT_LOGICAL_AND)
+T_BINARY(logical_or, QT_LOGICAL_OR)
+T_BINARY(logical_xor, QT_LOGICAL_XOR)
+
+/* logical_not is t == 0 (NaN is nonzero, so true, and its not false, as in NumPy). */
+static int t_logical_not(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, "logical_not");
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_binary_scalar(ctx, out, QT_EQ, a, qt_scalar_i(0), false, false) != 0)
+    return lq_raise_as(L, ctx, "eq", "logical_not");
+  return 1;
+}
+
+static int t_logical_not_(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, "logical_not_");
+  if (qt_binary_scalar_(ctx, QT_EQ, a, qt_scalar_i(0), false) != 0)
+    return lq_raise_as(L, ctx, "eq_", "logical_not_");
+  lua_settop(L, 1);
+  return 1;
+}
 
 /* The operators: either operand may be the number. */
 static int t_meta_add(lua_State *L) { return t_arith(L, QT_ADD); }
@@ -763,6 +794,10 @@ static const lq_Reg t_methods[] = {
   {"pow_", t_pow_, 2}, {"maximum_", t_maximum_, 2}, {"minimum_", t_minimum_, 2},
   {"eq_", t_eq_, 2}, {"ne_", t_ne_, 2}, {"lt_", t_lt_, 2}, {"le_", t_le_, 2},
   {"gt_", t_gt_, 2}, {"ge_", t_ge_, 2},
+  {"logical_and", t_logical_and, 2}, {"logical_or", t_logical_or, 2},
+  {"logical_xor", t_logical_xor, 2}, {"logical_not", t_logical_not, 1},
+  {"logical_and_", t_logical_and_, 2}, {"logical_or_", t_logical_or_, 2},
+  {"logical_xor_", t_logical_xor_, 2}, {"logical_not_", t_logical_not_, 1},
   {"neg", t_neg, 1}, {"abs", t_abs, 1}, {"exp", t_exp, 1}, {"log", t_log, 1},
   {"sqrt", t_sqrt, 1}, {"tanh", t_tanh, 1}, {"sigmoid", t_sigmoid, 1}, {"relu", t_relu, 1},
   {"clamp", t_clamp, 3},

@@ -51,6 +51,8 @@ static const char *const npy_descr[QT_NDTYPES] = {
   [QT_F64] = "<f8",
   [QT_I32] = "<i4",
   [QT_I64] = "<i8",
+  [QT_BOOL] = "|b1",
+  [QT_U8] = "|u1",
 };
 
 /* A message from a core function that npy.c called ("empty: cpu: out of memory ...")
@@ -524,7 +526,11 @@ static int npy_parse_header(npy_scan *s, npy_header *h) {
 
 static int npy_dtype_of(qt_ctx *ctx, const char *shown, const char *descr, qt_dtype *dtype) {
   for (int d = 0; d < QT_NDTYPES; d++) {
-    if (strcmp(descr, npy_descr[d]) == 0) {
+    /* one byte has no order: '|' is NumPy's mark, and '<', '>', '=' mean the same */
+    bool any_order = qt_elsize((qt_dtype)d) == 1 && descr[0] != '\0' &&
+                     strchr("<>=|", descr[0]) != NULL;
+    if (strcmp(descr, npy_descr[d]) == 0 ||
+        (any_order && strcmp(descr + 1, npy_descr[d] + 1) == 0)) {
       *dtype = (qt_dtype)d;
       return 0;
     }
@@ -537,8 +543,14 @@ static int npy_dtype_of(qt_ctx *ctx, const char *shown, const char *descr, qt_dt
                          " (in NumPy: a.astype(a.dtype.newbyteorder('<')))",
                          shown, descr);
   }
-  return qt_errorf(&ctx->err, "load: unsupported dtype '%s' in '%s' (float32, float64, int32 "
-                   "and int64 are supported)", descr, shown);
+  char names[128] = "";  /* "float32, float64, ... and uint8" */
+  for (int d = 0; d < QT_NDTYPES; d++) {
+    size_t used = strlen(names);
+    snprintf(names + used, sizeof names - used, "%s%s",
+             d == 0 ? "" : d == QT_NDTYPES - 1 ? " and " : ", ", qt_dtypes[d].name);
+  }
+  return qt_errorf(&ctx->err, "load: unsupported dtype '%s' in '%s' (%s are supported)", descr,
+                   shown, names);
 }
 
 /* Reads the preamble and the header into *h; leaves f at the first data byte. */
@@ -654,6 +666,10 @@ int qt_npy_load(qt_ctx *ctx, qt_tensor *out, const char *path, qt_device *dev) {
                   shown, nbytes, got);
       goto cleanup;
     }
+  }
+  if (dtype == QT_BOOL) {  /* any nonzero byte is true; a C bool must hold 0 or 1 */
+    unsigned char *b = (unsigned char *)t.storage->data;
+    for (size_t i = 0; i < nbytes; i++) b[i] = b[i] != 0;
   }
   if (h.fortran_order && h.ndim > 1 && npy_from_fortran(ctx, &t)) goto cleanup;
   if (dev != NULL && dev != qt_cpu_device()) {

@@ -89,6 +89,8 @@ static const char *cg_ctype(int dtype) {
     case QT_F64: return "double";
     case QT_I32: return "int";
     case QT_I64: return "long long";
+    case QT_BOOL: return "bool";
+    case QT_U8: return "unsigned char";
     default: return NULL;
   }
 }

@@ -22,10 +22,6 @@ const char *ops_shape(const qt_tensor *t, char *buf) {
   return qt_shape_str(t->ndim, t->size, buf, OPS_SHAPE_LEN);
 }
 
-bool ops_is_comparison(qt_binop op) {
-  return op == QT_EQ || op == QT_NE || op == QT_LT || op == QT_LE || op == QT_GT || op == QT_GE;
-}
-
 int ops_live(qt_ctx *ctx, const char *op, const qt_tensor *t) {
   return qt_tensor_check(t, op, &ctx->err);
 }

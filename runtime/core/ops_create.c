@@ -73,9 +73,9 @@ int qt_random_(qt_ctx *ctx, qt_tensor *t, qt_random_kind kind, qt_scalar lo, qt_
     if (lo.i > hi.i)
       return qt_errorf(&ctx->err, "%s: lower bound %lld is greater than upper bound %lld", op,
                        (long long)lo.i, (long long)hi.i);
-    if (t->dtype == QT_I32 && (lo.i < INT32_MIN || hi.i > INT32_MAX))
-      return qt_errorf(&ctx->err, "%s: bounds %lld..%lld do not fit int32", op,
-                       (long long)lo.i, (long long)hi.i);
+    if (lo.i < qt_dtypes[t->dtype].min || hi.i > qt_dtypes[t->dtype].max)
+      return qt_errorf(&ctx->err, "%s: bounds %lld..%lld do not fit %s", op,
+                       (long long)lo.i, (long long)hi.i, qt_dtypes[t->dtype].name);
   } else if (!qt_is_float(t->dtype)) {
     return qt_errorf(&ctx->err, "%s: dtype %s is not a float dtype", op,
                      qt_dtypes[t->dtype].name);

@@ -1,6 +1,7 @@
 /*
-** ops_index.c — indexing ops: gather, index_select, take, scatter_, index_add_ (index values
-** are checked by the devices, or here when there is nothing to compute).
+** ops_index.c — indexing ops: gather, index_select, take, scatter_, index_add_,
+** scatter_add_, index_fill_, index_copy_ (index values are checked by the devices, or here
+** when there is nothing to compute).
 */
 #include "ops_internal.h"
 
@@ -171,6 +172,13 @@ static int ops_index_for(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_t
   return 0;
 }
 
+/* The number a scatter_ or index_fill_ writes, as the device reads it for dst's dtype: both
+** fields agreeing (the caller has checked that the value fits). */
+static qt_scalar ops_index_value(qt_dtype dtype, qt_scalar value) {
+  if (!qt_is_float(dtype)) return qt_scalar_i(value.i);
+  return qt_scalar_from_double(value.f);
+}
+
 int qt_scatter_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
                 const qt_tensor *src, qt_scalar value) {
   const char *op = "scatter_";
@@ -192,10 +200,7 @@ int qt_scatter_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
   ** dim of size 0, every one is out of range), here and now rather than at a later sync */
   if (qt_numel(dst) == 0) return ops_check_index_values(ctx, op, index, dst->size[dim]);
 
-  if (src == NULL) {
-    if (!qt_is_float(dst->dtype)) value = qt_scalar_i(value.i);
-    else value = qt_scalar_from_double(value.f);
-  }
+  if (src == NULL) value = ops_index_value(dst->dtype, value);
   int rc = -1;
   qt_tensor cs, ci;
   qt_tensor_init(&cs);
@@ -216,6 +221,20 @@ cleanup:
   return rc;
 }
 
+/* index_add_'s and index_copy_'s shape rule: src is dst's shape with #index along dim. */
+static int ops_check_slices_shape(qt_ctx *ctx, const char *op, const qt_tensor *dst, int dim,
+                                  const qt_tensor *index, const qt_tensor *src) {
+  bool fits = src->ndim == dst->ndim;
+  for (int d = 0; fits && d < dst->ndim; d++)
+    fits = src->size[d] == (d == dim ? index->size[0] : dst->size[d]);
+  if (fits) return 0;
+  char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+  return qt_errorf(&ctx->err,
+                   "%s: src shape %s does not fit dst shape %s with %lld indices along dim %d",
+                   op, ops_shape(src, s1), ops_shape(dst, s2), (long long)index->size[0],
+                   dim + 1);
+}
+
 int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
                   const qt_tensor *src) {
   const char *op = "index_add_";
@@ -223,17 +242,8 @@ int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
       ops_same_device(ctx, op, dst, src) || ops_check_dim(ctx, op, dim, dst->ndim) ||
       ops_check_1d_index(ctx, op, index))
     return -1;
-  bool fits = src->ndim == dst->ndim;
-  for (int d = 0; fits && d < dst->ndim; d++)
-    fits = src->size[d] == (d == dim ? index->size[0] : dst->size[d]);
-  if (!fits) {
-    char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
-    return qt_errorf(&ctx->err,
-                     "%s: src shape %s does not fit dst shape %s with %lld indices along dim %d",
-                     op, ops_shape(src, s1), ops_shape(dst, s2), (long long)index->size[0],
-                     dim + 1);
-  }
-  if (ops_check_writable(ctx, op, dst)) return -1;
+  if (ops_check_slices_shape(ctx, op, dst, dim, index, src) || ops_check_writable(ctx, op, dst))
+    return -1;
   qt_device *dev = ops_device(dst);
   if (dev->iface->index_add == NULL) return ops_unsupported(ctx, op, dev);
   if (qt_numel(src) == 0 || qt_numel(dst) == 0)  /* nothing to add: the indices still count */
@@ -251,6 +261,98 @@ int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
   qt_view_of(&sv, &cs);
   rc = dev->iface->index_add(dev, &dv, dim, &iv, &sv, &ctx->err);
   if (rc) ops_slot_error_as(ctx, "index_add", op);
+cleanup:
+  qt_tensor_release(&cs);
+  qt_tensor_release(&ci);
+  return rc;
+}
+
+int qt_scatter_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
+                    const qt_tensor *src) {
+  const char *op = "scatter_add_";
+  if (ops_live(ctx, op, dst) || ops_check_index(ctx, op, dst, index) || ops_live(ctx, op, src) ||
+      ops_same_device(ctx, op, dst, src) || ops_check_dim(ctx, op, dim, dst->ndim) ||
+      ops_check_gather_shape(ctx, op, index, src, "src", dim, true) ||
+      ops_check_gather_shape(ctx, op, index, dst, "dst", dim, false) ||
+      ops_check_writable(ctx, op, dst))
+    return -1;
+  qt_device *dev = ops_device(dst);
+  if (dev->iface->scatter_add == NULL) return ops_unsupported(ctx, op, dev);
+  if (qt_numel(index) == 0) return 0;
+  /* nothing to add to: the indices still count (scatter_'s rule) */
+  if (qt_numel(dst) == 0) return ops_check_index_values(ctx, op, index, dst->size[dim]);
+
+  int rc = -1;
+  qt_tensor cs, ci;
+  qt_tensor_init(&cs);
+  qt_tensor_init(&ci);
+  if (ops_source_for(ctx, op, &cs, dst, src) || ops_index_for(ctx, op, &ci, dst, index))
+    goto cleanup;
+  qt_view dv, iv, sv;
+  qt_view_of(&dv, dst);
+  qt_view_of(&iv, &ci);
+  qt_view_of(&sv, &cs);
+  rc = dev->iface->scatter_add(dev, &dv, dim, &iv, &sv, &ctx->err);
+  if (rc) ops_slot_error_as(ctx, "scatter_add", op);
+cleanup:
+  qt_tensor_release(&cs);
+  qt_tensor_release(&ci);
+  return rc;
+}
+
+int qt_index_fill_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
+                   qt_scalar value) {
+  const char *op = "index_fill_";
+  if (ops_live(ctx, op, dst) || ops_check_index(ctx, op, dst, index) ||
+      ops_check_dim(ctx, op, dim, dst->ndim) || ops_check_1d_index(ctx, op, index) ||
+      ops_check_writable(ctx, op, dst))
+    return -1;
+  qt_device *dev = ops_device(dst);
+  if (dev->iface->index_fill == NULL) return ops_unsupported(ctx, op, dev);
+  /* slices with no elements (another dim of size 0): the indices still count */
+  if (qt_numel(index) == 0) return 0;
+  if (qt_numel(dst) == 0) return ops_check_index_values(ctx, op, index, dst->size[dim]);
+
+  int rc = -1;
+  qt_tensor ci;
+  qt_tensor_init(&ci);
+  if (ops_index_for(ctx, op, &ci, dst, index) == 0) {
+    qt_view dv, iv;
+    qt_view_of(&dv, dst);
+    qt_view_of(&iv, &ci);
+    rc = dev->iface->index_fill(dev, &dv, dim, &iv, ops_index_value(dst->dtype, value),
+                                &ctx->err);
+    if (rc) ops_slot_error_as(ctx, "index_fill", op);
+  }
+  qt_tensor_release(&ci);
+  return rc;
+}
+
+int qt_index_copy_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
+                   const qt_tensor *src) {
+  const char *op = "index_copy_";
+  if (ops_live(ctx, op, dst) || ops_check_index(ctx, op, dst, index) || ops_live(ctx, op, src) ||
+      ops_same_device(ctx, op, dst, src) || ops_check_dim(ctx, op, dim, dst->ndim) ||
+      ops_check_1d_index(ctx, op, index) ||
+      ops_check_slices_shape(ctx, op, dst, dim, index, src) || ops_check_writable(ctx, op, dst))
+    return -1;
+  qt_device *dev = ops_device(dst);
+  if (dev->iface->index_copy == NULL) return ops_unsupported(ctx, op, dev);
+  if (qt_numel(src) == 0 || qt_numel(dst) == 0)  /* nothing to copy: the indices still count */
+    return ops_check_index_values(ctx, op, index, dst->size[dim]);
+
+  int rc = -1;
+  qt_tensor cs, ci;
+  qt_tensor_init(&cs);
+  qt_tensor_init(&ci);
+  if (ops_source_for(ctx, op, &cs, dst, src) || ops_index_for(ctx, op, &ci, dst, index))
+    goto cleanup;
+  qt_view dv, iv, sv;
+  qt_view_of(&dv, dst);
+  qt_view_of(&iv, &ci);
+  qt_view_of(&sv, &cs);
+  rc = dev->iface->index_copy(dev, &dv, dim, &iv, &sv, &ctx->err);
+  if (rc) ops_slot_error_as(ctx, "index_copy", op);
 cleanup:
   qt_tensor_release(&cs);
   qt_tensor_release(&ci);

@@ -47,7 +47,6 @@ int ops_prefix_error(qt_ctx *ctx, const char *op);
 /* ---- ops_common.c */
 qt_device *ops_device(const qt_tensor *t);
 const char *ops_shape(const qt_tensor *t, char *buf);
-bool ops_is_comparison(qt_binop op);
 int ops_live(qt_ctx *ctx, const char *op, const qt_tensor *t);
 int ops_same_device(qt_ctx *ctx, const char *op, const qt_tensor *a, const qt_tensor *b);
 int ops_unsupported(qt_ctx *ctx, const char *op, const qt_device *dev);

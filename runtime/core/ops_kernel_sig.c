@@ -117,10 +117,11 @@ static const struct {
   { "unsigned long", QT_PARAM_U64, QT_PARAM_NO_DTYPE, true },
   { "uint64_t", QT_PARAM_U64, QT_PARAM_NO_DTYPE, true },
   { "size_t", QT_PARAM_U64, QT_PARAM_NO_DTYPE, true },
-  { "bool", QT_PARAM_BOOL, QT_PARAM_NO_DTYPE, true },
+  { "bool", QT_PARAM_BOOL, QT_BOOL, true },
+  /* pointees only (scalars of these types are not passed) */
+  { "unsigned char", QT_PARAM_POINTER, QT_U8, false },
+  { "uint8_t", QT_PARAM_POINTER, QT_U8, false },
   /* pointees only (no qlua dtype yet: a launch with such a parameter says so) */
-  { "unsigned char", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE, false },
-  { "uint8_t", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE, false },
   { "char", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE, false },
   { "__half", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE, false },
   { "half", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE, false },
@@ -203,10 +204,7 @@ static int kernel_parse_param(qt_ctx *ctx, const char *op, int position, const c
   if (pointers == 1) {
     p->kind = QT_PARAM_POINTER;
     p->is_const = is_const_before_star;
-    if (strcmp(base, "bool") == 0 || kernel_types[known].scalar == QT_PARAM_POINTER)
-      p->dtype = kernel_types[known].dtype;
-    else
-      p->dtype = kernel_types[known].dtype;
+    p->dtype = kernel_types[known].dtype;
     snprintf(p->type, sizeof p->type, "%s%.30s *", p->is_const ? "const " : "", base);
   } else {
     p->kind = kernel_types[known].scalar;
@@ -427,8 +425,8 @@ static int kernel_demangle_type(const char **pp, qt_param *p, char subs[][40], i
     {'l', "long", QT_PARAM_I64, QT_I64}, {'x', "long long", QT_PARAM_I64, QT_I64},
     {'m', "unsigned long", QT_PARAM_U64, QT_PARAM_NO_DTYPE},
     {'y', "unsigned long long", QT_PARAM_U64, QT_PARAM_NO_DTYPE},
-    {'b', "bool", QT_PARAM_BOOL, QT_PARAM_NO_DTYPE},
-    {'h', "unsigned char", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE},
+    {'b', "bool", QT_PARAM_BOOL, QT_BOOL},
+    {'h', "unsigned char", QT_PARAM_POINTER, QT_U8},
     {'c', "char", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE},
     {'v', "void", QT_PARAM_POINTER, QT_PARAM_ANY_DTYPE},
   };

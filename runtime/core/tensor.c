@@ -21,8 +21,11 @@
 #define TENSOR_MAX_FLOAT(T, U) 0
 #define TENSOR_MIN_INT(T, U) QT_INT_MIN(T, U)
 #define TENSOR_MAX_INT(T, U) QT_INT_MAX(T, U)
-#define TENSOR_DTYPE_INFO(P, E, sfx, name, T, U, size, kind) \
-  [E] = { name, size, QT_KIND_IS_FLOAT_##kind, TENSOR_MIN_##kind(T, U), TENSOR_MAX_##kind(T, U) },
+#define TENSOR_MIN_BOOL(T, U) 0
+#define TENSOR_MAX_BOOL(T, U) 1
+#define TENSOR_DTYPE_INFO(P, E, sfx, name, T, U, size, kind)                            \
+  [E] = { name, size, QT_KIND_IS_FLOAT_##kind, QT_KIND_IS_BOOL_##kind, TENSOR_MIN_##kind(T, U), \
+          TENSOR_MAX_##kind(T, U) },
 const qt_dtype_info qt_dtypes[QT_NDTYPES] = { QT_DTYPE_LIST(TENSOR_DTYPE_INFO, ~) };
 #undef TENSOR_DTYPE_INFO
 #define TENSOR_DTYPE_SIZE(P, E, sfx, name, T, U, size, kind)                      \
@@ -40,8 +43,12 @@ qt_scalar qt_scalar_from_double(double f) {
 
 static qt_scalar tensor_load_FLOAT(double f) { return qt_scalar_from_double(f); }
 static qt_scalar tensor_load_INT(int64_t i) { return qt_scalar_i(i); }
+static qt_scalar tensor_load_BOOL(bool b) { return qt_scalar_i(b ? 1 : 0); }
 #define TENSOR_STORE_FLOAT(T, U, s) ((T)(s).f)
 #define TENSOR_STORE_INT(T, U, s) ((T)(U)(uint64_t)(s).i)
+/* Nonzero is true; .f is the one field that is nonzero for every nonzero number (a
+** fraction has .i == 0) and it is NaN for NaN, which is true as in NumPy. */
+#define TENSOR_STORE_BOOL(T, U, s) ((T)((s).f != 0))
 
 qt_scalar qt_scalar_load(qt_dtype d, const void *src) {
   switch (d) {
@@ -74,11 +81,14 @@ int qt_dtype_from_name(const char *name) {
 ** float64 (float32 cannot hold every int32), two floats to the wider, two integers
 ** to the wider. */
 qt_dtype qt_promote(qt_dtype a, qt_dtype b) {
-  if (a == b) return a;
+  if (a == b || qt_is_bool(b)) return a;
+  if (qt_is_bool(a)) return b;
   bool fa = qt_is_float(a), fb = qt_is_float(b);
-  if (fa && fb) return QT_F64;                 /* f32 + f64 */
-  if (fa || fb) return QT_F64;                 /* float with any integer */
-  return QT_I64;                               /* i32 + i64 */
+  if (fa == fb) return qt_elsize(a) >= qt_elsize(b) ? a : b;  /* two floats, two integers */
+  qt_dtype f = fa ? a : b, i = fa ? b : a;
+  /* A float holds every integer of at most half its width exactly (float32's significand
+  ** has 24 bits: uint8 fits, int32 does not). */
+  return qt_elsize(i) * 2 <= qt_elsize(f) ? f : QT_F64;
 }
 
 /* ------------------------------------------------------------------ errors */

@@ -179,6 +179,9 @@ static const qt_device_iface cpu_iface = {
   /* .take          = */ cpu_take,
   /* .scatter       = */ cpu_scatter,
   /* .index_add     = */ cpu_index_add,
+  /* .scatter_add   = */ cpu_scatter_add,
+  /* .index_fill    = */ cpu_index_fill,
+  /* .index_copy    = */ cpu_index_copy,
   /* .matmul        = */ cpu_matmul,
   /* .random        = */ cpu_random,
   /* code the user brings runs on GPUs only: the core says so for the CPU */

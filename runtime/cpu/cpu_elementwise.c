@@ -91,27 +91,29 @@ int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
 
 /* ====================================================================== binary ops */
 
-/* T and U are typedefs in the row, because the op's expression names them. */
-#define CPU_BINARY_ROW(NAME, ET, EU, EXPR)                                               \
+/* T and U are typedefs in the row, because the op's expression names them; R is the
+** result's type (T, or bool for comparisons and the logical ops). */
+#define CPU_BINARY_ROW(NAME, ET, EU, ER, EXPR)                                           \
   static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
     typedef ET T;                                                                        \
     typedef EU U;                                                                        \
+    typedef ER R;                                                                        \
     (void)args; (void)sizeof(U);                                                         \
-    T *d = (T *)p[0];                                                                    \
+    R *d = (R *)p[0];                                                                    \
     const T *pa = (const T *)p[1], *pb = (const T *)p[2];                                \
     int64_t sd = s[0], sa = s[1], sb = s[2];                                             \
     if (sd == 1 && sa == 1 && sb == 1) {                                                 \
-      for (int64_t i = 0; i < n; i++) { T x = pa[i], y = pb[i]; d[i] = (T)(EXPR); }      \
+      for (int64_t i = 0; i < n; i++) { T x = pa[i], y = pb[i]; d[i] = (R)(EXPR); }      \
     } else if (sd == 1 && sa == 1 && sb == 0) {                                          \
       const T y = pb[0];                                                                 \
-      for (int64_t i = 0; i < n; i++) { T x = pa[i]; d[i] = (T)(EXPR); }                 \
+      for (int64_t i = 0; i < n; i++) { T x = pa[i]; d[i] = (R)(EXPR); }                 \
     } else if (sd == 1 && sa == 0 && sb == 1) {                                          \
       const T x = pa[0];                                                                 \
-      for (int64_t i = 0; i < n; i++) { T y = pb[i]; d[i] = (T)(EXPR); }                 \
+      for (int64_t i = 0; i < n; i++) { T y = pb[i]; d[i] = (R)(EXPR); }                 \
     } else {                                                                             \
       for (int64_t i = 0; i < n; i++) {                                                  \
         T x = pa[i * sa], y = pb[i * sb];                                                \
-        d[i * sd] = (T)(EXPR);                                                           \
+        d[i * sd] = (R)(EXPR);                                                           \
       }                                                                                  \
     }                                                                                    \
   }
@@ -120,10 +122,11 @@ int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
 ** passed down in P. */
 #define CPU_BINARY_FNS_(P, E, sfx, name, T, U, size, kind) \
   QT_BINOP_LIST(CPU_BINARY_FN_, (sfx, T, U, kind))
-#define CPU_BINARY_FN_(P, OP, name, fexpr, iexpr) \
-  QT_PP_CALL(CPU_BINARY_FN_AT_, QT_PP_UNPAREN P, OP, fexpr, iexpr)
-#define CPU_BINARY_FN_AT_(sfx, T, U, kind, OP, fexpr, iexpr) \
-  CPU_BINARY_ROW(cpu_binary_##OP##_##sfx, T, U, QT_PICK_##kind(fexpr, iexpr))
+#define CPU_BINARY_FN_(P, OP, name, result, fexpr, iexpr) \
+  QT_PP_CALL(CPU_BINARY_FN_AT_, QT_PP_UNPAREN P, OP, result, fexpr, iexpr)
+#define CPU_BINARY_FN_AT_(sfx, T, U, kind, OP, result, fexpr, iexpr)                 \
+  CPU_BINARY_ROW(cpu_binary_##OP##_##sfx, T, U, QT_BINOP_TYPE_##result(T),           \
+                 QT_PICK_##kind(fexpr, iexpr))
 QT_DTYPE_LIST(CPU_BINARY_FNS_, ~)
 
 #define CPU_BINARY_TABLE_ROW_(P, E, sfx, ...) [E] = { QT_BINOP_LIST(CPU_BINARY_ENTRY_, sfx) },
@@ -136,10 +139,12 @@ int cpu_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a
                const qt_view *b, qt_err *err) {
   (void)dev;
   if ((unsigned)op >= (unsigned)QT_NBINOPS) return qt_errorf(err, "binary: unknown op %d", (int)op);
-  if (!cpu_dtype_ok(dst->dtype) || a->dtype != dst->dtype || b->dtype != dst->dtype)
-    return qt_errorf(err, "%s: operands must have the result's dtype", qt_binop_name(op));
+  qt_dtype result = qt_binop_gives_bool(op) ? QT_BOOL : a->dtype;
+  if (!cpu_dtype_ok(a->dtype) || b->dtype != a->dtype || dst->dtype != result)
+    return qt_errorf(err, "%s: operands must have one dtype and the result %s",
+                     qt_binop_name(op), qt_binop_gives_bool(op) ? "bool" : "theirs");
   const qt_view *views[3] = { dst, a, b };
-  cpu_walk(views, 3, cpu_binary_rows[dst->dtype][op], NULL);
+  cpu_walk(views, 3, cpu_binary_rows[a->dtype][op], NULL);
   return 0;
 }
 
@@ -195,6 +200,9 @@ int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_
 #define CPU_UNARY_GEN_FLOAT1(NAME, T, U, fexpr, iexpr) CPU_UNARY_ROW(NAME, T, U, fexpr)
 #define CPU_UNARY_GEN_INT0(NAME, T, U, fexpr, iexpr)
 #define CPU_UNARY_GEN_INT1(NAME, T, U, fexpr, iexpr) CPU_UNARY_ROW(NAME, T, U, iexpr)
+#define CPU_UNARY_GEN_BOOL0(NAME, T, U, fexpr, iexpr)
+#define CPU_UNARY_GEN_BOOL1(NAME, T, U, fexpr, iexpr) \
+  CPU_UNARY_ROW(NAME, T, U, QT_PICK_BOOL(fexpr, iexpr))
 QT_DTYPE_LIST(CPU_UNARY_FNS_, ~)
 
 /* exp, log, tanh and sigmoid through glibc's libmvec (x86-64; the Makefile defines
@@ -289,6 +297,8 @@ static const cpu_row_fn cpu_unary_vmath_rows[QT_NDTYPES][QT_NUNOPS] = {
 #define CPU_UNARY_ENTRY_FLOAT1(OP, sfx) cpu_unary_##OP##_##sfx
 #define CPU_UNARY_ENTRY_INT0(OP, sfx) NULL
 #define CPU_UNARY_ENTRY_INT1(OP, sfx) cpu_unary_##OP##_##sfx
+#define CPU_UNARY_ENTRY_BOOL0(OP, sfx) NULL
+#define CPU_UNARY_ENTRY_BOOL1(OP, sfx) cpu_unary_##OP##_##sfx
 static const cpu_row_fn cpu_unary_rows[QT_NDTYPES][QT_NUNOPS] = {
   QT_DTYPE_LIST(CPU_UNARY_TABLE_ROW_, ~)
 };

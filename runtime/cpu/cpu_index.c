@@ -1,11 +1,13 @@
 /*
-** cpu_index.c — the CPU device's indexing slots: gather, index_select, take, scatter and
-** index_add (device.h: dims 0-based, index values 1-based, int32 or int64).
+** cpu_index.c — the CPU device's indexing slots: gather, index_select, take, scatter,
+** index_add, scatter_add, index_fill and index_copy (device.h: dims 0-based, index values
+** 1-based, int32 or int64).
 **
 ** Every slot first checks all index values (cpu_index_check), so a bad one is reported
 ** before anything is written and the row functions never check. gather, take and scatter
-** move elements as raw 8-, 16-, 32- or 64-bit words, never converting them, so their rows
-** are per element size and index dtype; index_add adds, so its rows are per dtype.
+** (and index_fill, index_copy, which reuse scatter's rows) move elements as raw 8-, 16-, 32-
+** or 64-bit words, never converting them, so their rows are per element size and index
+** dtype; index_add (and scatter_add) adds, so its rows are per dtype.
 */
 #include <stdint.h>
 #include <string.h>
@@ -321,6 +323,17 @@ QT_DTYPE_LIST(CPU_INDEX_ADD_FNS_, ~)
 #define CPU_INDEX_ADD_ENTRY_(P, E, sfx, ...) [E] = { cpu_index_add_##sfx##_i32, cpu_index_add_##sfx##_i64 },
 static const cpu_row_fn cpu_index_add_rows[QT_NDTYPES][2] = { QT_DTYPE_LIST(CPU_INDEX_ADD_ENTRY_, ~) };
 
+/* The walk of index_add, index_fill and index_copy: the shape of `like` (src, or dst with
+** #index along dim), dst with stride 0 along dim (the row adds the index offset) and the
+** 1-D index broadcast along dim. */
+static void cpu_slices_walk(qt_view *dst_walk, qt_view *index_walk, const qt_view *like,
+                            const qt_view *dst, int dim, const qt_view *index) {
+  cpu_view_make(dst_walk, like, dst->data, dst->dtype, dst->stride);
+  dst_walk->stride[dim] = 0;
+  cpu_view_make(index_walk, like, index->data, index->dtype, NULL);
+  index_walk->stride[dim] = index->stride[0];
+}
+
 /* dst.select(dim, index[k]) += src.select(dim, k), walking src's shape in row-major
 ** order, so duplicates accumulate in a fixed order (deterministic results). */
 int cpu_index_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
@@ -336,10 +349,7 @@ int cpu_index_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *in
     return qt_errorf(err, "index_add: source does not match index and destination");
   if (cpu_index_check(index, dst->size[dim], "index_add", err)) return -1;
   qt_view dst_walk, index_walk;
-  cpu_view_make(&dst_walk, src, dst->data, dst->dtype, dst->stride);
-  dst_walk.stride[dim] = 0;
-  cpu_view_make(&index_walk, src, index->data, index->dtype, NULL);
-  index_walk.stride[dim] = index->stride[0];
+  cpu_slices_walk(&dst_walk, &index_walk, src, dst, dim, index);
   cpu_args args;
   memset(&args, 0, sizeof args);
   args.dim_stride = dst->stride[dim];
@@ -348,3 +358,81 @@ int cpu_index_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *in
   return 0;
 }
 
+/* dst[p with p[dim] = index[p]] += src[p] over index's shape: scatter's walk with
+** index_add's sums, in row-major order of index, so duplicates accumulate in a fixed order
+** (deterministic results). */
+int cpu_scatter_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                    const qt_view *src, qt_err *err) {
+  (void)dev;
+  if (cpu_check_index_dtype(index, "scatter_add", err) ||
+      cpu_check_dim(dst, dim, "scatter_add", err))
+    return -1;
+  if (!cpu_dtype_ok(dst->dtype) || src->dtype != dst->dtype)
+    return qt_errorf(err, "scatter_add: source and destination must have one dtype");
+  if (cpu_index_check(index, dst->size[dim], "scatter_add", err)) return -1;
+  qt_view dst_walk, src_walk;
+  cpu_view_make(&dst_walk, index, dst->data, dst->dtype, dst->stride);
+  dst_walk.stride[dim] = 0;
+  cpu_view_make(&src_walk, index, src->data, src->dtype, src->stride);
+  cpu_args args;
+  memset(&args, 0, sizeof args);
+  args.dim_stride = dst->stride[dim];
+  const qt_view *views[3] = { &dst_walk, index, &src_walk };
+  cpu_walk(views, 3, cpu_index_add_rows[dst->dtype][index->dtype == QT_I64], &args);
+  return 0;
+}
+
+/* dst.select(dim, index[k]) = value: scatter's rows over dst's shape with #index along
+** dim, the value a stride-0 view. */
+int cpu_index_fill(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                   qt_scalar value, qt_err *err) {
+  (void)dev;
+  if (cpu_check_index_dtype(index, "index_fill", err) ||
+      cpu_check_dim(dst, dim, "index_fill", err))
+    return -1;
+  if (!cpu_dtype_ok(dst->dtype)) return qt_errorf(err, "index_fill: unsupported dtype");
+  if (index->ndim != 1) return qt_errorf(err, "index_fill: index must be 1-D");
+  if (cpu_index_check(index, dst->size[dim], "index_fill", err)) return -1;
+  qt_view shape = *dst;
+  shape.size[dim] = index->size[0];
+  shape.numel = cpu_view_numel(&shape);
+  if (shape.numel == 0) return 0;
+  cpu_value v;
+  cpu_value_set(&v, dst->dtype, value);
+  qt_view dst_walk, index_walk, value_walk;
+  cpu_slices_walk(&dst_walk, &index_walk, &shape, dst, dim, index);
+  cpu_view_make(&value_walk, &shape, &v, dst->dtype, NULL);
+  cpu_args args;
+  memset(&args, 0, sizeof args);
+  args.dim_stride = dst->stride[dim];
+  const qt_view *views[3] = { &dst_walk, &index_walk, &value_walk };
+  cpu_walk(views, 3, cpu_scatter_rows[cpu_width_slot(dst->dtype)][index->dtype == QT_I64],
+           &args);
+  return 0;
+}
+
+/* dst.select(dim, index[k]) = src.select(dim, k): scatter's rows (raw words) over src's
+** shape; with duplicates the last in src's row-major order wins (the API leaves it
+** unspecified). */
+int cpu_index_copy(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                   const qt_view *src, qt_err *err) {
+  (void)dev;
+  if (cpu_check_index_dtype(index, "index_copy", err) ||
+      cpu_check_dim(dst, dim, "index_copy", err))
+    return -1;
+  if (!cpu_dtype_ok(dst->dtype) || src->dtype != dst->dtype)
+    return qt_errorf(err, "index_copy: source and destination must have one dtype");
+  if (index->ndim != 1) return qt_errorf(err, "index_copy: index must be 1-D");
+  if (src->ndim != dst->ndim || src->size[dim] != index->size[0])
+    return qt_errorf(err, "index_copy: source does not match index and destination");
+  if (cpu_index_check(index, dst->size[dim], "index_copy", err)) return -1;
+  qt_view dst_walk, index_walk;
+  cpu_slices_walk(&dst_walk, &index_walk, src, dst, dim, index);
+  cpu_args args;
+  memset(&args, 0, sizeof args);
+  args.dim_stride = dst->stride[dim];
+  const qt_view *views[3] = { &dst_walk, &index_walk, src };
+  cpu_walk(views, 3, cpu_scatter_rows[cpu_width_slot(dst->dtype)][index->dtype == QT_I64],
+           &args);
+  return 0;
+}

@@ -10,7 +10,8 @@
 **   cpu_walk.c         the row walker (the rest of it, and the view helpers, are below)
 **   cpu_elementwise.c  copy (dtype conversions), fill, binary ops, unary ops
 **   cpu_reduce.c       sum, mean, max, min, argmax, argmin
-**   cpu_index.c        gather, index_select, take, scatter, index_add
+**   cpu_index.c        gather, index_select, take, scatter, index_add, scatter_add,
+**                      index_fill, index_copy
 **   cpu_matmul.c       batched matmul through BLAS
 **   cpu_random.c       rand, randn, randint (Philox, the same numbers as the GPU)
 **
@@ -139,6 +140,12 @@ int cpu_scatter(qt_device *dev, const qt_view *dst, int dim, const qt_view *inde
                 const qt_view *src, qt_scalar value, qt_err *err);
 int cpu_index_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                   const qt_view *src, qt_err *err);
+int cpu_scatter_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                    const qt_view *src, qt_err *err);
+int cpu_index_fill(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                   qt_scalar value, qt_err *err);
+int cpu_index_copy(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                   const qt_view *src, qt_err *err);
 /* cpu_matmul.c */
 int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
                bool allow_tf32, qt_err *err);

@@ -402,6 +402,7 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
   CPU_MAXMIN_INT(min, SFX, T, CPU_LT)                                                    \
   CPU_ARG_INT(max, SFX, T, CPU_GT)                                                       \
   CPU_ARG_INT(min, SFX, T, CPU_LT)
+#define CPU_REDUCERS_BOOL CPU_REDUCERS_INT  /* 0 and 1, summed and compared as integers */
 #define CPU_REDUCERS_(P, E, sfx, name, T, U, size, kind) CPU_REDUCERS_##kind(sfx, T)
 QT_DTYPE_LIST(CPU_REDUCERS_, ~)
 
