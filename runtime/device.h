@@ -76,6 +76,14 @@ static inline bool qt_unop_takes_ints(qt_unop op) {
 #undef QT_OP_INTS_
   return (unsigned)op < (unsigned)QT_NUNOPS && ints[op];
 }
+/* Whether a binary op's result is bool (comparisons and the logical ops), whatever its
+** operands' dtype. */
+static inline bool qt_binop_gives_bool(qt_binop op) {
+#define QT_OP_BOOL_(P, E, name, result, ...) QT_BINOP_IS_BOOL_##result,
+  static const bool gives_bool[] = { QT_BINOP_LIST(QT_OP_BOOL_, ~) };
+#undef QT_OP_BOOL_
+  return (unsigned)op < (unsigned)QT_NBINOPS && gives_bool[op];
+}
 #undef QT_OP_ENUM_
 #undef QT_OP_NAME_
 
