@@ -43,17 +43,42 @@ describe("t[i]", function()
     assert.equal(9, t:totable()[3][4])
   end)
 
-  test("refuses positions out of 1..#t and non-integers", function()
+  test("refuses positions out of 1..#t + 1 and non-integers", function()
     local t = qlua.tensor({ 1, 2, 3 })
     local m = qlua.zeros(2, 3)
-    for _, i in ipairs({ 0, 4, -1, 1.5, 100 }) do
+    for _, i in ipairs({ 0, 5, -1, 1.5, 100 }) do
       assert.has_error(function() local _ = t[i] end, nil, "t[" .. i .. "]")
     end
-    assert.has_error(function() local _ = m[3] end)
+    assert.has_error(function() local _ = m[4] end)
     assert.has_error(function() local _ = m[0] end)
     assert.has_error(function() local _ = qlua.tensor(5)[1] end)
-    local msg = T.error_of(function() local _ = t[4] end)
-    assert.is_truthy(msg:find("4", 1, true), msg)
+    local msg = T.error_of(function() local _ = t[5] end)
+    assert.is_truthy(msg:find("5", 1, true), msg)
+    -- writing one past the end is still an error (reading it is nil, for ipairs)
+    T.assert_error(function() t[4] = 1 end, "index", "4 out of range (1..3)")
+  end)
+
+  test("t[#t + 1] reads nil, so ipairs walks a tensor: elements of a 1-D one, rows of others", function()
+    for _, dev in ipairs(T.devices()) do
+      local t = qlua.tensor({ 5, 6, 7 }, { device = dev })
+      assert.is_nil(t[4])
+      local seen = {}
+      for i, v in ipairs(t) do seen[i] = v end
+      assert.same({ 5, 6, 7 }, seen)
+      local m = qlua.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } }, { device = dev })
+      assert.is_nil(m[4])
+      local rows = 0
+      for i, row in ipairs(m) do
+        rows = rows + 1
+        T.assert_equal(row, { 2 * i - 1, 2 * i })
+      end
+      assert.equal(3, rows)
+      local b = qlua.tensor({ true, false }, { device = dev })
+      local flags = {}
+      for i, v in ipairs(b) do flags[i] = v end
+      assert.same({ true, false }, flags)
+      for _ in ipairs(qlua.zeros(0, { device = dev })) do error("an empty tensor has no elements") end
+    end
   end)
 
   test("string keys find methods; other keys are nil", function()
@@ -62,7 +87,17 @@ describe("t[i]", function()
     assert.is_function(t.gather)
     assert.is_nil(t.no_such_method)
     assert.is_nil(t[true])
-    assert.is_nil(t[{}])
+  end)
+
+  test("t[{}] is a view of the whole tensor, as in Torch7", function()
+    local t = qlua.tensor({ { 1, 2 }, { 3, 4 } })
+    local v = t[{}]
+    assert.is_true(qlua.is_tensor(v))
+    T.assert_equal(v, { { 1, 2 }, { 3, 4 } })
+    v[1][1] = 9
+    assert.equal(9, t:totable()[1][1], "the view shares t's storage")
+    t[{}] = 0
+    T.assert_equal(t, { { 0, 0 }, { 0, 0 } })
   end)
 end)
 

@@ -26,8 +26,9 @@ static void q_opts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_de
 static int q_tensor(lua_State *L) {
   qt_dtype dtype = QT_NDTYPES;  /* not given: inferred */
   qt_device *dev = NULL;
-  if (lua_type(L, 1) != LUA_TTABLE && lua_type(L, 1) != LUA_TNUMBER)
-    luaL_typeerror(L, 1, "table or number");
+  if (lua_type(L, 1) != LUA_TTABLE && lua_type(L, 1) != LUA_TNUMBER &&
+      lua_type(L, 1) != LUA_TBOOLEAN)
+    luaL_typeerror(L, 1, "table, number or boolean");
   q_opts(L, 2, "tensor", &dtype, &dev);
   lq_fromtable(L, 1, "tensor", dtype == QT_NDTYPES ? -1 : (int)dtype, dev, false);
   return 1;
@@ -69,7 +70,7 @@ static int q_full(lua_State *L) {
   int ndim;
   int64_t size[QT_MAXDIM];
   lq_checkshape(L, 1, "full", LQ_SHAPE_ONE, &ndim, size);
-  luaL_checktype(L, 2, LUA_TNUMBER);
+  if (lua_type(L, 2) != LUA_TBOOLEAN) luaL_checktype(L, 2, LUA_TNUMBER);
   qt_dtype dtype = QT_F32;
   qt_device *dev = NULL;
   q_opts(L, 3, "full", &dtype, &dev);

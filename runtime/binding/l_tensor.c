@@ -586,14 +586,16 @@ static int t_matmul(lua_State *L) {
 
 /* ================================================================ t[i] and t[i] = v */
 
-/* The integer key of t[k], checked against 1..#t. */
-static lua_Integer t_checkkey(lua_State *L, const qt_tensor *t) {
+/* The integer key of t[k], checked against 1..#t; when reading, #t + 1 is allowed too (the
+** caller gives nil for it, so that ipairs(t) ends there as it does on a table). */
+static lua_Integer t_checkkey(lua_State *L, const qt_tensor *t, bool reading) {
   int isint;
   lua_Integer i = lua_tointegerx(L, 2, &isint);
   if (!isint) luaL_error(L, "index: %f is not an integer", lua_tonumber(L, 2));
   if (t->ndim == 0) luaL_error(L, "index: a 0-d tensor cannot be indexed (use item())");
-  if (i < 1 || i > (lua_Integer)t->size[0])
-    luaL_error(L, "index: %I out of range (1..%I)", i, (lua_Integer)t->size[0]);
+  lua_Integer n = (lua_Integer)t->size[0];
+  if (i < 1 || i > n + (reading ? 1 : 0))
+    luaL_error(L, "index: %I out of range (1..%I)", i, n);
   return i;
 }
 
@@ -692,8 +694,10 @@ static int t_index(lua_State *L) {
       lq_enter(L);  /* an op: not through the trampoline (upvalue 2 is the methods table) */
       qt_ctx *ctx = lq_ctx(L);
       qt_tensor *t = lq_checklive(L, 1, "index");
-      lua_Integer i = t_checkkey(L, t);
-      if (t->ndim == 1) {
+      lua_Integer i = t_checkkey(L, t, true);
+      if (i == (lua_Integer)t->size[0] + 1) {
+        lua_pushnil(L);  /* one past the end: where ipairs stops */
+      } else if (t->ndim == 1) {
         int64_t pos[1] = {(int64_t)(i - 1)};
         qt_scalar v;
         if (qt_get(ctx, t, pos, &v) != 0) return lq_raise_as(L, ctx, "get", "index");
@@ -705,10 +709,6 @@ static int t_index(lua_State *L) {
       return 1;
     }
     case LUA_TTABLE: {
-      if (lua_rawlen(L, 2) == 0) {  /* t[{}] reads nil, as before table keys (the specs pin it) */
-        lua_pushnil(L);
-        return 1;
-      }
       lq_enter(L);
       qt_ctx *ctx = lq_ctx(L);
       qt_tensor *t = lq_checklive(L, 1, "index");
@@ -732,7 +732,7 @@ static int t_newindex(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "index");
   if (lua_type(L, 2) == LUA_TTABLE) {  /* t[{...}] = v: fill_ or copy_ into the view */
     qt_tensor *view = t_pushtableview(L, ctx, t, 2);
-    if (lua_type(L, 3) == LUA_TNUMBER) {
+    if (lua_type(L, 3) == LUA_TNUMBER || lua_type(L, 3) == LUA_TBOOLEAN) {
       qt_scalar v = lq_checkstorable(L, 3, "index", t->dtype);
       if (qt_fill_(ctx, view, v) != 0) return lq_raise_as(L, ctx, "fill_", "index");
       return 0;
@@ -749,8 +749,8 @@ static int t_newindex(lua_State *L) {
   if (lua_type(L, 2) != LUA_TNUMBER)
     return luaL_error(L, "index: cannot assign to key '%s' of a qlua.Tensor",
                       luaL_tolstring(L, 2, NULL));
-  lua_Integer i = t_checkkey(L, t);
-  if (lua_type(L, 3) == LUA_TNUMBER) {
+  lua_Integer i = t_checkkey(L, t, false);
+  if (lua_type(L, 3) == LUA_TNUMBER || lua_type(L, 3) == LUA_TBOOLEAN) {
     qt_scalar v = lq_checkstorable(L, 3, "index", t->dtype);
     if (t->ndim == 1) {
       int64_t pos[1] = {(int64_t)(i - 1)};

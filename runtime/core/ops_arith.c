@@ -72,7 +72,7 @@ static int ops_scalar_dtypes(qt_ctx *ctx, const char *name, qt_binop op, qt_dtyp
     if (!gives_bool)
       return qt_errorf(&ctx->err, "%s: %lld is out of range for %s %s tensor (convert it "
                        "with :to(\"int64\") first)", name, (long long)s->i,
-                       strchr("aeiou", qt_dtypes[d].name[0]) ? "an" : "a", qt_dtypes[d].name);
+                       qt_dtypes[d].name[0] == 'i' ? "an" : "a", qt_dtypes[d].name);
     d = QT_I64;
   }
   *compute = d;
