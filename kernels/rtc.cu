@@ -16,10 +16,12 @@
 #include <dlfcn.h>
 #include <nvrtc.h>
 #include <pthread.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kernels.h"
 
@@ -141,12 +143,67 @@ static int rtc_arch(qt_device *dev, int *major, int *minor, qt_err *err) {
   return 0;
 }
 
+/* Where dlopen would find NVRTC, without loading it: QLUA_NVRTC when it is a path; else the
+** soname in LD_LIBRARY_PATH's directories, then in the toolkit directory the build saw (the
+** binary's RUNPATH), which is dlopen's own order up to its ldconfig cache. Fills path with
+** the real path (libnvrtc.so.13 -> libnvrtc.so.13.0.88) and st with its status; false when
+** it is not found there (the caller loads NVRTC to ask its version instead). */
+static bool rtc_nvrtc_file(char *path, size_t len, struct stat *st) {
+  const char *env = getenv("QLUA_NVRTC");
+  char own[32], candidate[PATH_MAX];
+  snprintf(own, sizeof own, "libnvrtc.so.%d", RTC_CUDA_MAJOR);
+  if (env != NULL && env[0] != '\0') {
+    if (strchr(env, '/') == NULL) return false;  /* a bare name: dlopen's search only */
+    snprintf(candidate, sizeof candidate, "%s", env);
+  } else {
+    bool found = false;
+    const char *dirs = getenv("LD_LIBRARY_PATH");
+    while (!found && dirs != NULL && *dirs != '\0') {
+      size_t n = strcspn(dirs, ":");
+      if (n > 0 && n < 512) {
+        snprintf(candidate, sizeof candidate, "%.*s/%s", (int)n, dirs, own);
+        found = access(candidate, R_OK) == 0;
+      }
+      dirs += n + (dirs[n] == ':');
+    }
+#ifdef QLUA_CUDA_LIBDIR
+    if (!found) {
+      snprintf(candidate, sizeof candidate, "%s/%s", QLUA_CUDA_LIBDIR, own);
+      found = access(candidate, R_OK) == 0;
+    }
+#endif
+    if (!found) return false;
+  }
+  char real[PATH_MAX];
+  if (realpath(candidate, real) == NULL || stat(real, st) != 0) return false;
+  snprintf(path, len, "%s", real);
+  return true;
+}
+
+/* The compiler's identity for the kernel cache's keys: the identity of the library file
+** dlopen loads (its real path, which carries the full version, its size and its
+** modification time), found without loading it, so that a kernel found in the disk cache
+** costs no dlopen of NVRTC (about 5 ms, most of a cached compile); where the file is not
+** found that way, NVRTC's own version (loading it). Either changes when the compiler does. */
 extern "C" int qt_cuda_compiler_id(qt_device *dev, char *buf, size_t len, qt_err *err) {
   int major, minor;
-  if (rtc_nvrtc_load("kernel", err) || qt_cuda_enter(dev, "kernel", err) ||
-      rtc_arch(dev, &major, &minor, err))
-    return -1;
-  snprintf(buf, len, "nvrtc %d.%d sm_%d%d", rtc_nvrtc.major, rtc_nvrtc.minor, major, minor);
+  if (qt_cuda_enter(dev, "kernel", err) || rtc_arch(dev, &major, &minor, err)) return -1;
+  pthread_mutex_lock(&rtc_nvrtc_lock);
+  bool loaded = rtc_nvrtc_loaded;
+  pthread_mutex_unlock(&rtc_nvrtc_lock);
+  char path[PATH_MAX];
+  struct stat st;
+  if (!loaded && rtc_nvrtc_file(path, sizeof path, &st)) {
+    snprintf(buf, len, "nvrtc %s %lld %lld.%09ld sm_%d%d", path, (long long)st.st_size,
+             (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, major, minor);
+    return 0;
+  }
+  if (rtc_nvrtc_load("kernel", err)) return -1;
+  if (rtc_nvrtc_file(path, sizeof path, &st))  /* the same key as before loading */
+    snprintf(buf, len, "nvrtc %s %lld %lld.%09ld sm_%d%d", path, (long long)st.st_size,
+             (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, major, minor);
+  else
+    snprintf(buf, len, "nvrtc %d.%d sm_%d%d", rtc_nvrtc.major, rtc_nvrtc.minor, major, minor);
   return 0;
 }
 
