@@ -682,6 +682,92 @@ static qt_tensor *t_pushtableview(lua_State *L, qt_ctx *ctx, qt_tensor *t, int k
   return cur;
 }
 
+/* A tensor key's kind: a bool mask, or integer positions along dim 1 (int32/int64); any
+** other dtype is an error naming it. */
+static bool t_key_is_mask(lua_State *L, const qt_tensor *key) {
+  if (qt_is_bool(key->dtype)) return true;
+  if (key->dtype == QT_I32 || key->dtype == QT_I64) return false;
+  luaL_error(L, "index: a %s tensor key is not supported (a bool mask, or int32/int64 "
+             "positions along dim 1)", qt_dtypes[key->dtype].name);
+  return false;
+}
+
+/* The shape of t[key] for an integer key, PyTorch's: key's shape, then t's other dims. */
+static int t_keyed_shape(lua_State *L, const qt_tensor *t, const qt_tensor *key, int64_t *size) {
+  if (t->ndim == 0) luaL_error(L, "index: a 0-d tensor cannot be indexed (use item())");
+  int ndim = key->ndim + t->ndim - 1;
+  if (ndim > QT_MAXDIM)
+    luaL_error(L, "index: a %d-d key into a %d-d tensor gives more than %d dims", key->ndim,
+               t->ndim, QT_MAXDIM);
+  for (int d = 0; d < key->ndim; d++) size[d] = key->size[d];
+  for (int d = 1; d < t->ndim; d++) size[key->ndim + d - 1] = t->size[d];
+  return ndim;
+}
+
+/* key as a 1-D tensor of positions (a view when it can be); pushed. */
+static qt_tensor *t_pushflatkey(lua_State *L, qt_ctx *ctx, const qt_tensor *key) {
+  int64_t n = qt_numel(key);
+  qt_tensor *flat = lq_newtensor(L);
+  if (qt_reshape(ctx, flat, key, 1, &n) != 0) lq_raise_as(L, ctx, "reshape", "index");
+  return flat;
+}
+
+/* t[key] for a tensor key: masked_select for a bool mask (a 1-D result), index_select along
+** dim 1 for integer positions, shaped as PyTorch's t[key]. Pushes the result. */
+static void t_pushkeyed(lua_State *L, qt_ctx *ctx, qt_tensor *t, const qt_tensor *key) {
+  qt_tensor *out = lq_newtensor(L);
+  if (t_key_is_mask(L, key)) {
+    if (qt_masked_select(ctx, out, t, key) != 0) lq_raise_as(L, ctx, "masked_select", "index");
+    return;
+  }
+  int64_t size[QT_MAXDIM];
+  int ndim = t_keyed_shape(L, t, key, size);
+  qt_tensor *flat = t_pushflatkey(L, ctx, key);
+  qt_tensor *rows = lq_newtensor(L);
+  if (qt_index_select(ctx, rows, t, 0, flat) != 0) lq_raise_as(L, ctx, "index_select", "index");
+  if (qt_view_as(ctx, out, rows, ndim, size) != 0) lq_raise_as(L, ctx, "view", "index");
+  lua_pop(L, 2);  /* flat and rows: out holds the storage */
+}
+
+/* t[key] = v for a tensor key: masked_fill_ for a bool mask (v a number, a boolean or a 0-d
+** tensor), index_fill_ (a number) or index_copy_ (a tensor broadcast to t[key]'s shape)
+** for integer positions along dim 1. */
+static int t_setkeyed(lua_State *L, qt_ctx *ctx, qt_tensor *t, const qt_tensor *key) {
+  bool is_value = lua_type(L, 3) == LUA_TNUMBER || lua_type(L, 3) == LUA_TBOOLEAN;
+  qt_tensor *src = is_value ? NULL : qlua_totensor(L, 3);
+  if (!is_value && src == NULL)
+    return luaL_error(L, "index: cannot assign a %s through a tensor key (number or "
+                      "qlua.Tensor expected)", luaL_typename(L, 3));
+  if (t_key_is_mask(L, key)) {
+    if (src != NULL && src->ndim != 0)
+      return luaL_error(L, "index: t[mask] = v takes a number or a 0-d tensor, got a %d-d "
+                        "tensor", src->ndim);
+    qt_scalar v = is_value ? lq_checkstorable(L, 3, "index", t->dtype) : qt_scalar_i(0);
+    if (qt_masked_fill_(ctx, t, key, src, v) != 0)
+      return lq_raise_as(L, ctx, "masked_fill_", "index");
+    return 0;
+  }
+  int64_t size[QT_MAXDIM];
+  int ndim = t_keyed_shape(L, t, key, size);
+  qt_tensor *flat = t_pushflatkey(L, ctx, key);
+  if (is_value) {
+    qt_scalar v = lq_checkstorable(L, 3, "index", t->dtype);
+    if (qt_index_fill_(ctx, t, 0, flat, v) != 0) return lq_raise_as(L, ctx, "index_fill_", "index");
+    return 0;
+  }
+  /* src broadcast to t[key]'s shape, then seen as (#key, t's other dims) */
+  qt_tensor *wide = lq_newtensor(L);
+  if (qt_expand(ctx, wide, src, ndim, size) != 0) return lq_raise_as(L, ctx, "expand", "index");
+  int64_t rows_size[QT_MAXDIM];
+  rows_size[0] = qt_numel(flat);
+  for (int d = 1; d < t->ndim; d++) rows_size[d] = t->size[d];
+  qt_tensor *rows = lq_newtensor(L);
+  if (qt_reshape(ctx, rows, wide, t->ndim, rows_size) != 0)
+    return lq_raise_as(L, ctx, "reshape", "index");
+  if (qt_index_copy_(ctx, t, 0, flat, rows) != 0) return lq_raise_as(L, ctx, "index_copy_", "index");
+  return 0;
+}
+
 /* __index: methods by name (upvalue 2 is the methods table), elements or row views by
 ** integer, nil for anything else. */
 static int t_index(lua_State *L) {
@@ -716,12 +802,19 @@ static int t_index(lua_State *L) {
       lq_leave(L);
       return 1;
     }
-    default:
-      if (qlua_totensor(L, 2) != NULL)
-        return luaL_error(L, "index: a tensor key is not supported (use index_select, gather "
-                          "or take)");
-      lua_pushnil(L);
+    default: {
+      qt_tensor *key = qlua_totensor(L, 2);
+      if (key == NULL) {
+        lua_pushnil(L);
+        return 1;
+      }
+      lq_enter(L);
+      qt_ctx *ctx = lq_ctx(L);
+      qt_tensor *t = lq_checklive(L, 1, "index");
+      t_pushkeyed(L, ctx, t, key);
+      lq_leave(L);
       return 1;
+    }
   }
 }
 
@@ -744,8 +837,8 @@ static int t_newindex(lua_State *L) {
     if (qt_copy_(ctx, view, src) != 0) return lq_raise_as(L, ctx, "copy_", "index");
     return 0;
   }
-  if (qlua_totensor(L, 2) != NULL)
-    return luaL_error(L, "index: a tensor key is not supported (use scatter_ or index_add_)");
+  qt_tensor *key = qlua_totensor(L, 2);
+  if (key != NULL) return t_setkeyed(L, ctx, t, key);
   if (lua_type(L, 2) != LUA_TNUMBER)
     return luaL_error(L, "index: cannot assign to key '%s' of a qlua.Tensor",
                       luaL_tolstring(L, 2, NULL));
