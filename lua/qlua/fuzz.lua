@@ -1458,7 +1458,9 @@ function M.run(opts)
           end,
           expect = function(shape, a, res)
             local k = a[1]
-            if type(k) == "number" then
+            if type(k) == "number" and k == (shape[1] or 0) + 1 then
+              if res[1] ~= nil then return "t[#t + 1] is not nil" end  -- where ipairs stops
+            elseif type(k) == "number" then
               if #shape == 1 then
                 if not is_element(res[1]) then return "t[i] of a 1-D tensor is a " .. type(res[1]) end
               else
@@ -1468,8 +1470,11 @@ function M.run(opts)
               end
             elseif type(k) == "string" then
               if res[1] ~= METHODS[k] then return "t." .. k .. " is not the method" end
-            elseif type(k) == "table" and rawlen(k) > 0 then
-              -- Torch7 indexing (issue 12): a view
+            elseif type(k) == "table" then
+              -- Torch7 indexing (issue 12): a view ({} is all of t)
+              return tensor_problem(res[1])
+            elseif is_tensor(k) then
+              -- a bool mask or integer positions (issue 12): a new tensor
               return tensor_problem(res[1])
             elseif res[1] ~= nil then
               return "t[" .. type(k) .. "] is not nil"
