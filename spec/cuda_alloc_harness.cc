@@ -272,6 +272,12 @@ int qt_cuda_scatter(qt_device *, const qt_view *, int, const qt_view *, const qt
                     qt_scalar, qt_err *) { return -1; }
 int qt_cuda_index_add(qt_device *, const qt_view *, int, const qt_view *, const qt_view *,
                       qt_err *) { return -1; }
+int qt_cuda_scatter_add(qt_device *, const qt_view *, int, const qt_view *, const qt_view *,
+                        qt_err *) { return -1; }
+int qt_cuda_index_fill(qt_device *, const qt_view *, int, const qt_view *, qt_scalar,
+                       qt_err *) { return -1; }
+int qt_cuda_index_copy(qt_device *, const qt_view *, int, const qt_view *, const qt_view *,
+                       qt_err *) { return -1; }
 int qt_cuda_matmul(qt_device *, const qt_view *, const qt_view *, const qt_view *, bool,
                    qt_err *) { return -1; }
 
