@@ -331,6 +331,11 @@ describe("index_fill_", function()
       T.assert_equal(tb, { true, false, true })
       tb:index_fill_(1, { 3 }, false)
       T.assert_equal(tb, { true, false, false })
+      tb:index_fill_(1, { 2 }, 0.5)       -- a number's nonzero, as everywhere for bool
+      tb:index_fill_(1, { 1 }, 0)
+      T.assert_equal(tb, { false, true, false })
+      tb:scatter_(1, { 3 }, -2.5)
+      T.assert_equal(tb, { false, true, true })
     end
   end)
 

@@ -173,8 +173,10 @@ static int ops_index_for(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_t
 }
 
 /* The number a scatter_ or index_fill_ writes, as the device reads it for dst's dtype: both
-** fields agreeing (the caller has checked that the value fits). */
+** fields agreeing (the caller has checked that the value fits). A bool is the number's
+** nonzero (0.5 is true), whichever field carried it. */
 static qt_scalar ops_index_value(qt_dtype dtype, qt_scalar value) {
+  if (qt_is_bool(dtype)) return qt_scalar_i(value.f != 0 || value.i != 0);
   if (!qt_is_float(dtype)) return qt_scalar_i(value.i);
   return qt_scalar_from_double(value.f);
 }
