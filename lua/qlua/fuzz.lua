@@ -594,7 +594,8 @@ function M.run(opts)
   local DTYPE_SET = { float32 = true, float64 = true, int32 = true, int64 = true, bool = true,
                       uint8 = true }
 
-  local DEFERRED = { "gather", "take", "index_select", "scatter_", "index_add_" }
+  local DEFERRED = { "gather", "take", "index_select", "scatter_", "index_add_", "scatter_add_",
+                     "index_fill_", "index_copy_" }
   local function deferred_error(msg)
     local head = msg:gsub("^[^:\n]*:%d+: ", "", 1):match("^([%w_]+):")
     for _, n in ipairs(DEFERRED) do if head == n then return true end end
@@ -1046,6 +1047,34 @@ function M.run(opts)
             else a[4] = make_tensor_shaped(ishape, R:chance(0.7) and tdtype(self) or nil, tdevice(self)) end
           end }
   entry { name = "index_add_", kind = "method", ret = "self", mutates = true, weight = 3,
+          gen = function(a, shape, self)
+            local d = g_dim(shape)
+            local di = math.tointeger(d)
+            local k = R:int(0, 5)
+            a.n = 4
+            a[2], a[3] = d, g_index({ k }, shape[di or 1] or 1, tdevice(self))
+            local sshape = { table.unpack(shape) }
+            if di and sshape[di] then sshape[di] = k end
+            a[4] = make_tensor_shaped(sshape, R:chance(0.7) and tdtype(self) or nil, tdevice(self))
+          end }
+  entry { name = "scatter_add_", kind = "method", ret = "self", mutates = true, weight = 3,
+          gen = function(a, shape, self)
+            local d = g_dim(shape)
+            local di = math.tointeger(d)
+            local ishape = (di and shape[di]) and gather_index_shape(shape, di) or g_shape(16)
+            a.n = 4
+            a[2], a[3] = d, g_index(ishape, shape[di or 1] or 1, tdevice(self))
+            a[4] = make_tensor_shaped(ishape, R:chance(0.7) and tdtype(self) or nil, tdevice(self))
+          end }
+  entry { name = "index_fill_", kind = "method", ret = "self", mutates = true, weight = 3,
+          gen = function(a, shape, self)
+            local d = g_dim(shape)
+            local di = math.tointeger(d)
+            a.n = 4
+            a[2], a[3] = d, g_index({ R:int(0, 5) }, shape[di or 1] or 1, tdevice(self))
+            a[4] = g_number()
+          end }
+  entry { name = "index_copy_", kind = "method", ret = "self", mutates = true, weight = 3,
           gen = function(a, shape, self)
             local d = g_dim(shape)
             local di = math.tointeger(d)
