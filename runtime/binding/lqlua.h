@@ -172,6 +172,8 @@ void lq_open_kernel(lua_State *L, int box_idx, int module_idx);
 extern const lq_Reg lq_shape_methods[];
 /* ---- l_index.c: the indexing methods (gather ... index_add_), registered by l_tensor.c */
 extern const lq_Reg lq_index_methods[];
+/* ---- l_reduce.c: the reductions (sum ... argmin), registered by l_tensor.c */
+extern const lq_Reg lq_reduce_methods[];
 
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */
