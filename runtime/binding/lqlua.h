@@ -168,6 +168,10 @@ int lq_totable(lua_State *L);
 ** the table at module_idx. */
 void lq_open_kernel(lua_State *L, int box_idx, int module_idx);
 
+/* ---- l_arith.c: elementwise arithmetic methods and the operator metamethods,
+** registered by l_tensor.c */
+extern const lq_Reg lq_arith_methods[];
+extern const lq_Reg lq_arith_metamethods[];
 /* ---- l_shape.c: slicing and shape methods, registered by l_tensor.c */
 extern const lq_Reg lq_shape_methods[];
 /* ---- l_index.c: the indexing methods (gather ... index_add_), registered by l_tensor.c */
