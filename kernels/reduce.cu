@@ -641,7 +641,7 @@ static int red_dispatch_op(qt_device *dev, qt_redop op, const char *name, const 
 }
 
 extern "C" int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src,
-                              int dim, qt_err *err) {
+                              int dim, double arg, qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NREDOPS) return qt_errorf(err, "reduce: unknown op %d", (int)op);
   const char *name = qt_redop_name(op);
   if (qt_cuda_enter(dev, name, err)) return -1;

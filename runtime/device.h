@@ -42,12 +42,23 @@ typedef enum qt_device_kind { QT_DEV_CPU, QT_DEV_CUDA } qt_device_kind;
 ** are the Lua API's (messages of every layer use them: qt_binop_name(op)). */
 
 /* Reductions: X(P, ENUM, name). Result dtypes (the core allocates dst accordingly):
-**   SUM: float -> same, int -> int64;  MEAN: float only (core casts ints to float64);
-**   MAX, MIN: same dtype (NaN propagates);  ARGMAX, ARGMIN: int64, 1-based, first
-**   occurrence wins ties, a NaN counts as the maximum and as the minimum. */
+**   SUM, PROD: float -> same, int and bool -> int64 (wrapping);  MAX, MIN: same dtype (NaN
+**   propagates);  ARGMAX, ARGMIN: int64, 1-based, first occurrence wins ties, a NaN counts
+**   as the maximum and as the minimum;  MEAN, VAR, STD, NORM, LOGSUMEXP: float only, same
+**   dtype (the core casts ints and bools to float64).
+** Float32 accumulates in float64 (and float16/bfloat16, when they come, will accumulate in
+** float32 at least: every accumulator is its own type, never the element's).
+** The slot's arg: VAR, STD: the correction (the divisor is max(0, n - correction), so
+** n <= correction gives inf, or NaN for 0/0, as in PyTorch); NORM: p (> 0, 0 counts the
+** nonzeros, +-inf take the largest/smallest magnitude); unused by the others.
+** VAR and STD are one pass of shifted sums per thread, combined by Chan's formula, on the
+** GPU; two-pass blocks combined the same way on the CPU; never the naive sum of squares.
+** LOGSUMEXP carries (max, sum of exp(x - max)) and rescales on combining. */
 #define QT_REDOP_LIST(X, P)                                                        \
   X(P, QT_SUM, "sum") X(P, QT_MEAN, "mean") X(P, QT_MAX, "max") X(P, QT_MIN, "min") \
-  X(P, QT_ARGMAX, "argmax") X(P, QT_ARGMIN, "argmin")
+  X(P, QT_ARGMAX, "argmax") X(P, QT_ARGMIN, "argmin") X(P, QT_PROD, "prod")         \
+  X(P, QT_VAR, "var") X(P, QT_STD, "std") X(P, QT_NORM, "norm")                     \
+  X(P, QT_LOGSUMEXP, "logsumexp")
 
 #define QT_OP_ENUM_(P, E, name, ...) E,
 #define QT_OP_NAME_(P, E, name, ...) name,
@@ -177,9 +188,10 @@ typedef struct qt_device_iface {
   int (*unary)(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
                qt_scalar lo, qt_scalar hi, qt_err *err);
   /* Along dim (0-based): dst has src's shape without dim. dim == -1: over all
-  ** elements into a one-element dst (ndim 0). Float32 sums accumulate in float64. */
+  ** elements into a one-element dst (ndim 0). Never over nothing (the core answers those).
+  ** arg: see QT_REDOP_LIST (the correction of VAR/STD, the p of NORM). */
   int (*reduce)(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
-                qt_err *err);
+                double arg, qt_err *err);
 
   /* ---- indexing (dims 0-based, index values 1-based, see above) ---- */
   /* dst[i][j] = src[index[i][j]][j] (dim 0); dst and index have one shape;

@@ -6,19 +6,78 @@
 */
 #include "lqlua.h"
 
+
+/* ================================================================ arguments */
+
+/* The dims at arg: nil or none (every dim: *n = 0), an integer, or, when `many`, a list of
+** integers; 1-based here, 0-based out (dims[0..*n)). The core refuses repeated dims. */
+static void r_checkdims(lua_State *L, int arg, const qt_tensor *t, const char *op, bool many,
+                        int *dims, int *n) {
+  *n = 0;
+  if (lua_isnoneornil(L, arg)) return;
+  if (lua_type(L, arg) != LUA_TTABLE) {
+    dims[0] = lq_checkdim(L, arg, t, op);
+    *n = 1;
+    return;
+  }
+  if (!many) luaL_error(L, "%s: takes one dim (a number), got a table", op);
+  lua_Integer len = (lua_Integer)lua_rawlen(L, arg);
+  if (len == 0) luaL_error(L, "%s: the dim list is empty", op);
+  if (len > t->ndim)
+    luaL_error(L, "%s: %I dims in the list for a %d-d tensor", op, len, t->ndim);
+  for (lua_Integer i = 1; i <= len; i++) {
+    lua_rawgeti(L, arg, i);
+    int isint = 0;
+    lua_Integer d = lua_tointegerx(L, -1, &isint);
+    if (!isint)
+      luaL_error(L, "%s: dim list entry %I is not an integer (got %s)", op, i,
+                 luaL_typename(L, -1));
+    lua_pop(L, 1);
+    if (d < 1 || d > t->ndim) luaL_error(L, "%s: dim %I out of range (1..%d)", op, d, t->ndim);
+    dims[i - 1] = (int)d - 1;
+  }
+  *n = (int)len;
+}
+
+/* keepdim at arg: none or nil (false), or a boolean. */
+static bool r_checkkeepdim(lua_State *L, int arg, const char *op) {
+  if (lua_isnoneornil(L, arg)) return false;
+  if (!lua_isboolean(L, arg))
+    luaL_error(L, "%s: keepdim must be a boolean, got %s", op, luaL_typename(L, arg));
+  return lua_toboolean(L, arg);
+}
+
+/* Replaces the 0-d tensor r (on top of the stack) with its value as a Lua number; r is
+** released at once, so device memory does not wait for the collector. */
+static void r_pushnumber(lua_State *L, qt_ctx *ctx, qt_tensor *r, const char *name) {
+  int64_t pos[QT_MAXDIM] = {0};
+  qt_scalar v;
+  if (qt_get(ctx, r, pos, &v) != 0) lq_raise_as(L, ctx, "get", name);
+  qt_dtype dtype = r->dtype;
+  qt_tensor_release(r);
+  lua_pop(L, 1);
+  lq_pushscalar(L, dtype, v);
+}
+
 /* ================================================================ reductions */
 
 /* max/min along dim: the values and their 1-based int64 positions from one reduction.
 ** The positions come from argmax/argmin, the values are gathered at them: the same
 ** elements a max/min reduction finds (the first best, or the first NaN), for one pass
-** over t instead of two. Pushes values, then positions. */
-static int t_reduce_with_positions(lua_State *L, qt_ctx *ctx, qt_redop op, qt_tensor *t,
-                                   int dim, const char *name) {
+** over t instead of two. With keepdim the positions are already gather's index. Pushes
+** values, then positions. */
+static int r_reduce_with_positions(lua_State *L, qt_ctx *ctx, qt_redop op, qt_tensor *t,
+                                   int dim, bool keepdim, const char *name) {
   qt_redop argop = op == QT_MAX ? QT_ARGMAX : QT_ARGMIN;
   const char *argname = op == QT_MAX ? "argmax" : "argmin";
   qt_tensor *values = lq_newtensor(L);
   qt_tensor *pos = lq_newtensor(L);
-  if (qt_reduce(ctx, pos, argop, t, dim) != 0) return lq_raise_as(L, ctx, argname, name);
+  if (qt_reduce_dims(ctx, pos, argop, t, 1, &dim, keepdim, 0) != 0)
+    return lq_raise_as(L, ctx, argname, name);
+  if (keepdim) {
+    if (qt_gather(ctx, values, t, dim, pos) != 0) return lq_raise_as(L, ctx, "gather", name);
+    return 2;
+  }
   int64_t size[QT_MAXDIM];
   for (int d = 0, k = 0; d < t->ndim; d++) size[d] = d == dim ? 1 : pos->size[k++];
   qt_tensor index, gathered;
@@ -33,42 +92,35 @@ static int t_reduce_with_positions(lua_State *L, qt_ctx *ctx, qt_redop op, qt_te
   return 2;  /* values, then positions */
 }
 
-/* Without dim: a Lua number (the 0-d result is read, then released at once so device
-** memory does not wait for the collector). With dim: a tensor; max/min also push the
-** 1-based int64 positions. */
-static int t_reduce(lua_State *L, qt_redop op, const char *name) {
+/* t:op([dim] [, keepdim]) with dim at 2 and keepdim at 3. Without dim or keepdim: a Lua
+** number. Otherwise a tensor; max/min along a dim also push the 1-based int64 positions.
+** `many`: dim may be a list. */
+static int r_reduce(lua_State *L, qt_redop op, const char *name, bool many) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, name);
-  if (lua_isnoneornil(L, 2)) {
-    qt_tensor *r = lq_newtensor(L);
-    if (qt_reduce(ctx, r, op, t, -1) != 0) return lq_raise(L, ctx);
-    int64_t pos[QT_MAXDIM] = {0};
-    qt_scalar v;
-    if (qt_get(ctx, r, pos, &v) != 0) return lq_raise_as(L, ctx, "get", name);
-    qt_dtype dtype = r->dtype;
-    qt_tensor_release(r);
-    lq_pushscalar(L, dtype, v);
-    return 1;
-  }
-  int dim = lq_checkdim(L, 2, t, name);
-  if (op == QT_MAX || op == QT_MIN) return t_reduce_with_positions(L, ctx, op, t, dim, name);
+  int dims[QT_MAXDIM], n;
+  r_checkdims(L, 2, t, name, many, dims, &n);
+  bool keepdim = r_checkkeepdim(L, 3, name);
+  if (n == 1 && (op == QT_MAX || op == QT_MIN))
+    return r_reduce_with_positions(L, ctx, op, t, dims[0], keepdim, name);
   qt_tensor *out = lq_newtensor(L);
-  if (qt_reduce(ctx, out, op, t, dim) != 0) return lq_raise(L, ctx);
+  if (qt_reduce_dims(ctx, out, op, t, n, dims, keepdim, 0) != 0) return lq_raise(L, ctx);
+  if (n == 0 && !keepdim) r_pushnumber(L, ctx, out, name);
   return 1;
 }
 
-static int t_sum(lua_State *L) { return t_reduce(L, QT_SUM, "sum"); }
-static int t_mean(lua_State *L) { return t_reduce(L, QT_MEAN, "mean"); }
-static int t_max(lua_State *L) { return t_reduce(L, QT_MAX, "max"); }
-static int t_min(lua_State *L) { return t_reduce(L, QT_MIN, "min"); }
-static int t_argmax(lua_State *L) { return t_reduce(L, QT_ARGMAX, "argmax"); }
-static int t_argmin(lua_State *L) { return t_reduce(L, QT_ARGMIN, "argmin"); }
+static int t_sum(lua_State *L) { return r_reduce(L, QT_SUM, "sum", true); }
+static int t_mean(lua_State *L) { return r_reduce(L, QT_MEAN, "mean", true); }
+static int t_max(lua_State *L) { return r_reduce(L, QT_MAX, "max", false); }
+static int t_min(lua_State *L) { return r_reduce(L, QT_MIN, "min", false); }
+static int t_argmax(lua_State *L) { return r_reduce(L, QT_ARGMAX, "argmax", false); }
+static int t_argmin(lua_State *L) { return r_reduce(L, QT_ARGMIN, "argmin", false); }
 
 /* ================================================================ registration */
 
 /* Method name, function, and the most arguments it takes counting self (lqlua.h). */
 const lq_Reg lq_reduce_methods[] = {
-  {"sum", t_sum, 2}, {"mean", t_mean, 2}, {"max", t_max, 2}, {"min", t_min, 2},
-  {"argmax", t_argmax, 2}, {"argmin", t_argmin, 2},
+  {"sum", t_sum, 3}, {"mean", t_mean, 3}, {"max", t_max, 3}, {"min", t_min, 3},
+  {"argmax", t_argmax, 3}, {"argmin", t_argmin, 3},
   {NULL, NULL, 0},
 };

@@ -9,7 +9,7 @@
 **   cpu_device.c       memory (allocator, counters), upload/download/sync, the slot table
 **   cpu_walk.c         the row walker (the rest of it, and the view helpers, are below)
 **   cpu_elementwise.c  copy (dtype conversions), fill, binary ops, unary ops
-**   cpu_reduce.c       sum, mean, max, min, argmax, argmin
+**   cpu_reduce.c       sum, mean, max, min, argmax, argmin, prod, var, std, norm, logsumexp
 **   cpu_index.c        gather, index_select, take, scatter, index_add, scatter_add,
 **                      index_fill, index_copy
 **   cpu_matmul.c       batched matmul through BLAS
@@ -128,7 +128,7 @@ int cpu_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src
               qt_scalar lo, qt_scalar hi, qt_err *err);
 /* cpu_reduce.c */
 int cpu_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
-               qt_err *err);
+               double arg, qt_err *err);
 /* cpu_index.c */
 int cpu_gather(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
                const qt_view *index, qt_err *err);

@@ -1,6 +1,7 @@
 /*
-** cpu_reduce.c — the CPU device's reductions: sum, mean, max, min, argmax, argmin, over
-** one dimension or over everything.
+** cpu_reduce.c — the CPU device's reductions: sum, mean, max, min, argmax, argmin, and
+** (streamed in float64 blocks, at the end) prod, var, std, norm, logsumexp, over one
+** dimension or over everything.
 **
 ** Two ways to fold, chosen per call (cpu_reduce_dim): a strided fold reduces one run of
 ** elements (a row, or a column read with its stride) into one accumulator; a columns fold
@@ -430,9 +431,9 @@ static void cpu_acc_init(cpu_acc *acc, qt_redop op) {
 /* The dtype the result must have (device.h's table). */
 static qt_dtype cpu_reduce_dtype(qt_redop op, qt_dtype src) {
   switch (op) {
-    case QT_SUM: return qt_is_float(src) ? src : QT_I64;
-    case QT_MEAN: case QT_MAX: case QT_MIN: return src;
-    default: return QT_I64;
+    case QT_SUM: case QT_PROD: return qt_is_float(src) ? src : QT_I64;
+    case QT_ARGMAX: case QT_ARGMIN: return QT_I64;
+    default: return src;
   }
 }
 
@@ -592,14 +593,278 @@ static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, i
   return 0;
 }
 
+/* ====================================================== prod, var, std, norm, logsumexp */
+/* These stream each reduction's elements through a block of CPU_STREAM_BLOCK values in
+** float64 (int64 for integer products), and fold each block into the running state: var
+** and std take the block's two-pass mean and sum of squared deviations and merge them by
+** Chan's formula (never the naive sum of squares, which loses everything for values like
+** 1e8 + noise); logsumexp the block's max and sum of exp(x - max), rescaled on merging.
+** The accumulators are float64 for every float dtype (a float16 would fold the same way). */
+
+#define CPU_STREAM_BLOCK 256
+
+/* Loads n elements at stride s (in elements) as float64, or as int64 for integer products. */
+typedef void (*cpu_load_f64_fn)(const char *p, int64_t n, int64_t s, double *out);
+typedef void (*cpu_load_i64_fn)(const char *p, int64_t n, int64_t s, int64_t *out);
+#define CPU_LOADERS_(P, E, sfx, name, T, U, size, kind)                                  \
+  static void cpu_load_f64_##sfx(const char *p, int64_t n, int64_t s, double *out) {     \
+    const T *x = (const T *)p;                                                           \
+    for (int64_t i = 0; i < n; i++) out[i] = (double)x[i * s];                           \
+  }                                                                                      \
+  static void cpu_load_i64_##sfx(const char *p, int64_t n, int64_t s, int64_t *out) {    \
+    const T *x = (const T *)p;                                                           \
+    for (int64_t i = 0; i < n; i++) out[i] = (int64_t)x[i * s];                          \
+  }  /* (the int64 loader of a float dtype is never called: float products stay in f64) */
+QT_DTYPE_LIST(CPU_LOADERS_, ~)
+#define CPU_LOADER_ROW_(P, E, sfx, ...) [E] = cpu_load_##P##_##sfx,
+static const cpu_load_f64_fn cpu_load_f64[QT_NDTYPES] = { QT_DTYPE_LIST(CPU_LOADER_ROW_, f64) };
+static const cpu_load_i64_fn cpu_load_i64[QT_NDTYPES] = { QT_DTYPE_LIST(CPU_LOADER_ROW_, i64) };
+
+/* What norm computes for its p. */
+enum { CPU_NORM_1, CPU_NORM_2, CPU_NORM_INF, CPU_NORM_NEG_INF, CPU_NORM_0, CPU_NORM_P };
+static int cpu_norm_mode(double p) {
+  if (p == 1) return CPU_NORM_1;
+  if (p == 2) return CPU_NORM_2;
+  if (p == INFINITY) return CPU_NORM_INF;
+  if (p == -INFINITY) return CPU_NORM_NEG_INF;
+  if (p == 0) return CPU_NORM_0;
+  return CPU_NORM_P;
+}
+
+/* The running state of one streamed reduction. */
+typedef struct cpu_stream {
+  qt_redop op;
+  double arg;
+  int norm_mode;
+  bool int_prod;        /* PROD of an integer or bool source: wrapping int64 */
+  double n, mean, m2;   /* VAR, STD: count, mean, sum of squared deviations */
+  cpu_acc sum;          /* PROD (f: the product), NORM (sums: f + c; extremes: f) */
+  uint64_t u;           /* integer PROD */
+  double m, s;          /* LOGSUMEXP: the max so far and sum of exp(x - m) */
+  union { double f[CPU_STREAM_BLOCK]; int64_t i[CPU_STREAM_BLOCK]; } buf;
+} cpu_stream;
+
+static void cpu_stream_init(cpu_stream *st, qt_redop op, double arg, qt_dtype src) {
+  memset(&st->sum, 0, sizeof st->sum);
+  st->op = op;
+  st->arg = arg;
+  st->norm_mode = cpu_norm_mode(arg);
+  st->int_prod = op == QT_PROD && !qt_is_float(src);
+  st->n = st->mean = st->m2 = 0;
+  st->u = 1;
+  st->m = -INFINITY;
+  st->s = 0;
+  if (op == QT_PROD) st->sum.f = 1;
+  if (op == QT_NORM && st->norm_mode == CPU_NORM_NEG_INF) st->sum.f = INFINITY;
+}
+
+/* Folds the k >= 1 float64 values in st->buf.f into the state. */
+static void cpu_stream_block(cpu_stream *st, int64_t k) {
+  const double *x = st->buf.f;
+  switch (st->op) {
+    case QT_PROD: {
+      double p = st->sum.f;
+      for (int64_t i = 0; i < k; i++) p *= x[i];
+      st->sum.f = p;
+      break;
+    }
+    case QT_VAR: case QT_STD: {
+      double b = 0, bm2 = 0;
+      for (int64_t i = 0; i < k; i++) b += x[i];
+      b /= (double)k;
+      for (int64_t i = 0; i < k; i++) bm2 += (x[i] - b) * (x[i] - b);
+      if (st->n == 0) {
+        st->n = (double)k, st->mean = b, st->m2 = bm2;
+      } else {  /* Chan, Golub and LeVeque: merging two (n, mean, m2) */
+        double n = st->n + (double)k, delta = b - st->mean;
+        st->mean += delta * ((double)k / n);
+        st->m2 += bm2 + delta * delta * (st->n * (double)k / n);
+        st->n = n;
+      }
+      break;
+    }
+    case QT_NORM: {
+      double acc = 0;
+      switch (st->norm_mode) {
+        case CPU_NORM_1: for (int64_t i = 0; i < k; i++) acc += fabs(x[i]); break;
+        case CPU_NORM_2: for (int64_t i = 0; i < k; i++) acc += x[i] * x[i]; break;
+        case CPU_NORM_0: for (int64_t i = 0; i < k; i++) acc += x[i] != 0; break;
+        case CPU_NORM_P: for (int64_t i = 0; i < k; i++) acc += pow(fabs(x[i]), st->arg); break;
+        default: {  /* the largest or smallest magnitude; NaN wins */
+          bool max = st->norm_mode == CPU_NORM_INF;
+          double best = st->sum.f;
+          for (int64_t i = 0; i < k && best == best; i++) {
+            double a = fabs(x[i]);
+            if (a != a || (max ? a > best : a < best)) best = a;
+          }
+          st->sum.f = best;
+          return;
+        }
+      }
+      cpu_neumaier(&st->sum, acc);
+      break;
+    }
+    case QT_LOGSUMEXP: {
+      if (st->m != st->m) return;  /* NaN seen: stays NaN */
+      double bm = -INFINITY;
+      for (int64_t i = 0; i < k; i++) {
+        if (x[i] != x[i]) { st->m = NAN; return; }
+        if (x[i] > bm) bm = x[i];
+      }
+      if (bm == -INFINITY) return;  /* nothing but -inf adds nothing */
+      if (bm == INFINITY || st->m == INFINITY) { st->m = INFINITY; st->s = 1; return; }
+      double bs = 0;
+      for (int64_t i = 0; i < k; i++) bs += exp(x[i] - bm);
+      if (bm > st->m) {
+        st->s = st->s * exp(st->m - bm) + bs;  /* exp(-inf) = 0 on the first block */
+        st->m = bm;
+      } else {
+        st->s += bs * exp(bm - st->m);
+      }
+      break;
+    }
+    default: break;
+  }
+}
+
+/* Feeds n elements of a run (stride s, in elements) into the state. */
+static void cpu_stream_feed(cpu_stream *st, const char *p, int64_t n, int64_t s, qt_dtype dtype) {
+  int64_t es = (int64_t)qt_elsize(dtype);
+  for (int64_t at = 0; at < n; at += CPU_STREAM_BLOCK) {
+    int64_t k = n - at < CPU_STREAM_BLOCK ? n - at : CPU_STREAM_BLOCK;
+    const char *q = p + at * s * es;
+    if (st->int_prod) {
+      cpu_load_i64[dtype](q, k, s, st->buf.i);
+      uint64_t u = st->u;
+      for (int64_t i = 0; i < k; i++) u *= (uint64_t)st->buf.i[i];
+      st->u = u;
+    } else {
+      cpu_load_f64[dtype](q, k, s, st->buf.f);
+      cpu_stream_block(st, k);
+    }
+  }
+}
+
+/* Writes the finished reduction to out (dst's dtype). */
+static void cpu_stream_finish(const cpu_stream *st, qt_dtype dtype, char *out) {
+  double v = 0;
+  switch (st->op) {
+    case QT_PROD:
+      if (st->int_prod) { *(int64_t *)out = (int64_t)st->u; return; }
+      v = st->sum.f;
+      break;
+    case QT_VAR: case QT_STD: {
+      double divisor = st->n - st->arg > 0 ? st->n - st->arg : 0;
+      v = st->m2 / divisor;
+      if (st->op == QT_STD) v = sqrt(v);
+      break;
+    }
+    case QT_NORM:
+      switch (st->norm_mode) {
+        case CPU_NORM_INF: case CPU_NORM_NEG_INF: v = st->sum.f; break;
+        case CPU_NORM_2: v = sqrt(cpu_acc_sum(&st->sum)); break;
+        case CPU_NORM_P: v = pow(cpu_acc_sum(&st->sum), 1.0 / st->arg); break;
+        default: v = cpu_acc_sum(&st->sum); break;
+      }
+      break;
+    case QT_LOGSUMEXP:
+      v = (st->m != st->m || st->m == -INFINITY || st->m == INFINITY) ? st->m : st->m + log(st->s);
+      break;
+    default: break;
+  }
+  qt_scalar_store(dtype, out, qt_scalar_from_double(v));
+}
+
+static bool cpu_redop_streamed(qt_redop op) {
+  return op == QT_PROD || op == QT_VAR || op == QT_STD || op == QT_NORM || op == QT_LOGSUMEXP;
+}
+
+/* The streamed ops along dim, or over everything (dim == -1), as cpu_reduce_dim and
+** cpu_reduce_all walk them (each output's run read at its stride). */
+static int cpu_reduce_streamed(qt_redop op, const qt_view *dst, const qt_view *src, int dim,
+                               double arg, qt_err *err) {
+  cpu_stream *st = malloc(sizeof *st);
+  if (st == NULL) return qt_errorf(err, "%s: out of host memory", qt_redop_name(op));
+  int64_t es = (int64_t)qt_elsize(src->dtype), des = (int64_t)qt_elsize(dst->dtype);
+  if (dim == -1) {
+    qt_view v = *src;
+    qt_view *vp = &v;
+    qt_views_collapse(&vp, 1);
+    cpu_stream_init(st, op, arg, src->dtype);
+    int nd = v.ndim;
+    int64_t n = v.size[nd - 1], s = v.stride[nd - 1];
+    int64_t rows = v.numel / n;
+    int64_t idx[QT_MAXDIM] = {0};
+    const char *p = (const char *)v.data;
+    for (int64_t r = 0; r < rows; r++) {
+      cpu_stream_feed(st, p, n, s, src->dtype);
+      for (int d = nd - 2; d >= 0; d--) {
+        p += v.stride[d] * es;
+        if (++idx[d] < v.size[d]) break;
+        idx[d] = 0;
+        p -= v.stride[d] * es * v.size[d];
+      }
+    }
+    cpu_stream_finish(st, dst->dtype, (char *)dst->data);
+    free(st);
+    return 0;
+  }
+  int64_t len = src->size[dim], rstride = src->stride[dim];
+  qt_view outer_dst, outer_src;
+  memset(&outer_src, 0, sizeof outer_src);
+  int k = 0;
+  for (int d = 0; d < src->ndim; d++) {
+    if (d == dim) continue;
+    outer_src.size[k] = src->size[d];
+    outer_src.stride[k] = src->stride[d];
+    k++;
+  }
+  outer_src.ndim = k;
+  outer_src.dtype = src->dtype;
+  outer_src.data = src->data;
+  outer_src.numel = cpu_view_numel(&outer_src);
+  for (int d = k; d < QT_MAXDIM; d++) outer_src.size[d] = 1, outer_src.stride[d] = 0;
+  cpu_view_make(&outer_dst, &outer_src, dst->data, dst->dtype, dst->stride);
+  if (outer_src.numel > 0) {
+    qt_view *views[2] = { &outer_dst, &outer_src };
+    qt_views_collapse(views, 2);
+    int nd = outer_src.ndim;
+    int64_t n = outer_src.size[nd - 1];
+    int64_t rows = outer_src.numel / n;
+    int64_t s_in = outer_src.stride[nd - 1], d_in = outer_dst.stride[nd - 1];
+    int64_t idx[QT_MAXDIM] = {0};
+    const char *ps = (const char *)outer_src.data;
+    char *pd = (char *)outer_dst.data;
+    for (int64_t r = 0; r < rows; r++) {
+      for (int64_t j = 0; j < n; j++) {
+        cpu_stream_init(st, op, arg, src->dtype);
+        cpu_stream_feed(st, ps + j * s_in * es, len, rstride, src->dtype);
+        cpu_stream_finish(st, dst->dtype, pd + j * d_in * des);
+      }
+      for (int d = nd - 2; d >= 0; d--) {
+        ps += outer_src.stride[d] * es;
+        pd += outer_dst.stride[d] * des;
+        if (++idx[d] < outer_src.size[d]) break;
+        idx[d] = 0;
+        ps -= outer_src.stride[d] * es * outer_src.size[d];
+        pd -= outer_dst.stride[d] * des * outer_src.size[d];
+      }
+    }
+  }
+  free(st);
+  return 0;
+}
+
 int cpu_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
-               qt_err *err) {
+               double arg, qt_err *err) {
   (void)dev;
   if ((unsigned)op >= (unsigned)QT_NREDOPS) return qt_errorf(err, "reduce: unknown op %d", (int)op);
   const char *name = qt_redop_name(op);
   if (!cpu_dtype_ok(src->dtype)) return qt_errorf(err, "%s: unsupported dtype", name);
-  if (op == QT_MEAN && !qt_is_float(src->dtype))
-    return qt_errorf(err, "mean: not defined for %s tensors (cast to a float dtype first)",
+  bool float_only = op != QT_SUM && op != QT_PROD && op != QT_MAX && op != QT_MIN &&
+                    op != QT_ARGMAX && op != QT_ARGMIN;
+  if (float_only && !qt_is_float(src->dtype))
+    return qt_errorf(err, "%s: not defined for %s tensors (cast to a float dtype first)", name,
                      qt_dtypes[src->dtype].name);
   qt_dtype want = cpu_reduce_dtype(op, src->dtype);
   if (dst->dtype != want)
@@ -608,6 +873,10 @@ int cpu_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *s
   if (dim < -1 || dim >= src->ndim)
     return qt_errorf(err, "%s: dimension %d out of range for a %d-d tensor", name, dim, src->ndim);
   int64_t len = dim == -1 ? cpu_view_numel(src) : src->size[dim];
+  if (cpu_redop_streamed(op)) {
+    if (len == 0) return qt_errorf(err, "%s: empty reductions are the core's", name);
+    return cpu_reduce_streamed(op, dst, src, dim, arg, err);
+  }
   if (len == 0 && op != QT_SUM && op != QT_MEAN)
     return qt_errorf(err, "%s: empty tensor", name);
   if (dim == -1) {
