@@ -383,14 +383,6 @@ static int q_seed(lua_State *L) {
 
 /* ================================================================ products */
 
-static int q_matmul(lua_State *L) {
-  qt_ctx *ctx = lq_ctx(L);
-  qt_tensor *a = qlua_checktensor(L, 1), *b = qlua_checktensor(L, 2);
-  qt_tensor *out = lq_newtensor(L);
-  if (qt_matmul(ctx, out, a, b) != 0) return lq_raise(L, ctx);
-  return 1;
-}
-
 static int q_set_tf32(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   luaL_checktype(L, 1, LUA_TBOOLEAN);
@@ -635,7 +627,7 @@ static const lq_Reg q_funcs[] = {
   {"randperm", q_randperm, 2}, {"cat", q_cat, 2}, {"stack", q_stack, 2},
   {"rand", q_rand, LQ_VARARGS}, {"randn", q_randn, LQ_VARARGS},
   {"randint", q_randint, LQ_VARARGS}, {"seed", q_seed, 1},
-  {"matmul", q_matmul, 2}, {"set_tf32", q_set_tf32, 1},
+  {"set_tf32", q_set_tf32, 1},
   {"gpu_count", q_gpu_count, 0}, {"device_name", q_device_name, 1},
   {"set_device", q_set_device, 1}, {"sync", q_sync, 1}, {"memory", q_memory, 1},
   {"empty_cache", q_empty_cache, 0}, {"save", q_save, 2}, {"load", q_load, 2},
@@ -658,6 +650,7 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
 
   lua_createtable(L, 0, (int)(sizeof q_funcs / sizeof q_funcs[0]) + 1);
   lq_setfuncs(L, q_funcs, box, false);
+  lq_setfuncs(L, lq_products_functions, box, false);  /* qlua.matmul ... (l_products.c) */
   lq_open_kernel(L, box, -1);
   lua_pushliteral(L, QLUA_VERSION);
   lua_setfield(L, -2, "version");

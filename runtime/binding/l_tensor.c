@@ -317,15 +317,6 @@ static int t_copy_(lua_State *L) {
   return 1;
 }
 
-static int t_matmul(lua_State *L) {
-  qt_ctx *ctx = lq_ctx(L);
-  qt_tensor *a = lq_checklive(L, 1, "matmul");
-  qt_tensor *b = qlua_checktensor(L, 2);
-  qt_tensor *out = lq_newtensor(L);
-  if (qt_matmul(ctx, out, a, b) != 0) return lq_raise(L, ctx);
-  return 1;
-}
-
 /* ================================================================ t[i] and t[i] = v */
 
 /* The integer key of t[k], checked against 1..#t; when reading, #t + 1 is allowed too (the
@@ -620,8 +611,6 @@ static const lq_Reg t_methods[] = {
   {"contiguous", t_contiguous, 1}, {"clone", t_clone, 1},
   /* moving */
   {"gpu", t_gpu, 2}, {"cpu", t_cpu, 1}, {"to", t_to, 2}, {"copy_", t_copy_, 2},
-  /* products (the reductions are l_reduce.c's) */
-  {"matmul", t_matmul, 2},
   /* memory */
   {"free", lq_tensor_free, 1},
   {NULL, NULL, 0}
@@ -649,6 +638,7 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   lq_setfuncs(L, lq_shape_methods, box_idx, true);
   lq_setfuncs(L, lq_index_methods, box_idx, true);
   lq_setfuncs(L, lq_reduce_methods, box_idx, true);
+  lq_setfuncs(L, lq_products_methods, box_idx, true);
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__methods");             /* for the REPL's completion */
   lua_pushvalue(L, box_idx);

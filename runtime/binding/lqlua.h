@@ -178,6 +178,10 @@ extern const lq_Reg lq_shape_methods[];
 extern const lq_Reg lq_index_methods[];
 /* ---- l_reduce.c: the reductions (sum ... argmin), registered by l_tensor.c */
 extern const lq_Reg lq_reduce_methods[];
+/* ---- l_products.c: the product methods (matmul ...), registered by l_tensor.c, and
+** qlua.matmul ..., registered by l_qlua.c */
+extern const lq_Reg lq_products_methods[];
+extern const lq_Reg lq_products_functions[];
 
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */
