@@ -1,6 +1,8 @@
 /*
-** reduce.cu — the reduce slot of the CUDA device: sum, mean, max, min, argmax, argmin over
-** all elements (dim == -1) or along one dim, for every dtype and any strides.
+** reduce.cu — the reduce slot of the CUDA device: sum, mean, prod, max, min, argmax, argmin,
+** var, std, norm, logsumexp over all elements (dim == -1) or along one dim, for every dtype
+** (the float-only ones: float32 and float64) and any strides. The CPU twin of every reducer
+** is runtime/cpu/cpu_reduce.c.
 **
 ** Results are those of the CPU device (runtime/cpu/): int sums wrap in int64, float sums and
 ** means accumulate in float64, max/min propagate NaN, argmax/argmin give the 1-based first
@@ -77,24 +79,52 @@ __device__ __forceinline__ unsigned long long red_to_sum(T v) {
   return (unsigned long long)(long long)v;
 }
 
-/* Each reducer: In (element), Acc (running state), Out (result element), identity(),
-** make(value, position), combine(a, b) and finish(acc, count). */
+/* Each reducer: In (element), Acc (the state the tree combines), Out (result element),
+** identity(), combine(a, b) and finish(acc, count, param); and the per-thread side: Local (a
+** thread's running state), start(), fold(local, value, position, param) and close(local,
+** param) -> Acc. Most reducers fold by combine(local, make(value, position)) with Local =
+** Acc (red_simple); var keeps shifted sums per thread instead, which closes into Chan's
+** (n, mean, m2). param is the slot's arg (var's correction, norm's p). Accumulators are
+** their own types (double for float32), so a 16-bit float dtype will fold the same way. */
+template <class R, typename A>
+struct red_simple {
+  typedef A Local;
+  static __device__ __forceinline__ Local start() { return R::identity(); }
+  template <typename V>
+  static __device__ __forceinline__ void fold(Local &l, V v, long long pos, double) {
+    l = R::combine(l, R::make(v, pos));
+  }
+  static __device__ __forceinline__ A close(const Local &l, double) { return l; }
+};
+
 template <typename T, bool MEAN>
-struct red_sum {
+struct red_sum : red_simple<red_sum<T, MEAN>, typename red_sum_types<T>::acc> {
   typedef T In;
   typedef typename red_sum_types<T>::acc Acc;
   typedef typename red_sum_types<T>::out Out;
   static __device__ __forceinline__ Acc identity() { return Acc(0); }
   static __device__ __forceinline__ Acc make(T v, long long) { return red_to_sum(v); }
   static __device__ __forceinline__ Acc combine(Acc a, Acc b) { return a + b; }
-  static __device__ __forceinline__ Out finish(Acc a, long long count) {
+  static __device__ __forceinline__ Out finish(Acc a, long long count, double) {
     if constexpr (MEAN) return (Out)((double)a / (double)count);
     else return (Out)a;
   }
 };
 
+/* Products: floats in double, integers and bools in wrapping 64-bit, as sums. */
+template <typename T>
+struct red_prod : red_simple<red_prod<T>, typename red_sum_types<T>::acc> {
+  typedef T In;
+  typedef typename red_sum_types<T>::acc Acc;
+  typedef typename red_sum_types<T>::out Out;
+  static __device__ __forceinline__ Acc identity() { return Acc(1); }
+  static __device__ __forceinline__ Acc make(T v, long long) { return red_to_sum(v); }
+  static __device__ __forceinline__ Acc combine(Acc a, Acc b) { return a * b; }
+  static __device__ __forceinline__ Out finish(Acc a, long long, double) { return (Out)a; }
+};
+
 template <typename T, bool MAX>
-struct red_extreme {
+struct red_extreme : red_simple<red_extreme<T, MAX>, T> {
   typedef T In;
   typedef T Acc;
   typedef T Out;
@@ -107,11 +137,11 @@ struct red_extreme {
     if (red_isnan(b)) return b;
     return (MAX ? b > a : b < a) ? b : a;
   }
-  static __device__ __forceinline__ Out finish(Acc a, long long) { return a; }
+  static __device__ __forceinline__ Out finish(Acc a, long long, double) { return a; }
 };
 
 template <typename T, bool MAX>
-struct red_arg {
+struct red_arg : red_simple<red_arg<T, MAX>, red_pair<T>> {
   typedef T In;
   typedef red_pair<T> Acc;
   typedef long long Out;
@@ -128,7 +158,135 @@ struct red_arg {
     if (a.v == b.v) return a.i <= b.i ? a : b;
     return (MAX ? a.v > b.v : a.v < b.v) ? a : b;
   }
-  static __device__ __forceinline__ Out finish(Acc a, long long) { return a.i + 1; }
+  static __device__ __forceinline__ Out finish(Acc a, long long, double) { return a.i + 1; }
+};
+
+/* var and std (T float or double; the core casts integers to double). A thread keeps
+** shifted sums: k (its first element), s1 = sum(x - k), s2 = sum((x - k)^2), in double, so
+** one pass reads the data and no element costs a division; close() turns them into
+** (n, mean, m2), and the tree merges those by Chan's formula. The shift keeps s2 - s1^2/n
+** from cancelling the way the naive sum of squares does (1e8 + noise). */
+struct red_moments { double n, mean, m2; };
+struct red_shifted { double n, k, s1, s2; };
+
+template <typename T, bool STD>
+struct red_var {
+  typedef T In;
+  typedef red_moments Acc;
+  typedef T Out;
+  typedef red_shifted Local;
+  static __device__ __forceinline__ Acc identity() { Acc a; a.n = 0; a.mean = 0; a.m2 = 0; return a; }
+  static __device__ __forceinline__ Local start() { Local l; l.n = 0; l.k = 0; l.s1 = 0; l.s2 = 0; return l; }
+  static __device__ __forceinline__ void fold(Local &l, T v, long long, double) {
+    const double x = (double)v;
+    l.k = l.n == 0 ? x : l.k;
+    const double d = x - l.k;
+    l.n += 1;
+    l.s1 += d;
+    l.s2 = fma(d, d, l.s2);
+  }
+  static __device__ __forceinline__ Acc close(const Local &l, double) {
+    Acc a = identity();
+    if (l.n == 0) return a;
+    a.n = l.n;
+    a.mean = l.k + l.s1 / l.n;
+    const double m2 = l.s2 - l.s1 * (l.s1 / l.n);
+    a.m2 = m2 < 0 ? 0 : m2;  /* rounding only; a NaN stays */
+    return a;
+  }
+  static __device__ __forceinline__ Acc combine(Acc a, Acc b) {
+    if (a.n == 0) return b;
+    if (b.n == 0) return a;
+    Acc r;
+    r.n = a.n + b.n;
+    const double delta = b.mean - a.mean;
+    r.mean = a.mean + delta * (b.n / r.n);
+    r.m2 = a.m2 + b.m2 + delta * delta * (a.n * (b.n / r.n));
+    return r;
+  }
+  static __device__ __forceinline__ Out finish(Acc a, long long, double correction) {
+    const double divisor = a.n - correction > 0 ? a.n - correction : 0;
+    const double v = a.m2 / divisor;  /* n <= correction: inf, or NaN for 0/0 (PyTorch) */
+    return (Out)(STD ? sqrt(v) : v);
+  }
+};
+
+/* exp(d) in T's precision (float32 data: expf), for logsumexp's terms. */
+template <typename T> __device__ __forceinline__ double red_exp(double d) { return exp(d); }
+template <> __device__ __forceinline__ double red_exp<float>(double d) { return (double)expf((float)d); }
+
+/* logsumexp: (m, s) = (the largest element, sum of exp(x - m)); a larger element rescales s.
+** NaN wins; +inf gives +inf; only -inf (or nothing) gives -inf. */
+struct red_lse { double m, s; };
+template <typename T>
+struct red_logsumexp : red_simple<red_logsumexp<T>, red_lse> {
+  typedef T In;
+  typedef red_lse Acc;
+  typedef T Out;
+  typedef red_lse Local;
+  static __device__ __forceinline__ Acc identity() { Acc a; a.m = -INFINITY; a.s = 0; return a; }
+  static __device__ __forceinline__ void fold(Local &l, T v, long long, double) {
+    const double x = (double)v;
+    if (x != x || l.m != l.m) { l.m = NAN; return; }
+    if (x > l.m) {
+      l.s = (l.m == -INFINITY ? 0.0 : l.s * red_exp<T>(l.m - x)) + 1.0;
+      l.m = x;
+    } else if (x != -INFINITY && l.m != INFINITY) {
+      l.s += red_exp<T>(x - l.m);
+    }
+  }
+  static __device__ __forceinline__ Acc combine(Acc a, Acc b) {
+    if (a.m != a.m) return a;
+    if (b.m != b.m) return b;
+    if (a.m == -INFINITY) return b;
+    if (b.m == -INFINITY) return a;
+    Acc r;
+    if (a.m == INFINITY || b.m == INFINITY) { r.m = INFINITY; r.s = 1; return r; }
+    r.m = a.m > b.m ? a.m : b.m;
+    r.s = a.s * red_exp<T>(a.m - r.m) + b.s * red_exp<T>(b.m - r.m);
+    return r;
+  }
+  static __device__ __forceinline__ Out finish(Acc a, long long, double) {
+    if (a.m != a.m || a.m == INFINITY || a.m == -INFINITY) return (Out)a.m;
+    return (Out)(a.m + log(a.s));
+  }
+};
+
+/* norm by p: the sums of |x|, x^2, (x != 0) or |x|^p in double, or the largest / smallest
+** |x| (NaN wins). T is float or double (the core casts integers). */
+enum { RED_NORM_1, RED_NORM_2, RED_NORM_0, RED_NORM_P, RED_NORM_INF, RED_NORM_NEG_INF };
+template <typename T, int MODE>
+struct red_norm : red_simple<red_norm<T, MODE>, double> {
+  typedef T In;
+  typedef double Acc;
+  typedef T Out;
+  typedef double Local;
+  static constexpr bool EXTREME = MODE == RED_NORM_INF || MODE == RED_NORM_NEG_INF;
+  static __device__ __forceinline__ Acc identity() {
+    return MODE == RED_NORM_NEG_INF ? INFINITY : 0.0;
+  }
+  static __device__ __forceinline__ void fold(Local &l, T v, long long, double p) {
+    const double a = fabs((double)v);
+    if constexpr (MODE == RED_NORM_1) l += a;
+    else if constexpr (MODE == RED_NORM_2) l = fma(a, a, l);
+    else if constexpr (MODE == RED_NORM_0) l += a != 0 ? 1.0 : 0.0;
+    else if constexpr (MODE == RED_NORM_P) l += pow(a, p);
+    else l = combine(l, a);
+  }
+  static __device__ __forceinline__ Acc combine(Acc a, Acc b) {
+    if constexpr (EXTREME) {
+      if (a != a) return a;
+      if (b != b) return b;
+      return (MODE == RED_NORM_INF ? b > a : b < a) ? b : a;
+    } else {
+      return a + b;
+    }
+  }
+  static __device__ __forceinline__ Out finish(Acc a, long long, double p) {
+    if constexpr (MODE == RED_NORM_2) return (Out)sqrt(a);
+    else if constexpr (MODE == RED_NORM_P) return (Out)pow(a, 1.0 / p);
+    else return (Out)a;
+  }
 };
 
 /* ------------------------------------------------------------------ tree helpers */
@@ -147,6 +305,17 @@ template <typename T>
 __device__ __forceinline__ T red_shfl(T x, int d) {
   static_assert(sizeof(T) < 4, "red_shfl: a word-sized type needs its own overload");
   return (T)__shfl_down_sync(0xffffffffu, (int)x, d);
+}
+__device__ __forceinline__ red_moments red_shfl(red_moments a, int d) {
+  a.n = red_shfl(a.n, d);
+  a.mean = red_shfl(a.mean, d);
+  a.m2 = red_shfl(a.m2, d);
+  return a;
+}
+__device__ __forceinline__ red_lse red_shfl(red_lse a, int d) {
+  a.m = red_shfl(a.m, d);
+  a.s = red_shfl(a.s, d);
+  return a;
 }
 template <typename T>
 __device__ __forceinline__ red_pair<T> red_shfl(red_pair<T> p, int d) {
@@ -188,13 +357,12 @@ __device__ __forceinline__ typename R::Acc red_group(typename R::Acc a) {
 template <typename T> struct __align__(16) red_vec { T v[16 / sizeof(T)]; };
 
 template <class R>
-__device__ __forceinline__ typename R::Acc red_fold_vec(typename R::Acc acc,
-                                                        const red_vec<typename R::In> &x,
-                                                        long long pos, long long step) {
+__device__ __forceinline__ void red_fold_vec(typename R::Local &acc,
+                                             const red_vec<typename R::In> &x, long long pos,
+                                             long long step, double prm) {
 #pragma unroll
   for (int k = 0; k < (int)(16 / sizeof(typename R::In)); k++)
-    acc = R::combine(acc, R::make(x.v[k], pos + k * step));
-  return acc;
+    R::fold(acc, x.v[k], pos + k * step, prm);
 }
 
 /* ------------------------------------------------------------------ outputs */
@@ -233,7 +401,7 @@ __global__ void __launch_bounds__(RED_THREADS)
 red_rows_kernel(red_outer ou, const typename R::In *__restrict__ src,
                 typename R::Out *__restrict__ dst, typename R::Acc *__restrict__ partial,
                 int64_t outputs, int64_t len, int64_t rstride, int64_t rlin, int64_t splits,
-                int64_t chunk, int64_t count) {
+                int64_t chunk, int64_t count, double prm) {
   typedef typename R::In T;
   typedef typename R::Acc Acc;
   constexpr int PER_BLOCK = RED_THREADS / GROUP;
@@ -249,7 +417,7 @@ red_rows_kernel(red_outer ou, const typename R::In *__restrict__ src,
     const int64_t r0 = s * chunk;
     const int64_t r1 = len < r0 + chunk ? len : r0 + chunk;
     const T *base = src + src_off;
-    Acc acc = R::identity();
+    typename R::Local loc = R::start();
     if (VEC) {
       const red_vec<T> *p = reinterpret_cast<const red_vec<T> *>(base + r0);
       const int64_t nv = (r1 - r0) / V;
@@ -257,22 +425,22 @@ red_rows_kernel(red_outer ou, const typename R::In *__restrict__ src,
       for (; j + 3 * GROUP < nv; j += 4 * GROUP) {
         const red_vec<T> x0 = p[j], x1 = p[j + GROUP], x2 = p[j + 2 * GROUP],
                          x3 = p[j + 3 * GROUP];
-        acc = red_fold_vec<R>(acc, x0, lin + (r0 + j * V) * rlin, rlin);
-        acc = red_fold_vec<R>(acc, x1, lin + (r0 + (j + GROUP) * V) * rlin, rlin);
-        acc = red_fold_vec<R>(acc, x2, lin + (r0 + (j + 2 * GROUP) * V) * rlin, rlin);
-        acc = red_fold_vec<R>(acc, x3, lin + (r0 + (j + 3 * GROUP) * V) * rlin, rlin);
+        red_fold_vec<R>(loc, x0, lin + (r0 + j * V) * rlin, rlin, prm);
+        red_fold_vec<R>(loc, x1, lin + (r0 + (j + GROUP) * V) * rlin, rlin, prm);
+        red_fold_vec<R>(loc, x2, lin + (r0 + (j + 2 * GROUP) * V) * rlin, rlin, prm);
+        red_fold_vec<R>(loc, x3, lin + (r0 + (j + 3 * GROUP) * V) * rlin, rlin, prm);
       }
-      for (; j < nv; j += GROUP) acc = red_fold_vec<R>(acc, p[j], lin + (r0 + j * V) * rlin, rlin);
+      for (; j < nv; j += GROUP) red_fold_vec<R>(loc, p[j], lin + (r0 + j * V) * rlin, rlin, prm);
       for (int64_t r = r0 + nv * V + lane; r < r1; r += GROUP)
-        acc = R::combine(acc, R::make(base[r], lin + r * rlin));
+        R::fold(loc, base[r], lin + r * rlin, prm);
     } else {
 #pragma unroll 4
       for (int64_t r = r0 + lane; r < r1; r += GROUP)
-        acc = R::combine(acc, R::make(base[r * rstride], lin + r * rlin));
+        R::fold(loc, base[r * rstride], lin + r * rlin, prm);
     }
-    acc = red_group<R, GROUP>(acc);
+    Acc acc = red_group<R, GROUP>(R::close(loc, prm));
     if (lane == 0) {
-      if (splits == 1) dst[dst_off] = R::finish(acc, count);
+      if (splits == 1) dst[dst_off] = R::finish(acc, count, prm);
       else partial[t] = acc;
     }
   }
@@ -284,7 +452,7 @@ __global__ void __launch_bounds__(RED_THREADS)
 red_cols_kernel(red_outer ou, const typename R::In *__restrict__ src,
                 typename R::Out *__restrict__ dst, typename R::Acc *__restrict__ partial,
                 int64_t outputs, int64_t len, int64_t rstride, int64_t rlin, int64_t splits,
-                int64_t chunk, int64_t count) {
+                int64_t chunk, int64_t count, double prm) {
   typedef typename R::In T;
   typedef typename R::Acc Acc;
   for (int64_t s = blockIdx.y; s < splits; s += gridDim.y) {
@@ -295,10 +463,11 @@ red_cols_kernel(red_outer ou, const typename R::In *__restrict__ src,
       int64_t src_off, dst_off, lin;
       red_locate(ou, o, src_off, dst_off, lin);
       const T *p = src + src_off + r0 * rstride;
-      Acc acc = R::identity();
+      typename R::Local loc = R::start();
 #pragma unroll 4
-      for (int64_t r = r0; r < r1; r++, p += rstride) acc = R::combine(acc, R::make(*p, lin + r * rlin));
-      if (splits == 1) dst[dst_off] = R::finish(acc, count);
+      for (int64_t r = r0; r < r1; r++, p += rstride) R::fold(loc, *p, lin + r * rlin, prm);
+      const Acc acc = R::close(loc, prm);
+      if (splits == 1) dst[dst_off] = R::finish(acc, count, prm);
       else partial[o * splits + s] = acc;
     }
   }
@@ -309,15 +478,15 @@ red_cols_kernel(red_outer ou, const typename R::In *__restrict__ src,
 template <class R>
 __global__ void __launch_bounds__(RED_THREADS)
 red_generic_kernel(red_outer shape, const typename R::In *__restrict__ src,
-                   typename R::Acc *__restrict__ partial, int64_t n) {
-  typename R::Acc acc = R::identity();
+                   typename R::Acc *__restrict__ partial, int64_t n, double prm) {
+  typename R::Local loc = R::start();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t src_off, dst_off, lin;
     red_locate(shape, i, src_off, dst_off, lin);
-    acc = R::combine(acc, R::make(src[src_off], lin));
+    R::fold(loc, src[src_off], lin, prm);
   }
-  acc = red_group<R, RED_THREADS>(acc);
+  typename R::Acc acc = red_group<R, RED_THREADS>(R::close(loc, prm));
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
@@ -327,7 +496,7 @@ template <class R, int GROUP>
 __global__ void __launch_bounds__(RED_THREADS)
 red_finish_kernel(red_outer ou, const typename R::Acc *__restrict__ partial,
                   typename R::Out *__restrict__ dst, int64_t outputs, int64_t splits,
-                  int64_t count) {
+                  int64_t count, double prm) {
   constexpr int PER_BLOCK = RED_THREADS / GROUP;
   const int lane = threadIdx.x % GROUP;
   for (int64_t o = (int64_t)blockIdx.x * PER_BLOCK + threadIdx.x / GROUP; o < outputs;
@@ -338,7 +507,7 @@ red_finish_kernel(red_outer ou, const typename R::Acc *__restrict__ partial,
     if (lane == 0) {
       int64_t src_off, dst_off, lin;
       red_locate(ou, o, src_off, dst_off, lin);
-      dst[dst_off] = R::finish(acc, count);
+      dst[dst_off] = R::finish(acc, count, prm);
     }
   }
 }
@@ -520,7 +689,7 @@ static unsigned red_grid(int64_t blocks, int sm_count) {
 /* Runs a plan for reducer R: pass 1, then pass 2 when there are partials. */
 template <class R>
 static int red_run(qt_device *dev, const char *name, const red_plan *p, const qt_view *dst,
-                   const qt_view *src, qt_err *err) {
+                   const qt_view *src, double prm, qt_err *err) {
   typedef typename R::In T;
   typedef typename R::Acc Acc;
   typedef typename R::Out Out;
@@ -543,17 +712,17 @@ static int red_run(qt_device *dev, const char *name, const red_plan *p, const qt
       if (p->group == 32) {
         if (p->vec)
           red_rows_kernel<R, 32, true><<<blocks, RED_THREADS, 0, c->stream>>>(
-              p->ou, s, d, part, p->outputs, p->len, p->rstride, p->rlin, p->splits, p->chunk, p->count);
+              p->ou, s, d, part, p->outputs, p->len, p->rstride, p->rlin, p->splits, p->chunk, p->count, prm);
         else
           red_rows_kernel<R, 32, false><<<blocks, RED_THREADS, 0, c->stream>>>(
-              p->ou, s, d, part, p->outputs, p->len, p->rstride, p->rlin, p->splits, p->chunk, p->count);
+              p->ou, s, d, part, p->outputs, p->len, p->rstride, p->rlin, p->splits, p->chunk, p->count, prm);
       } else {
         if (p->vec)
           red_rows_kernel<R, RED_THREADS, true><<<blocks, RED_THREADS, 0, c->stream>>>(
-              p->ou, s, d, part, p->outputs, p->len, p->rstride, p->rlin, p->splits, p->chunk, p->count);
+              p->ou, s, d, part, p->outputs, p->len, p->rstride, p->rlin, p->splits, p->chunk, p->count, prm);
         else
           red_rows_kernel<R, RED_THREADS, false><<<blocks, RED_THREADS, 0, c->stream>>>(
-              p->ou, s, d, part, p->outputs, p->len, p->rstride, p->rlin, p->splits, p->chunk, p->count);
+              p->ou, s, d, part, p->outputs, p->len, p->rstride, p->rlin, p->splits, p->chunk, p->count, prm);
       }
       break;
     }
@@ -561,11 +730,12 @@ static int red_run(qt_device *dev, const char *name, const red_plan *p, const qt
       const int64_t bx = red_clamp(red_cdiv(p->outputs, RED_THREADS), 1, (int64_t)1 << 20);
       const int64_t by = red_clamp(p->splits, 1, 65535);
       red_cols_kernel<R><<<dim3((unsigned)bx, (unsigned)by), RED_THREADS, 0, c->stream>>>(
-          p->ou, s, d, part, p->outputs, p->len, p->rstride, p->rlin, p->splits, p->chunk, p->count);
+          p->ou, s, d, part, p->outputs, p->len, p->rstride, p->rlin, p->splits, p->chunk, p->count, prm);
       break;
     }
     default:
-      red_generic_kernel<R><<<(unsigned)p->splits, RED_THREADS, 0, c->stream>>>(p->ou, s, part, p->len);
+      red_generic_kernel<R><<<(unsigned)p->splits, RED_THREADS, 0, c->stream>>>(p->ou, s, part, p->len,
+                                                                                prm);
       break;
   }
   int rc = qt_cuda_check_launch(dev, name, err);
@@ -576,10 +746,10 @@ static int red_run(qt_device *dev, const char *name, const red_plan *p, const qt
     const int64_t splits = p->splits;
     if (splits > 64) {
       red_finish_kernel<R, RED_THREADS><<<red_grid(p->outputs, sm), RED_THREADS, 0, c->stream>>>(
-          fin, part, d, p->outputs, splits, p->count);
+          fin, part, d, p->outputs, splits, p->count, prm);
     } else {
       red_finish_kernel<R, 32><<<red_grid(red_cdiv(p->outputs, RED_THREADS / 32), sm), RED_THREADS,
-                                  0, c->stream>>>(fin, part, d, p->outputs, splits, p->count);
+                                  0, c->stream>>>(fin, part, d, p->outputs, splits, p->count, prm);
     }
     rc = qt_cuda_check_launch(dev, name, err);
   }
@@ -595,13 +765,13 @@ static int red_empty(qt_device *dev, const char *name, const red_plan *p, const 
   const int sm = c->sm_count > 0 ? c->sm_count : 1;
   red_finish_kernel<R, 32><<<red_grid(red_cdiv(p->outputs, RED_THREADS / 32), sm), RED_THREADS, 0,
                              c->stream>>>(p->ou, NULL, (typename R::Out *)dst->data, p->outputs,
-                                          0, 0);
+                                          0, 0, 0.0);
   return qt_cuda_check_launch(dev, name, err);
 }
 
 template <class R>
 static int red_go(qt_device *dev, const char *name, const qt_view *dst, const qt_view *src,
-                  int dim, bool is_arg, qt_err *err) {
+                  int dim, bool is_arg, double prm, qt_err *err) {
   qt_cuda_ctx *c = qt_cuda_context(dev);
   const int sm = c->sm_count > 0 ? c->sm_count : 1;
   red_plan p;
@@ -612,7 +782,7 @@ static int red_go(qt_device *dev, const char *name, const qt_view *dst, const qt
     p.ou.ndim = dim < 0 ? 0 : p.ou.ndim;
     return red_empty<R>(dev, name, &p, dst, err);
   }
-  return red_run<R>(dev, name, &p, dst, src, err);
+  return red_run<R>(dev, name, &p, dst, src, prm, err);
 }
 
 /* ------------------------------------------------------------------ the slot */
@@ -620,9 +790,32 @@ static int red_go(qt_device *dev, const char *name, const qt_view *dst, const qt
 
 static qt_dtype red_result_dtype(qt_redop op, qt_dtype src) {
   switch (op) {
-    case QT_SUM: return qt_is_float(src) ? src : QT_I64;
-    case QT_MEAN: case QT_MAX: case QT_MIN: return src;
-    default: return QT_I64;
+    case QT_SUM: case QT_PROD: return qt_is_float(src) ? src : QT_I64;
+    case QT_ARGMAX: case QT_ARGMIN: return QT_I64;
+    default: return src;
+  }
+}
+
+/* The float-only reducers (the core has cast integers to float64): T is float or double. */
+template <typename T>
+static int red_dispatch_float(qt_device *dev, qt_redop op, const char *name, const qt_view *dst,
+                              const qt_view *src, int dim, double arg, qt_err *err) {
+  switch (op) {
+    case QT_MEAN: return red_go<red_sum<T, true>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_VAR: return red_go<red_var<T, false>>(dev, name, dst, src, dim, false, arg, err);
+    case QT_STD: return red_go<red_var<T, true>>(dev, name, dst, src, dim, false, arg, err);
+    case QT_LOGSUMEXP: return red_go<red_logsumexp<T>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_NORM:
+      if (arg == 1) return red_go<red_norm<T, RED_NORM_1>>(dev, name, dst, src, dim, false, arg, err);
+      if (arg == 2) return red_go<red_norm<T, RED_NORM_2>>(dev, name, dst, src, dim, false, arg, err);
+      if (arg == 0) return red_go<red_norm<T, RED_NORM_0>>(dev, name, dst, src, dim, false, arg, err);
+      if (arg == INFINITY)
+        return red_go<red_norm<T, RED_NORM_INF>>(dev, name, dst, src, dim, false, arg, err);
+      if (arg == -INFINITY)
+        return red_go<red_norm<T, RED_NORM_NEG_INF>>(dev, name, dst, src, dim, false, arg, err);
+      if (arg > 0) return red_go<red_norm<T, RED_NORM_P>>(dev, name, dst, src, dim, false, arg, err);
+      return qt_errorf(err, "norm: p must be >= 0 or +-inf, got %g", arg);
+    default: return qt_errorf(err, "reduce: unknown op %d", (int)op);
   }
 }
 
@@ -631,11 +824,12 @@ template <typename T>
 static int red_dispatch_op(qt_device *dev, qt_redop op, const char *name, const qt_view *dst,
                            const qt_view *src, int dim, qt_err *err) {
   switch (op) {
-    case QT_SUM: return red_go<red_sum<T, false>>(dev, name, dst, src, dim, false, err);
-    case QT_MAX: return red_go<red_extreme<T, true>>(dev, name, dst, src, dim, false, err);
-    case QT_MIN: return red_go<red_extreme<T, false>>(dev, name, dst, src, dim, false, err);
-    case QT_ARGMAX: return red_go<red_arg<T, true>>(dev, name, dst, src, dim, true, err);
-    case QT_ARGMIN: return red_go<red_arg<T, false>>(dev, name, dst, src, dim, true, err);
+    case QT_SUM: return red_go<red_sum<T, false>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_PROD: return red_go<red_prod<T>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_MAX: return red_go<red_extreme<T, true>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_MIN: return red_go<red_extreme<T, false>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_ARGMAX: return red_go<red_arg<T, true>>(dev, name, dst, src, dim, true, 0, err);
+    case QT_ARGMIN: return red_go<red_arg<T, false>>(dev, name, dst, src, dim, true, 0, err);
     default: return qt_errorf(err, "reduce: unknown op %d", (int)op);
   }
 }
@@ -647,8 +841,10 @@ extern "C" int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, c
   if (qt_cuda_enter(dev, name, err)) return -1;
   if ((unsigned)src->dtype >= (unsigned)QT_NDTYPES)
     return qt_errorf(err, "%s: unsupported dtype", name);
-  if (op == QT_MEAN && !qt_is_float(src->dtype))
-    return qt_errorf(err, "mean: not defined for %s tensors (cast to a float dtype first)",
+  const bool float_only = op == QT_MEAN || op == QT_VAR || op == QT_STD || op == QT_NORM ||
+                          op == QT_LOGSUMEXP;
+  if (float_only && !qt_is_float(src->dtype))
+    return qt_errorf(err, "%s: not defined for %s tensors (cast to a float dtype first)", name,
                      qt_dtypes[src->dtype].name);
   const qt_dtype want = red_result_dtype(op, src->dtype);
   if (dst->dtype != want)
@@ -663,9 +859,9 @@ extern "C" int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, c
   else for (int d = 0; d < src->ndim; d++) len *= src->size[d];
   if (len == 0 && op != QT_SUM && op != QT_MEAN) return qt_errorf(err, "%s: empty tensor", name);
 
-  if (op == QT_MEAN) {
-    if (src->dtype == QT_F32) return red_go<red_sum<float, true>>(dev, name, dst, src, dim, false, err);
-    return red_go<red_sum<double, true>>(dev, name, dst, src, dim, false, err);
+  if (float_only) {
+    if (src->dtype == QT_F32) return red_dispatch_float<float>(dev, op, name, dst, src, dim, arg, err);
+    return red_dispatch_float<double>(dev, op, name, dst, src, dim, arg, err);
   }
   int rc = -1;
   if (!qt_dtype_switch(src->dtype, [&](auto zero) {

@@ -213,9 +213,11 @@ int qt_clamp_(qt_ctx *ctx, qt_tensor *a, qt_scalar lo, qt_scalar hi, bool float_
 /* Over dims[0..ndims) (0-based, each once; ndims == 0: every dim), reduced together as
 ** one set (var of two dims is the variance of all their elements, not of variances).
 ** keepdim keeps them as size-1 dims; otherwise they leave the shape (everything: a 0-d
-** tensor). ARGMAX/ARGMIN take one dim or every dim. Result dtypes as in device.h; MEAN of
-** integers gives float64. An empty reduction: SUM gives 0, MEAN NaN, the others an error.
-** arg is unused by these ops. */
+** tensor). ARGMAX/ARGMIN take one dim or every dim. Result dtypes as in device.h: MEAN,
+** VAR, STD, NORM and LOGSUMEXP of integers and bools give float64, SUM and PROD int64.
+** arg: the correction of VAR/STD (finite; the divisor is max(0, n - correction)), the p of
+** NORM (>= 0 or +-inf). An empty reduction: SUM 0, PROD 1, MEAN/VAR/STD NaN, NORM 0,
+** LOGSUMEXP -inf; MAX, MIN, ARGMAX, ARGMIN and the +-inf norms an error. */
 int qt_reduce_dims(qt_ctx *ctx, qt_tensor *out, qt_redop op, const qt_tensor *t, int ndims,
                    const int *dims, bool keepdim, double arg);
 /* dim >= 0: along dim (removed from the shape). dim == -1: over everything, into a

@@ -1,5 +1,6 @@
 /*
-** l_reduce.c — the reductions from Lua: sum, mean, max, min, argmax, argmin. The core does
+** l_reduce.c — the reductions from Lua: sum, mean, prod, max, min, amax, amin, aminmax,
+** argmax, argmin, var, std, norm, logsumexp. The core does
 ** the work (ops_reduce.c); this file reads the dims (1-based here, 0-based in the core) and
 ** turns a reduction over everything into a Lua number. l_tensor.c registers
 ** lq_reduce_methods with the other methods.
@@ -92,35 +93,121 @@ static int r_reduce_with_positions(lua_State *L, qt_ctx *ctx, qt_redop op, qt_te
   return 2;  /* values, then positions */
 }
 
+/* Reduces t over dims[0..n) (n == 0: everything) and pushes the result: a Lua number when
+** n == 0 and not keepdim, else a tensor. Errors name `name` (the core's are `core`'s). */
+static int r_push(lua_State *L, qt_ctx *ctx, qt_redop op, const char *name, qt_tensor *t,
+                  int n, const int *dims, bool keepdim, double arg) {
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_reduce_dims(ctx, out, op, t, n, dims, keepdim, arg) != 0)
+    return lq_raise_as(L, ctx, qt_redop_name(op), name);
+  if (n == 0 && !keepdim) r_pushnumber(L, ctx, out, name);
+  return 1;
+}
+
 /* t:op([dim] [, keepdim]) with dim at 2 and keepdim at 3. Without dim or keepdim: a Lua
-** number. Otherwise a tensor; max/min along a dim also push the 1-based int64 positions.
-** `many`: dim may be a list. */
-static int r_reduce(lua_State *L, qt_redop op, const char *name, bool many) {
+** number. Otherwise a tensor; max/min along a dim also push the 1-based int64 positions
+** (`positions`). `many`: dim may be a list. */
+static int r_reduce(lua_State *L, qt_redop op, const char *name, bool many, bool positions) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, name);
   int dims[QT_MAXDIM], n;
   r_checkdims(L, 2, t, name, many, dims, &n);
   bool keepdim = r_checkkeepdim(L, 3, name);
-  if (n == 1 && (op == QT_MAX || op == QT_MIN))
-    return r_reduce_with_positions(L, ctx, op, t, dims[0], keepdim, name);
-  qt_tensor *out = lq_newtensor(L);
-  if (qt_reduce_dims(ctx, out, op, t, n, dims, keepdim, 0) != 0) return lq_raise(L, ctx);
-  if (n == 0 && !keepdim) r_pushnumber(L, ctx, out, name);
-  return 1;
+  if (positions && n == 1) return r_reduce_with_positions(L, ctx, op, t, dims[0], keepdim, name);
+  return r_push(L, ctx, op, name, t, n, dims, keepdim, 0);
 }
 
-static int t_sum(lua_State *L) { return r_reduce(L, QT_SUM, "sum", true); }
-static int t_mean(lua_State *L) { return r_reduce(L, QT_MEAN, "mean", true); }
-static int t_max(lua_State *L) { return r_reduce(L, QT_MAX, "max", false); }
-static int t_min(lua_State *L) { return r_reduce(L, QT_MIN, "min", false); }
-static int t_argmax(lua_State *L) { return r_reduce(L, QT_ARGMAX, "argmax", false); }
-static int t_argmin(lua_State *L) { return r_reduce(L, QT_ARGMIN, "argmin", false); }
+static int t_sum(lua_State *L) { return r_reduce(L, QT_SUM, "sum", true, false); }
+static int t_mean(lua_State *L) { return r_reduce(L, QT_MEAN, "mean", true, false); }
+static int t_prod(lua_State *L) { return r_reduce(L, QT_PROD, "prod", false, false); }
+static int t_max(lua_State *L) { return r_reduce(L, QT_MAX, "max", false, true); }
+static int t_min(lua_State *L) { return r_reduce(L, QT_MIN, "min", false, true); }
+static int t_amax(lua_State *L) { return r_reduce(L, QT_MAX, "amax", true, false); }
+static int t_amin(lua_State *L) { return r_reduce(L, QT_MIN, "amin", true, false); }
+static int t_argmax(lua_State *L) { return r_reduce(L, QT_ARGMAX, "argmax", false, false); }
+static int t_argmin(lua_State *L) { return r_reduce(L, QT_ARGMIN, "argmin", false, false); }
+
+/* t:logsumexp(dim [, keepdim]): dim (or a list) is required, as in PyTorch. */
+static int t_logsumexp(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "logsumexp");
+  if (lua_isnoneornil(L, 2)) luaL_error(L, "logsumexp: dim is required (a number or a list)");
+  int dims[QT_MAXDIM], n;
+  r_checkdims(L, 2, t, "logsumexp", true, dims, &n);
+  bool keepdim = r_checkkeepdim(L, 3, "logsumexp");
+  return r_push(L, ctx, QT_LOGSUMEXP, "logsumexp", t, n, dims, keepdim, 0);
+}
+
+/* t:var([dim] [, opts]) and t:std: opts is keepdim (a boolean), the correction (a number),
+** or a table {correction = 1, keepdim = false}. */
+static int r_variance(lua_State *L, qt_redop op, const char *name) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, name);
+  int dims[QT_MAXDIM], n;
+  r_checkdims(L, 2, t, name, true, dims, &n);
+  bool keepdim = false;
+  double correction = 1;
+  switch (lua_type(L, 3)) {
+    case LUA_TNONE: case LUA_TNIL: break;
+    case LUA_TBOOLEAN: keepdim = lua_toboolean(L, 3); break;
+    case LUA_TNUMBER: correction = lua_tonumber(L, 3); break;
+    case LUA_TTABLE:
+      lua_getfield(L, 3, "correction");
+      if (!lua_isnil(L, -1)) {
+        if (!lua_isnumber(L, -1) || lua_type(L, -1) != LUA_TNUMBER)
+          luaL_error(L, "%s: opts.correction must be a number, got %s", name, luaL_typename(L, -1));
+        correction = lua_tonumber(L, -1);
+      }
+      lua_pop(L, 1);
+      lua_getfield(L, 3, "keepdim");
+      keepdim = r_checkkeepdim(L, lua_gettop(L), name);
+      lua_pop(L, 1);
+      break;
+    default:
+      luaL_error(L, "%s: opts must be keepdim (a boolean), the correction (a number) or a "
+                 "table, got %s", name, luaL_typename(L, 3));
+  }
+  return r_push(L, ctx, op, name, t, n, dims, keepdim, correction);
+}
+
+static int t_var(lua_State *L) { return r_variance(L, QT_VAR, "var"); }
+static int t_std(lua_State *L) { return r_variance(L, QT_STD, "std"); }
+
+/* t:norm([p] [, dim] [, keepdim]): p defaults to 2. */
+static int t_norm(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "norm");
+  double p = 2;
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TNUMBER)
+      luaL_error(L, "norm: p must be a number, got %s", luaL_typename(L, 2));
+    p = lua_tonumber(L, 2);
+  }
+  int dims[QT_MAXDIM], n;
+  r_checkdims(L, 3, t, "norm", true, dims, &n);
+  bool keepdim = r_checkkeepdim(L, 4, "norm");
+  return r_push(L, ctx, QT_NORM, "norm", t, n, dims, keepdim, p);
+}
+
+/* t:aminmax([dim] [, keepdim]): the min, then the max (two reductions). */
+static int t_aminmax(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "aminmax");
+  int dims[QT_MAXDIM], n;
+  r_checkdims(L, 2, t, "aminmax", false, dims, &n);
+  bool keepdim = r_checkkeepdim(L, 3, "aminmax");
+  r_push(L, ctx, QT_MIN, "aminmax", t, n, dims, keepdim, 0);
+  r_push(L, ctx, QT_MAX, "aminmax", t, n, dims, keepdim, 0);
+  return 2;
+}
 
 /* ================================================================ registration */
 
 /* Method name, function, and the most arguments it takes counting self (lqlua.h). */
 const lq_Reg lq_reduce_methods[] = {
-  {"sum", t_sum, 3}, {"mean", t_mean, 3}, {"max", t_max, 3}, {"min", t_min, 3},
-  {"argmax", t_argmax, 3}, {"argmin", t_argmin, 3},
+  {"sum", t_sum, 3}, {"mean", t_mean, 3}, {"prod", t_prod, 3}, {"max", t_max, 3},
+  {"min", t_min, 3}, {"amax", t_amax, 3}, {"amin", t_amin, 3}, {"aminmax", t_aminmax, 3},
+  {"argmax", t_argmax, 3}, {"argmin", t_argmin, 3}, {"var", t_var, 3}, {"std", t_std, 3},
+  {"norm", t_norm, 4}, {"logsumexp", t_logsumexp, 3},
   {NULL, NULL, 0},
 };

@@ -21,25 +21,31 @@
 /* Whether op computes in a float dtype only (integers and bools are cast to float64 first,
 ** as NumPy and PyTorch do for mean). */
 static bool ops_redop_float_only(qt_redop op) {
-  return op == QT_MEAN;
+  return op == QT_MEAN || op == QT_VAR || op == QT_STD || op == QT_NORM || op == QT_LOGSUMEXP;
 }
 
 /* The result dtype of op over a source of dtype src (after the float-only cast): device.h's
 ** table. */
 static qt_dtype ops_redop_dtype(qt_redop op, qt_dtype src) {
   switch (op) {
-    case QT_SUM: return qt_is_float(src) ? src : QT_I64;
+    case QT_SUM: case QT_PROD: return qt_is_float(src) ? src : QT_I64;
     case QT_ARGMAX: case QT_ARGMIN: return QT_I64;
     default: return src;
   }
 }
 
-/* The value of a reduction over nothing, or false when it has none (max, min and their
-** positions, as in NumPy; an error even when the result would be empty). */
-static bool ops_redop_empty_value(qt_redop op, qt_scalar *value) {
+/* The value of a reduction over nothing, or false when it has none (max, min, their
+** positions, and the +-inf norms, as in NumPy and PyTorch; an error even when the result
+** would be empty). var and std of nothing are 0/0. */
+static bool ops_redop_empty_value(qt_redop op, double arg, qt_scalar *value) {
   switch (op) {
     case QT_SUM: *value = qt_scalar_i(0); return true;
-    case QT_MEAN: *value = qt_scalar_from_double(NAN); return true;
+    case QT_PROD: *value = qt_scalar_i(1); return true;
+    case QT_MEAN: case QT_VAR: case QT_STD: *value = qt_scalar_from_double(NAN); return true;
+    case QT_LOGSUMEXP: *value = qt_scalar_from_double(-INFINITY); return true;
+    case QT_NORM:
+      *value = qt_scalar_from_double(0);
+      return !isinf(arg);
     default: return false;
   }
 }
@@ -131,7 +137,7 @@ static int ops_reduce_src_view(qt_ctx *ctx, const char *name, qt_view *sv, int *
   return 0;
 }
 
-/* Result dtypes per device.h; float-only ops (MEAN) compute on a float64 copy of integer
+/* Result dtypes per device.h; float-only ops (MEAN, VAR, STD, NORM, LOGSUMEXP) compute on a float64 copy of integer
 ** input. dims[0..ndims) are 0-based and distinct; ndims == 0 means every dim. A reduction
 ** over nothing is answered here without the device. */
 int qt_reduce_dims(qt_ctx *ctx, qt_tensor *out, qt_redop op, const qt_tensor *t, int ndims,
@@ -155,6 +161,10 @@ int qt_reduce_dims(qt_ctx *ctx, qt_tensor *out, qt_redop op, const qt_tensor *t,
   bool is_arg = op == QT_ARGMAX || op == QT_ARGMIN;
   if (is_arg && nred > 1 && nred < t->ndim)
     return qt_errorf(&ctx->err, "%s: takes one dim, got %d", name, nred);
+  if (op == QT_NORM && !(arg >= 0))  /* NaN and negative p (but -inf) */
+    if (arg != -INFINITY) return qt_errorf(&ctx->err, "norm: p must be >= 0 or +-inf, got %g", arg);
+  if ((op == QT_VAR || op == QT_STD) && !isfinite(arg))
+    return qt_errorf(&ctx->err, "%s: correction must be a finite number, got %g", name, arg);
   qt_device *dev = ops_device(t);
   qt_dtype src_dtype = ops_redop_float_only(op) && !qt_is_float(t->dtype) ? QT_F64 : t->dtype;
   qt_dtype dtype = ops_redop_dtype(op, src_dtype);
@@ -173,7 +183,7 @@ int qt_reduce_dims(qt_ctx *ctx, qt_tensor *out, qt_redop op, const qt_tensor *t,
   }
 
   qt_scalar empty_value;
-  if (extent == 0 && !ops_redop_empty_value(op, &empty_value)) {
+  if (extent == 0 && !ops_redop_empty_value(op, arg, &empty_value)) {
     if (nred == 1 && ndims == 1)
       return qt_errorf(&ctx->err, "%s: empty tensor (dim %d has size 0)", name, one_dim + 1);
     return qt_errorf(&ctx->err, "%s: empty tensor", name);
