@@ -637,7 +637,8 @@ typedef struct cpu_stream {
   double arg;
   int norm_mode;
   bool int_prod;        /* PROD of an integer or bool source: wrapping int64 */
-  double n, mean, m2;   /* VAR, STD: count, mean, sum of squared deviations */
+  double n, mean, m2;   /* VAR, STD: count, mean (less shift), sum of squared deviations */
+  double shift;         /* VAR, STD: the run's first element, taken off every element */
   cpu_acc sum;          /* PROD (f: the product), NORM (sums: f + c; extremes: f) */
   uint64_t u;           /* integer PROD */
   double m, s;          /* LOGSUMEXP: the max so far and sum of exp(x - m) */
@@ -650,7 +651,7 @@ static void cpu_stream_init(cpu_stream *st, qt_redop op, double arg, qt_dtype sr
   st->arg = arg;
   st->norm_mode = cpu_norm_mode(arg);
   st->int_prod = op == QT_PROD && !qt_is_float(src);
-  st->n = st->mean = st->m2 = 0;
+  st->n = st->mean = st->m2 = st->shift = 0;
   st->u = 1;
   st->m = -INFINITY;
   st->s = 0;
@@ -669,10 +670,16 @@ static void cpu_stream_block(cpu_stream *st, int64_t k) {
       break;
     }
     case QT_VAR: case QT_STD: {
+      /* Every value less the run's first: the block means are then small, so merging
+      ** them loses nothing to a mean of 1e9's magnitude (x - shift is exact for close x). */
+      if (st->n == 0) st->shift = x[0];
       double b = 0, bm2 = 0;
-      for (int64_t i = 0; i < k; i++) b += x[i];
+      for (int64_t i = 0; i < k; i++) b += x[i] - st->shift;
       b /= (double)k;
-      for (int64_t i = 0; i < k; i++) bm2 += (x[i] - b) * (x[i] - b);
+      for (int64_t i = 0; i < k; i++) {
+        double d = (x[i] - st->shift) - b;
+        bm2 += d * d;
+      }
       if (st->n == 0) {
         st->n = (double)k, st->mean = b, st->m2 = bm2;
       } else {  /* Chan, Golub and LeVeque: merging two (n, mean, m2) */
