@@ -267,12 +267,29 @@ static const lh_entry lh_entries[] = {
   {"t:fill_(v)", "sets every element to the number v"},
   {"t:zero_()", "sets every element to 0"},
   /* ---- Tensor: reductions and products */
-  {"t:sum([dim])", "the sum: a number, or along dim a tensor without it"},
-  {"t:mean([dim])", "the mean: a number, or along dim a tensor without it"},
-  {"t:max([dim])", "the largest value; along dim, the values and their int64 positions"},
-  {"t:min([dim])", "the smallest value; along dim, the values and their int64 positions"},
-  {"t:argmax([dim])", "the 1-based position of the largest value (flat, or along dim)"},
-  {"t:argmin([dim])", "the 1-based position of the smallest value (flat, or along dim)"},
+  {"t:sum([dim] [, keepdim])", "the sum: a number, or over dim (or a list of dims) a tensor "
+   "without them (keepdim: kept as size 1)"},
+  {"t:mean([dim] [, keepdim])", "the mean: a number, or over dim (or a list) a tensor"},
+  {"t:prod([dim] [, keepdim])", "the product (integers and bool give int64, wrapping)"},
+  {"t:max([dim] [, keepdim])", "the largest value; along dim, the values and their int64 "
+   "positions"},
+  {"t:min([dim] [, keepdim])", "the smallest value; along dim, the values and their int64 "
+   "positions"},
+  {"t:amax([dim] [, keepdim])", "the largest value over dim or a list of dims (no positions; "
+   "NaN propagates)"},
+  {"t:amin([dim] [, keepdim])", "the smallest value over dim or a list of dims"},
+  {"t:aminmax([dim] [, keepdim])", "the smallest and the largest value: two results"},
+  {"t:argmax([dim] [, keepdim])", "the 1-based position of the largest value (flat, or along "
+   "dim)"},
+  {"t:argmin([dim] [, keepdim])", "the 1-based position of the smallest value (flat, or along "
+   "dim)"},
+  {"t:var([dim] [, opts])", "the variance over dim or a list; opts: keepdim (a boolean), the "
+   "correction (a number, default 1) or {correction =, keepdim =}"},
+  {"t:std([dim] [, opts])", "the standard deviation, sqrt(var), with var's opts"},
+  {"t:norm([p] [, dim] [, keepdim])", "the p-norm (p = 2 by default; 1, 0, math.huge, "
+   "-math.huge, any p > 0) over everything, dim or a list"},
+  {"t:logsumexp(dim [, keepdim])", "log(sum(exp(t))) over dim or a list, max-subtracted (no "
+   "overflow)"},
   {"t:any([dim])", "whether any element is nonzero (along dim: a tensor without it)"},
   {"t:all([dim])", "whether every element is nonzero (along dim: a tensor without it)"},
   {"t:count_nonzero([dim])", "the number of nonzero elements (along dim: a tensor "
