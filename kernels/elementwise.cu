@@ -62,7 +62,7 @@ using ew_out_t = typename std::conditional<BOOLOUT, bool, T>::type;
 ** expressions name x, y, T and U (and the unary parameters), so they are in scope here.
 ** An op of the other family than BOOLOUT is never launched with it (qt_cuda_binary picks
 ** by the op), and its case is empty. */
-#define EW_BINOP_CASE_(P, E, name, result, fexpr, iexpr)                   \
+#define EW_BINOP_CASE_(P, E, name, ints, result, fexpr, iexpr)             \
   case E:                                                                  \
     if constexpr (QT_BINOP_IS_BOOL_##result != BOOLOUT) return R(0);       \
     else if constexpr (qt_is_float_v<T>) return (R)(fexpr);                \
@@ -79,31 +79,34 @@ __device__ __forceinline__ ew_out_t<T, BOOLOUT> ew_binop(int op, T x, T y) {
   }
 }
 
-/* Unary parameters: clamp bounds in the dtype for floats, in int64 for integers
-** (integers are clamped in int64, then narrowed). */
+/* A unary op's parameters (qt_unop_params): as T for float dtypes, as int64_t for the
+** others (integers are clamped in int64, then narrowed). */
 template <typename T>
 struct ew_unary_params {
-  T lo_f, hi_f;
-  int64_t lo_i, hi_i;
+  T f[3];
+  int64_t i[3];
 };
 
-/* Integer dtypes skip the float-only ops (ints == 0): the core casts those first. */
-#define EW_UNOP_CASE_(P, E, name, ints, fexpr, iexpr)                 \
-  case E:                                                             \
-    if constexpr (qt_is_float_v<T>) return (T)(fexpr);                \
-    else if constexpr (!ints) return T(0);                            \
-    else if constexpr (qt_is_bool_v<T>) return (T)QT_PICK_BOOL(fexpr, iexpr); \
-    else return (T)(iexpr);
+/* Integer and bool dtypes skip the float-only ops (ints == 0): the core casts those
+** first. As for the binary ops, BOOLOUT selects the family (isnan, isinf, isfinite). */
+#define EW_UNOP_CASE_(P, E, name, ints, result, fexpr, iexpr)                 \
+  case E:                                                                     \
+    if constexpr (QT_BINOP_IS_BOOL_##result != BOOLOUT) return R(0);          \
+    else if constexpr (qt_is_float_v<T>) return (R)(fexpr);                   \
+    else if constexpr (!ints) return R(0);                                    \
+    else if constexpr (qt_is_bool_v<T>) return (R)QT_PICK_BOOL(fexpr, iexpr); \
+    else return (R)(iexpr);
 
-template <typename T>
-__device__ __forceinline__ T ew_unop(int op, T x, const ew_unary_params<T> &p) {
+template <typename T, bool BOOLOUT>
+__device__ __forceinline__ ew_out_t<T, BOOLOUT> ew_unop(int op, T x, const ew_unary_params<T> &p) {
   typedef typename qt_dtype_traits<T>::unsigned_type U;
-  const T lo_f = p.lo_f, hi_f = p.hi_f;
-  const int64_t lo_i = p.lo_i, hi_i = p.hi_i;
-  (void)lo_f; (void)hi_f; (void)lo_i; (void)hi_i;
+  typedef ew_out_t<T, BOOLOUT> R;
+  const T p0 = p.f[0], p1 = p.f[1], p2 = p.f[2];
+  const int64_t p0_i = p.i[0], p1_i = p.i[1], p2_i = p.i[2];
+  (void)p0; (void)p1; (void)p2; (void)p0_i; (void)p1_i; (void)p2_i;
   switch (op) {
     QT_UNOP_LIST(EW_UNOP_CASE_, ~)
-    default: return T(0);
+    default: return R(0);
   }
 }
 
@@ -232,33 +235,36 @@ __global__ void ew_scalar_strided(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
   }
 }
 
-template <typename T, bool PACKED>
-__global__ void ew_unary_contiguous(int op, T *dst, const T *a, ew_unary_params<T> p, int64_t n) {
+template <typename T, bool BOOLOUT, bool PACKED>
+__global__ void ew_unary_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
+                                    ew_unary_params<T> p, int64_t n) {
+  typedef ew_out_t<T, BOOLOUT> R;
   int64_t start = ew_thread_index(), step = ew_thread_count();
   int64_t done = 0;
   if constexpr (PACKED) {
     constexpr int W = 16 / sizeof(T);
     int64_t packs = n / W;
     const ew_pack<T> *pa = (const ew_pack<T> *)a;
-    ew_pack<T> *pd = (ew_pack<T> *)dst;
+    ew_vec<R, W> *pd = (ew_vec<R, W> *)dst;
     for (int64_t k = start; k < packs; k += step) {
-      ew_pack<T> x = pa[k], r;
+      ew_pack<T> x = pa[k];
+      ew_vec<R, W> r;
 #pragma unroll
-      for (int j = 0; j < W; j++) r.v[j] = ew_unop<T>(op, x.v[j], p);
+      for (int j = 0; j < W; j++) r.v[j] = ew_unop<T, BOOLOUT>(op, x.v[j], p);
       pd[k] = r;
     }
     done = packs * W;
   }
-  for (int64_t i = done + start; i < n; i += step) dst[i] = ew_unop<T>(op, a[i], p);
+  for (int64_t i = done + start; i < n; i += step) dst[i] = ew_unop<T, BOOLOUT>(op, a[i], p);
 }
 
-template <typename T, typename IndexT>
-__global__ void ew_unary_strided(int op, T *dst, const T *a, ew_unary_params<T> p,
-                                 ew_geometry<2> g, int64_t n) {
+template <typename T, bool BOOLOUT, typename IndexT>
+__global__ void ew_unary_strided(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
+                                 ew_unary_params<T> p, ew_geometry<2> g, int64_t n) {
   for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
     int64_t off[2];
     ew_offsets<IndexT, 2>(g, i, off);
-    dst[off[0]] = ew_unop<T>(op, a[off[1]], p);
+    dst[off[0]] = ew_unop<T, BOOLOUT>(op, a[off[1]], p);
   }
 }
 
@@ -498,49 +504,58 @@ extern "C" int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view 
 
 /* ---- unary */
 
-template <typename T>
-static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p, qt_scalar lo, qt_scalar hi) {
+template <typename T, bool BOOLOUT>
+static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p,
+                            const qt_unop_params *given) {
   cudaStream_t stream = qt_cuda_context(dev)->stream;
   ew_unary_params<T> params;
-  params.lo_f = params.hi_f = T(0);
-  if constexpr (qt_is_float_v<T>) {  /* ints use lo_i/hi_i only */
-    params.lo_f = (T)lo.f;
-    params.hi_f = (T)hi.f;
+  for (int k = 0; k < 3; k++) {
+    params.f[k] = T(0);
+    if constexpr (qt_is_float_v<T>) params.f[k] = (T)given->v[k].f;  /* others use .i */
+    params.i[k] = given->v[k].i;
   }
-  params.lo_i = lo.i;
-  params.hi_i = hi.i;
-  T *d = (T *)p.view[0].data;
+  ew_out_t<T, BOOLOUT> *d = (ew_out_t<T, BOOLOUT> *)p.view[0].data;
   const T *a = (const T *)p.view[1].data;
   if (p.contiguous) {
     unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
-    if (p.packed) ew_unary_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
-    else ew_unary_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
+    if (p.packed)
+      ew_unary_contiguous<T, BOOLOUT, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
+    else
+      ew_unary_contiguous<T, BOOLOUT, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
   } else {
     unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
     if (p.small_index)
-      ew_unary_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.geometry, p.n);
+      ew_unary_strided<T, BOOLOUT, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(
+          op, d, a, params, p.geometry, p.n);
     else
-      ew_unary_strided<T, int64_t><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.geometry, p.n);
+      ew_unary_strided<T, BOOLOUT, int64_t><<<blocks, EW_THREADS, 0, stream>>>(
+          op, d, a, params, p.geometry, p.n);
   }
 }
 
 extern "C" int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-                             qt_scalar lo, qt_scalar hi, qt_err *err) {
+                             const qt_unop_params *params, qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NUNOPS) return qt_errorf(err, "unary: unknown op %d", (int)op);
   const char *name = qt_unop_name(op);
-  if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || src->dtype != dst->dtype)
-    return qt_errorf(err, "%s: source and result must have one dtype", name);
-  if (!qt_unop_takes_ints(op) && !qt_is_float(dst->dtype))
+  const bool bool_out = qt_unop_gives_bool(op);
+  if ((unsigned)src->dtype >= (unsigned)QT_NDTYPES || dst->dtype != (bool_out ? QT_BOOL : src->dtype))
+    return qt_errorf(err, "%s: the result must be %s", name,
+                     bool_out ? "bool" : "of the source's dtype");
+  if (!qt_unop_takes_ints(op) && !qt_is_float(src->dtype))
     return qt_errorf(err, "%s: not defined for %s tensors (cast to a float dtype first)", name,
-                     qt_dtypes[dst->dtype].name);
+                     qt_dtypes[src->dtype].name);
   if (qt_cuda_enter(dev, name, err) != 0) return -1;
   if (dst->numel == 0) return 0;
+  qt_unop_params zero;
+  memset(&zero, 0, sizeof zero);
+  if (params == NULL) params = &zero;
   const qt_view *views[2] = {dst, src};
   ew_plan<2> plan;
   ew_plan_make<2>(&plan, views);
-  qt_dtype_switch(dst->dtype, [&](auto zero) {
-    using T = decltype(zero);
-    ew_unary_launch<T>(dev, op, plan, lo, hi);
+  qt_dtype_switch(src->dtype, [&](auto z) {
+    using T = decltype(z);
+    if (bool_out) ew_unary_launch<T, true>(dev, op, plan, params);
+    else ew_unary_launch<T, false>(dev, op, plan, params);
   });
   return qt_cuda_check_launch(dev, name, err);
 }

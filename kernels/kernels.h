@@ -98,7 +98,7 @@ int qt_cuda_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_vie
 int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
                           qt_scalar s, bool scalar_first, qt_err *err);
 int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-                  qt_scalar lo, qt_scalar hi, qt_err *err);
+                  const qt_unop_params *params, qt_err *err);
 /* random.cu */
 int qt_cuda_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
                    uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err);

@@ -60,6 +60,13 @@ typedef enum qt_device_kind { QT_DEV_CPU, QT_DEV_CUDA } qt_device_kind;
   X(P, QT_VAR, "var") X(P, QT_STD, "std") X(P, QT_NORM, "norm")                     \
   X(P, QT_LOGSUMEXP, "logsumexp")
 
+/* A unary op's parameters: v[0], v[1], v[2] are the p0, p1, p2 of its expression (clamp's
+** lo and hi; nan_to_num's values for NaN, +inf, -inf). */
+typedef struct qt_unop_params {
+  qt_scalar v[3];
+} qt_unop_params;
+
+
 #define QT_OP_ENUM_(P, E, name, ...) E,
 #define QT_OP_NAME_(P, E, name, ...) name,
 typedef enum qt_binop { QT_BINOP_LIST(QT_OP_ENUM_, ~) QT_NBINOPS } qt_binop;
@@ -87,10 +94,25 @@ static inline bool qt_unop_takes_ints(qt_unop op) {
 #undef QT_OP_INTS_
   return (unsigned)op < (unsigned)QT_NUNOPS && ints[op];
 }
+/* Whether a binary op is defined on integer dtypes (the float-only ones, such as div and
+** atan2, are computed in float64 for integer operands). */
+static inline bool qt_binop_takes_ints(qt_binop op) {
+#define QT_OP_INTS_(P, E, name, ints, ...) ints,
+  static const bool ints[] = { QT_BINOP_LIST(QT_OP_INTS_, ~) };
+#undef QT_OP_INTS_
+  return (unsigned)op < (unsigned)QT_NBINOPS && ints[op];
+}
+/* Whether a unary op's result is bool (isnan, isinf, isfinite). */
+static inline bool qt_unop_gives_bool(qt_unop op) {
+#define QT_OP_BOOL_(P, E, name, ints, result, ...) QT_BINOP_IS_BOOL_##result,
+  static const bool gives_bool[] = { QT_UNOP_LIST(QT_OP_BOOL_, ~) };
+#undef QT_OP_BOOL_
+  return (unsigned)op < (unsigned)QT_NUNOPS && gives_bool[op];
+}
 /* Whether a binary op's result is bool (comparisons and the logical ops), whatever its
 ** operands' dtype. */
 static inline bool qt_binop_gives_bool(qt_binop op) {
-#define QT_OP_BOOL_(P, E, name, result, ...) QT_BINOP_IS_BOOL_##result,
+#define QT_OP_BOOL_(P, E, name, ints, result, ...) QT_BINOP_IS_BOOL_##result,
   static const bool gives_bool[] = { QT_BINOP_LIST(QT_OP_BOOL_, ~) };
 #undef QT_OP_BOOL_
   return (unsigned)op < (unsigned)QT_NBINOPS && gives_bool[op];
@@ -183,10 +205,11 @@ typedef struct qt_device_iface {
   /* dst = a op s, or s op a when scalar_first; a and dst have one dtype. */
   int (*binary_scalar)(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
                        qt_scalar s, bool scalar_first, qt_err *err);
-  /* dst = op(src); one dtype (the core casts ints to float64 first for exp, log, sqrt,
-  ** tanh, sigmoid). */
+  /* dst = op(src, params); src and dst of one dtype, or dst bool for the ops that give
+  ** bool (qt_unop_gives_bool). The core casts integer inputs of the float-only ops
+  ** (qt_unop_takes_ints) to float64 first. */
   int (*unary)(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-               qt_scalar lo, qt_scalar hi, qt_err *err);
+               const qt_unop_params *params, qt_err *err);
   /* Along dim (0-based): dst has src's shape without dim. dim == -1: over all
   ** elements into a one-element dst (ndim 0). Never over nothing (the core answers those).
   ** arg: see QT_REDOP_LIST (the correction of VAR/STD, the p of NORM). */

@@ -197,16 +197,26 @@ int qt_binary_scalar(qt_ctx *ctx, qt_tensor *out, qt_binop op, const qt_tensor *
 ** int32 tensor"). */
 int qt_binary_(qt_ctx *ctx, qt_binop op, qt_tensor *a, const qt_tensor *b);
 int qt_binary_scalar_(qt_ctx *ctx, qt_binop op, qt_tensor *a, qt_scalar s, bool s_is_float);
-/* exp/log/sqrt/tanh/sigmoid of integer tensors give float64; the rest keep the dtype. */
-int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar lo,
-             qt_scalar hi);
-int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar lo, qt_scalar hi);
+/* The float-only unary ops (qt_unop_takes_ints) of integer tensors give float64; the rest
+** keep the dtype, except isnan/isinf/isfinite, which give bool (and have no in-place
+** form). params: the op's p0..p2 (NULL: zeros). */
+int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a,
+             const qt_unop_params *params);
+int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, const qt_unop_params *params);
 /* clamp(lo, hi): float_bounds says a bound was a Lua float, so an integer tensor gives a
 ** float64 result (and clamp_ of an integer tensor refuses), as a float scalar does in
 ** a binary op. A missing bound is -inf/+inf (.f) and INT64_MIN/INT64_MAX (.i). */
 int qt_clamp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, qt_scalar lo, qt_scalar hi,
              bool float_bounds);
 int qt_clamp_(qt_ctx *ctx, qt_tensor *a, qt_scalar lo, qt_scalar hi, bool float_bounds);
+/* lerp(a, b, w) = a + w (b - a), by PyTorch's formula (exact at w = 0 and w = 1); w is
+** w_tensor (broadcast with a and b) or, when that is NULL, the number w. Float results
+** (integer inputs compute in float64). */
+int qt_lerp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b,
+            const qt_tensor *w_tensor, double w);
+/* t += value * (a * b) (op QT_MUL: addcmul_) or t += value * (a / b) (QT_DIV: addcdiv_). */
+int qt_addc_(qt_ctx *ctx, qt_tensor *t, qt_binop op, const qt_tensor *a, const qt_tensor *b,
+             qt_scalar value, bool value_is_float);
 
 /* ---------------------------------------------------------------- reductions */
 

@@ -10,8 +10,8 @@
 ** An expression sees:
 **   x, y        the operands, of the dtype's C type T (QT_DTYPE_LIST);
 **   T, U        the C type and its unsigned twin (integer arithmetic wraps through U);
-**   lo_f, hi_f  the unary op's two parameters, as T (float dtypes);
-**   lo_i, hi_i  the same as int64_t (integer dtypes);
+**   p0, p1, p2  a unary op's parameters, as T (float dtypes; qt_unop_params in device.h);
+**   p0_i, p1_i, p2_i  the same as int64_t (integer dtypes);
 ** and its value is cast to T by the caller (comparisons give 1 or 0). Float expressions
 ** use C's type-generic math names (exp, pow, fabs): the CPU files that expand them
 ** include <tgmath.h>, and CUDA C++ has the float overloads. The helpers below are plain
@@ -20,6 +20,7 @@
 #ifndef QLUA_SCALAR_H
 #define QLUA_SCALAR_H
 
+#include <math.h>
 #include <stdint.h>
 
 #ifndef QT_HD
@@ -86,13 +87,88 @@ QT_HD int64_t qt_intpow(int64_t base, int64_t e) {
 
 /* Integer division truncates toward zero like C, but never traps: x / 0 gives 0 and
 ** INT_MIN / -1 wraps to INT_MIN (computed in 64 bits, where the caller's narrowing
-** wraps 2^31 back to INT32_MIN; the core computes `/` of integers in float64, so this is
-** the integer expression's definition more than a hot path). */
+** wraps 2^31 back to INT32_MIN). */
 QT_HD int64_t qt_intdiv(int64_t x, int64_t y) {
   if (y == 0) return 0;
   if (y == -1) return (int64_t)(0 - (uint64_t)x);
   return x / y;
 }
+
+/* C's remainder (fmod: the sign of x), x % 0 = 0 and INT_MIN % -1 = 0 instead of traps. */
+QT_HD int64_t qt_intfmod(int64_t x, int64_t y) {
+  if (y == 0 || y == -1) return 0;
+  return x % y;
+}
+
+/* Lua's integer // and % (floor division, and the remainder with the sign of y), with
+** x // 0 = x % 0 = 0 where Lua raises, and INT_MIN // -1 wrapping as Lua's does. */
+QT_HD int64_t qt_intfloordiv(int64_t x, int64_t y) {
+  if (y == 0) return 0;
+  if (y == -1) return (int64_t)(0 - (uint64_t)x);
+  int64_t q = x / y;
+  if (x % y != 0 && (x ^ y) < 0) q -= 1;
+  return q;
+}
+QT_HD int64_t qt_intfloormod(int64_t x, int64_t y) {
+  if (y == 0 || y == -1) return 0;
+  int64_t m = x % y;
+  if (m != 0 && (m ^ y) < 0) m += y;
+  return m;
+}
+
+/* Lua's float %: fmod's remainder has the sign of x; where x and y differ in sign (and it
+** is not 0) it is moved by y, to the sign of y, so that 5.5 % -2 is -0.5, and 5 % inf is 5
+** while -5 % inf is inf, as in Lua 5.4. In float and in double. */
+QT_HD float qt_floormodf(float x, float y) {
+  float m = fmodf(x, y);
+  if (m != 0 && (m < 0) != (y < 0)) m += y;
+  return m;
+}
+QT_HD double qt_floormod(double x, double y) {
+  double m = fmod(x, y);
+  if (m != 0 && (m < 0) != (y < 0)) m += y;
+  return m;
+}
+#define QT_FLOORMOD(T, x, y) \
+  (sizeof(T) == sizeof(float) ? (T)qt_floormodf((float)(x), (float)(y)) \
+                              : (T)qt_floormod((double)(x), (double)(y)))
+
+/* erfinv and lgamma: CUDA has both (float and double overloads). The C library has no
+** erfinv, and its lgamma writes the global signgam (a data race between threads), so the
+** CPU computes both in double through the functions below. */
+#ifdef __CUDACC__
+#define QT_ERFINV(T, x) erfinv(x)
+#define QT_LGAMMA(T, x) lgamma(x)
+#else
+/* The inverse of erf: a first guess good to about 2e-3 (from the closed form
+** sqrt(sqrt(b^2 - l/a) - b), b = 2/(pi a) + l/2, l = log(1 - y^2), a = 0.147), then
+** Halley's iteration on erf(x) = y, or on erfc(x) = 1 - |y| where erf flattens (|y| >
+** 0.5: 1 - |y| is exact there), which converges cubically to double precision in 3 steps. */
+static inline double qt_erfinv(double y) {
+  if (y != y || y < -1 || y > 1) return NAN;
+  if (y == 1) return INFINITY;
+  if (y == -1) return -INFINITY;
+  if (y == 0) return y;
+  const double a = 0.147, two_over_sqrt_pi = 1.12837916709551257390;
+  double l = log((1 - y) * (1 + y)), b = 2 / (3.14159265358979323846 * a) + l / 2;
+  double x = sqrt(sqrt(b * b - l / a) - b);
+  double ay = y < 0 ? -y : y, q = 1 - ay;
+  for (int i = 0; i < 4; i++) {
+    double d = two_over_sqrt_pi * exp(-x * x);
+    double t = ay <= 0.5 ? (erf(x) - ay) / d : (q - erfc(x)) / d;
+    double step = t / (1 + x * t);
+    x -= step;
+    if (fabs(step) <= 1e-16 * fabs(x)) break;
+  }
+  return y < 0 ? -x : x;
+}
+static inline double qt_lgamma(double x) {
+  int sign;
+  return lgamma_r(x, &sign);
+}
+#define QT_ERFINV(T, x) ((T)qt_erfinv((double)(x)))
+#define QT_LGAMMA(T, x) ((T)qt_lgamma((double)(x)))
+#endif
 
 /* x < 0 for an integer of any type: a function, so that unsigned and bool types do not
 ** draw "comparison is always false" warnings from the generic expressions below. */
@@ -109,27 +185,37 @@ QT_HD int qt_is_negative(int64_t x) { return x < 0; }
 
 /* ------------------------------------------------------------------ the op lists */
 
-/* Binary ops: X(P, ENUM, name, result, float expression, integer expression).
-** result is SAME (the operands' dtype) or BOOL: comparisons and the logical ops give a
-** bool tensor, computed in the operands' promoted dtype (the expression's 1 or 0 is
-** stored as bool). The logical ops take any dtype through nonzero, as in NumPy. */
+/* Binary ops: X(P, ENUM, name, ints, result, float expression, integer expression).
+** ints is 1 when the op is defined on integer (and bool) dtypes, 0 when it is float-only:
+** the core computes it in float64 for integer operands, and the integer expression is a
+** placeholder. result is SAME (the operands' dtype) or BOOL: comparisons and the logical
+** ops give a bool tensor, computed in the operands' promoted dtype (the expression's 1 or
+** 0 is stored as bool); the logical ops take any dtype through nonzero, as in NumPy.
+** remainder and floor_divide are Lua's % and // (floor semantics, the sign of y). */
 #define QT_BINOP_LIST(X, P)                                                     \
-  X(P, QT_ADD, "add", SAME, x + y, (U)x + (U)y)                                 \
-  X(P, QT_SUB, "sub", SAME, x - y, (U)x - (U)y)                                 \
-  X(P, QT_MUL, "mul", SAME, x * y, (U)x * (U)y)                                 \
-  X(P, QT_DIV, "div", SAME, x / y, (U)(uint64_t)qt_intdiv(x, y))                 \
-  X(P, QT_POW, "pow", SAME, pow(x, y), (U)(uint64_t)qt_intpow(x, y))            \
-  X(P, QT_EQ, "eq", BOOL, x == y, x == y)                                       \
-  X(P, QT_NE, "ne", BOOL, x != y, x != y)                                       \
-  X(P, QT_LT, "lt", BOOL, x < y, x < y)                                         \
-  X(P, QT_LE, "le", BOOL, x <= y, x <= y)                                       \
-  X(P, QT_GT, "gt", BOOL, x > y, x > y)                                         \
-  X(P, QT_GE, "ge", BOOL, x >= y, x >= y)                                       \
-  X(P, QT_MAXIMUM, "maximum", SAME, QT_MAX_NAN(x, y), (x > y ? x : y))          \
-  X(P, QT_MINIMUM, "minimum", SAME, QT_MIN_NAN(x, y), (x < y ? x : y))          \
-  X(P, QT_LOGICAL_AND, "logical_and", BOOL, (x != 0) & (y != 0), (x != 0) & (y != 0)) \
-  X(P, QT_LOGICAL_OR, "logical_or", BOOL, (x != 0) | (y != 0), (x != 0) | (y != 0))   \
-  X(P, QT_LOGICAL_XOR, "logical_xor", BOOL, (x != 0) ^ (y != 0), (x != 0) ^ (y != 0))
+  X(P, QT_ADD, "add", 1, SAME, x + y, (U)x + (U)y)                              \
+  X(P, QT_SUB, "sub", 1, SAME, x - y, (U)x - (U)y)                              \
+  X(P, QT_MUL, "mul", 1, SAME, x * y, (U)x * (U)y)                              \
+  X(P, QT_DIV, "div", 0, SAME, x / y, 0)                                        \
+  X(P, QT_POW, "pow", 1, SAME, pow(x, y), (U)(uint64_t)qt_intpow(x, y))         \
+  X(P, QT_EQ, "eq", 1, BOOL, x == y, x == y)                                    \
+  X(P, QT_NE, "ne", 1, BOOL, x != y, x != y)                                    \
+  X(P, QT_LT, "lt", 1, BOOL, x < y, x < y)                                      \
+  X(P, QT_LE, "le", 1, BOOL, x <= y, x <= y)                                    \
+  X(P, QT_GT, "gt", 1, BOOL, x > y, x > y)                                      \
+  X(P, QT_GE, "ge", 1, BOOL, x >= y, x >= y)                                    \
+  X(P, QT_MAXIMUM, "maximum", 1, SAME, QT_MAX_NAN(x, y), (x > y ? x : y))       \
+  X(P, QT_MINIMUM, "minimum", 1, SAME, QT_MIN_NAN(x, y), (x < y ? x : y))       \
+  X(P, QT_LOGICAL_AND, "logical_and", 1, BOOL, (x != 0) & (y != 0), (x != 0) & (y != 0)) \
+  X(P, QT_LOGICAL_OR, "logical_or", 1, BOOL, (x != 0) | (y != 0), (x != 0) | (y != 0))   \
+  X(P, QT_LOGICAL_XOR, "logical_xor", 1, BOOL, (x != 0) ^ (y != 0), (x != 0) ^ (y != 0)) \
+  X(P, QT_ATAN2, "atan2", 0, SAME, atan2(x, y), 0)                              \
+  X(P, QT_HYPOT, "hypot", 0, SAME, hypot(x, y), 0)                              \
+  X(P, QT_FMOD, "fmod", 1, SAME, fmod(x, y), (U)(uint64_t)qt_intfmod(x, y))     \
+  X(P, QT_REMAINDER, "remainder", 1, SAME, QT_FLOORMOD(T, x, y),                \
+    (U)(uint64_t)qt_intfloormod(x, y))                                          \
+  X(P, QT_FLOOR_DIVIDE, "floor_divide", 1, SAME, floor(x / y),                  \
+    (U)(uint64_t)qt_intfloordiv(x, y))
 
 /* The C type of a binary op's result, by its result column, for operands of type T. */
 #define QT_BINOP_TYPE_SAME(T) T
@@ -137,19 +223,60 @@ QT_HD int qt_is_negative(int64_t x) { return x < 0; }
 #define QT_BINOP_IS_BOOL_SAME 0
 #define QT_BINOP_IS_BOOL_BOOL 1
 
-/* Unary ops: X(P, ENUM, name, ints, float expression, integer expression). ints is 1
-** when the op is defined on integer dtypes, 0 when it is float-only (the core casts
-** integer inputs to float64 first, and the integer expression is a placeholder).
-** QT_CLAMP uses the two parameters as lo and hi. */
+/* Unary ops: X(P, ENUM, name, ints, result, float expression, integer expression). ints
+** is 1 when the op is defined on integer (and bool) dtypes, 0 when it is float-only (the
+** core casts integer inputs to float64 first, and the integer expression is a
+** placeholder); result as in the binary list (isnan, isinf, isfinite give bool). The
+** parameters p0, p1, p2 (as T; p0_i.. as int64_t) are clamp's lo and hi, and nan_to_num's
+** replacements for NaN, +inf and -inf. round is to nearest, ties to even (rint under the
+** default rounding mode), as in NumPy and PyTorch. */
 #define QT_UNOP_LIST(X, P)                                                      \
-  X(P, QT_NEG, "neg", 1, -x, (U)0 - (U)x)                                       \
-  X(P, QT_ABS, "abs", 1, fabs(x), (qt_is_negative(x) ? (U)0 - (U)x : (U)x))     \
-  X(P, QT_EXP, "exp", 0, exp(x), 0)                                             \
-  X(P, QT_LOG, "log", 0, log(x), 0)                                             \
-  X(P, QT_SQRT, "sqrt", 0, sqrt(x), 0)                                          \
-  X(P, QT_TANH, "tanh", 0, tanh(x), 0)                                          \
-  X(P, QT_SIGMOID, "sigmoid", 0, (T)1 / ((T)1 + exp(-x)), 0)                    \
-  X(P, QT_RELU, "relu", 1, (x < 0 ? (T)0 : x), (qt_is_negative(x) ? 0 : x))    \
-  X(P, QT_CLAMP, "clamp", 1, QT_CLAMP(x, lo_f, hi_f), QT_CLAMP((int64_t)x, lo_i, hi_i))
+  X(P, QT_NEG, "neg", 1, SAME, -x, (U)0 - (U)x)                                 \
+  X(P, QT_ABS, "abs", 1, SAME, fabs(x), (qt_is_negative(x) ? (U)0 - (U)x : (U)x)) \
+  X(P, QT_EXP, "exp", 0, SAME, exp(x), 0)                                       \
+  X(P, QT_LOG, "log", 0, SAME, log(x), 0)                                       \
+  X(P, QT_SQRT, "sqrt", 0, SAME, sqrt(x), 0)                                    \
+  X(P, QT_TANH, "tanh", 0, SAME, tanh(x), 0)                                    \
+  X(P, QT_SIGMOID, "sigmoid", 0, SAME, (T)1 / ((T)1 + exp(-x)), 0)              \
+  X(P, QT_RELU, "relu", 1, SAME, (x < 0 ? (T)0 : x), (qt_is_negative(x) ? 0 : x)) \
+  X(P, QT_CLAMP, "clamp", 1, SAME, QT_CLAMP(x, p0, p1), QT_CLAMP((int64_t)x, p0_i, p1_i)) \
+  X(P, QT_SIN, "sin", 0, SAME, sin(x), 0)                                       \
+  X(P, QT_COS, "cos", 0, SAME, cos(x), 0)                                       \
+  X(P, QT_TAN, "tan", 0, SAME, tan(x), 0)                                       \
+  X(P, QT_ASIN, "asin", 0, SAME, asin(x), 0)                                    \
+  X(P, QT_ACOS, "acos", 0, SAME, acos(x), 0)                                    \
+  X(P, QT_ATAN, "atan", 0, SAME, atan(x), 0)                                    \
+  X(P, QT_SINH, "sinh", 0, SAME, sinh(x), 0)                                    \
+  X(P, QT_COSH, "cosh", 0, SAME, cosh(x), 0)                                    \
+  X(P, QT_ASINH, "asinh", 0, SAME, asinh(x), 0)                                 \
+  X(P, QT_ACOSH, "acosh", 0, SAME, acosh(x), 0)                                 \
+  X(P, QT_ATANH, "atanh", 0, SAME, atanh(x), 0)                                 \
+  X(P, QT_FLOOR, "floor", 1, SAME, floor(x), x)                                 \
+  X(P, QT_CEIL, "ceil", 1, SAME, ceil(x), x)                                    \
+  X(P, QT_ROUND, "round", 1, SAME, rint(x), x)                                  \
+  X(P, QT_TRUNC, "trunc", 1, SAME, trunc(x), x)                                 \
+  X(P, QT_FRAC, "frac", 0, SAME, x - trunc(x), 0)                               \
+  X(P, QT_SIGN, "sign", 1, SAME, (x != x ? x : (T)((x > 0) - (x < 0))),         \
+    (x > 0) - qt_is_negative(x))                                                \
+  X(P, QT_LOG1P, "log1p", 0, SAME, log1p(x), 0)                                 \
+  X(P, QT_EXPM1, "expm1", 0, SAME, expm1(x), 0)                                 \
+  X(P, QT_LOG2, "log2", 0, SAME, log2(x), 0)                                    \
+  X(P, QT_LOG10, "log10", 0, SAME, log10(x), 0)                                 \
+  X(P, QT_EXP2, "exp2", 0, SAME, exp2(x), 0)                                    \
+  X(P, QT_RSQRT, "rsqrt", 0, SAME, (T)1 / sqrt(x), 0)                           \
+  X(P, QT_RECIPROCAL, "reciprocal", 0, SAME, (T)1 / x, 0)                       \
+  X(P, QT_SQUARE, "square", 1, SAME, x * x, (U)x * (U)x)                        \
+  X(P, QT_ERF, "erf", 0, SAME, erf(x), 0)                                       \
+  X(P, QT_ERFC, "erfc", 0, SAME, erfc(x), 0)                                    \
+  X(P, QT_ERFINV, "erfinv", 0, SAME, QT_ERFINV(T, x), 0)                        \
+  X(P, QT_LGAMMA, "lgamma", 0, SAME, QT_LGAMMA(T, x), 0)                        \
+  X(P, QT_SOFTPLUS, "softplus", 0, SAME, (x > (T)20 ? x : log1p(exp(x))), 0)    \
+  X(P, QT_GELU, "gelu", 0, SAME, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)), 0) \
+  X(P, QT_SILU, "silu", 0, SAME, x / ((T)1 + exp(-x)), 0)                       \
+  X(P, QT_ISNAN, "isnan", 1, BOOL, x != x, 0)                                   \
+  X(P, QT_ISINF, "isinf", 1, BOOL, fabs(x) == (T)INFINITY, 0)                   \
+  X(P, QT_ISFINITE, "isfinite", 1, BOOL, (x == x) & (fabs(x) != (T)INFINITY), 1) \
+  X(P, QT_NAN_TO_NUM, "nan_to_num", 1, SAME,                                    \
+    (x != x ? p0 : x == (T)INFINITY ? p1 : x == -(T)INFINITY ? p2 : x), x)
 
 #endif

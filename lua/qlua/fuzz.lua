@@ -1108,7 +1108,8 @@ function M.run(opts)
   end
   for _, op in ipairs({ "add", "sub", "mul", "div", "pow", "maximum", "minimum",
                         "eq", "ne", "lt", "le", "gt", "ge",
-                        "logical_and", "logical_or", "logical_xor" }) do
+                        "logical_and", "logical_or", "logical_xor",
+                        "atan2", "hypot", "fmod", "remainder", "floor_divide" }) do
     entry { name = op, kind = "method", ret = "tensor", gen = g_operand, expect = binary_expect }
     entry { name = op .. "_", kind = "method", ret = "self", mutates = true, gen = g_operand }
   end
@@ -1116,9 +1117,37 @@ function M.run(opts)
           expect = same_shape_expect }
   entry { name = "logical_not_", kind = "method", gen = function() end, ret = "self",
           mutates = true }
-  for _, op in ipairs({ "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu" }) do
+  for _, op in ipairs({ "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu",
+                        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+                        "acosh", "atanh", "floor", "ceil", "round", "trunc", "frac", "sign",
+                        "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal",
+                        "square", "erf", "erfc", "erfinv", "lgamma", "softplus", "gelu",
+                        "silu" }) do
     entry { name = op, kind = "method", gen = function() end, ret = "tensor", expect = same_shape_expect }
     entry { name = op .. "_", kind = "method", gen = function() end, ret = "self", mutates = true }
+  end
+  for _, op in ipairs({ "isnan", "isinf", "isfinite" }) do
+    entry { name = op, kind = "method", gen = function() end, ret = "tensor", expect = same_shape_expect }
+  end
+  local function g_nan_to_num(a)
+    a.n = 3
+    for k = 1, 3 do a[k] = R:chance(0.5) and g_number() or nil end
+  end
+  entry { name = "nan_to_num", kind = "method", gen = g_nan_to_num, ret = "tensor",
+          expect = same_shape_expect }
+  entry { name = "nan_to_num_", kind = "method", gen = g_nan_to_num, ret = "self", mutates = true }
+  entry { name = "lerp", kind = "method", ret = "tensor",
+          gen = function(a, shape, self)
+            g_like(a, shape, self)                                  -- the end point
+            if R:chance(0.5) then a.n = 2; a[2] = g_number() else g_like(a, shape, self) end
+          end }
+  for _, op in ipairs({ "addcmul_", "addcdiv_" }) do
+    entry { name = op, kind = "method", ret = "self", mutates = true,
+            gen = function(a, shape, self)
+              g_like(a, shape, self)
+              g_like(a, shape, self)
+              if R:chance(0.5) then a.n = 3; a[3] = g_number() end
+            end }
   end
   local function g_bounds(a)
     a.n = 3
@@ -1527,6 +1556,8 @@ function M.run(opts)
     { "add", "a + b", { "add", "__add" } }, { "sub", "a - b", { "sub", "__sub" } },
     { "mul", "a * b", { "mul", "__mul" } }, { "div", "a / b", { "div", "__div" } },
     { "pow", "a ^ b", { "pow", "__pow" } },
+    { "remainder", "a % b", { "remainder", "__mod" } },
+    { "floor_divide", "a // b", { "floor_divide", "__idiv" } },
   }
   for _, o in ipairs(OPS) do
     entry { name = o[1], kind = "op", ret = "tensor", names = o[3], src = o[2], weight = 2,

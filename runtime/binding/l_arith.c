@@ -1,7 +1,8 @@
 /*
 ** l_arith.c — the qlua.Tensor methods of elementwise arithmetic: the binary ops with a
-** tensor or a number on either side (add ... logical_xor, and their in-place forms), the
-** unary ops, clamp, fill_ and zero_, and the operator metamethods (+ - * / ^ and unary -).
+** tensor or a number on either side (add ... floor_divide, and their in-place forms), the
+** unary ops (neg ... isfinite), clamp, nan_to_num, lerp, addcmul_/addcdiv_, fill_ and zero_,
+** and the operator metamethods (+ - * / % // ^ and unary -).
 ** l_tensor.c registers lq_arith_methods and lq_arith_metamethods with the others.
 */
 #include <math.h>
@@ -88,6 +89,11 @@ T_BINARY(ge, QT_GE)
 T_BINARY(logical_and, QT_LOGICAL_AND)
 T_BINARY(logical_or, QT_LOGICAL_OR)
 T_BINARY(logical_xor, QT_LOGICAL_XOR)
+T_BINARY(atan2, QT_ATAN2)
+T_BINARY(hypot, QT_HYPOT)
+T_BINARY(fmod, QT_FMOD)
+T_BINARY(remainder, QT_REMAINDER)
+T_BINARY(floor_divide, QT_FLOOR_DIVIDE)
 
 /* logical_not is t == 0 (NaN is nonzero, so true, and its not false, as in NumPy). */
 static int t_logical_not(lua_State *L) {
@@ -114,30 +120,30 @@ static int t_meta_sub(lua_State *L) { return t_arith(L, QT_SUB); }
 static int t_meta_mul(lua_State *L) { return t_arith(L, QT_MUL); }
 static int t_meta_div(lua_State *L) { return t_arith(L, QT_DIV); }
 static int t_meta_pow(lua_State *L) { return t_arith(L, QT_POW); }
+static int t_meta_mod(lua_State *L) { return t_arith(L, QT_REMAINDER); }   /* Lua's % */
+static int t_meta_idiv(lua_State *L) { return t_arith(L, QT_FLOOR_DIVIDE); }  /* Lua's // */
 
-static int t_unary(lua_State *L, qt_unop op, const char *name, qt_scalar lo, qt_scalar hi) {
+static int t_unary(lua_State *L, qt_unop op, const char *name, const qt_unop_params *params) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *a = lq_checklive(L, 1, name);
   qt_tensor *out = lq_newtensor(L);
-  if (qt_unary(ctx, out, op, a, lo, hi) != 0) return lq_raise(L, ctx);
+  if (qt_unary(ctx, out, op, a, params) != 0) return lq_raise(L, ctx);
   return 1;
 }
 
-static int t_unary_(lua_State *L, qt_unop op, const char *name, qt_scalar lo, qt_scalar hi) {
+static int t_unary_(lua_State *L, qt_unop op, const char *name, const qt_unop_params *params) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *a = lq_checklive(L, 1, name);
-  if (qt_unary_(ctx, op, a, lo, hi) != 0) return lq_raise(L, ctx);
+  if (qt_unary_(ctx, op, a, params) != 0) return lq_raise(L, ctx);
   lua_settop(L, 1);
   return 1;
 }
 
+#define T_UNARY_OUT(name, OP) \
+  static int t_##name(lua_State *L) { return t_unary(L, OP, #name, NULL); }
 #define T_UNARY(name, OP)                                                             \
-  static int t_##name(lua_State *L) {                                                 \
-    return t_unary(L, OP, #name, qt_scalar_i(0), qt_scalar_i(0));                     \
-  }                                                                                   \
-  static int t_##name##_(lua_State *L) {                                              \
-    return t_unary_(L, OP, #name "_", qt_scalar_i(0), qt_scalar_i(0));                \
-  }
+  T_UNARY_OUT(name, OP)                                                               \
+  static int t_##name##_(lua_State *L) { return t_unary_(L, OP, #name "_", NULL); }
 
 T_UNARY(neg, QT_NEG)
 T_UNARY(abs, QT_ABS)
@@ -147,10 +153,110 @@ T_UNARY(sqrt, QT_SQRT)
 T_UNARY(tanh, QT_TANH)
 T_UNARY(sigmoid, QT_SIGMOID)
 T_UNARY(relu, QT_RELU)
+T_UNARY(sin, QT_SIN)
+T_UNARY(cos, QT_COS)
+T_UNARY(tan, QT_TAN)
+T_UNARY(asin, QT_ASIN)
+T_UNARY(acos, QT_ACOS)
+T_UNARY(atan, QT_ATAN)
+T_UNARY(sinh, QT_SINH)
+T_UNARY(cosh, QT_COSH)
+T_UNARY(asinh, QT_ASINH)
+T_UNARY(acosh, QT_ACOSH)
+T_UNARY(atanh, QT_ATANH)
+T_UNARY(floor, QT_FLOOR)
+T_UNARY(ceil, QT_CEIL)
+T_UNARY(round, QT_ROUND)
+T_UNARY(trunc, QT_TRUNC)
+T_UNARY(frac, QT_FRAC)
+T_UNARY(sign, QT_SIGN)
+T_UNARY(log1p, QT_LOG1P)
+T_UNARY(expm1, QT_EXPM1)
+T_UNARY(log2, QT_LOG2)
+T_UNARY(log10, QT_LOG10)
+T_UNARY(exp2, QT_EXP2)
+T_UNARY(rsqrt, QT_RSQRT)
+T_UNARY(reciprocal, QT_RECIPROCAL)
+T_UNARY(square, QT_SQUARE)
+T_UNARY(erf, QT_ERF)
+T_UNARY(erfc, QT_ERFC)
+T_UNARY(erfinv, QT_ERFINV)
+T_UNARY(lgamma, QT_LGAMMA)
+T_UNARY(softplus, QT_SOFTPLUS)
+T_UNARY(gelu, QT_GELU)
+T_UNARY(silu, QT_SILU)
+T_UNARY_OUT(isnan, QT_ISNAN)
+T_UNARY_OUT(isinf, QT_ISINF)
+T_UNARY_OUT(isfinite, QT_ISFINITE)
 
-static int t_meta_unm(lua_State *L) {
-  return t_unary(L, QT_NEG, "neg", qt_scalar_i(0), qt_scalar_i(0));
+/* nan_to_num([nan = 0] [, posinf] [, neginf]): NumPy's defaults, the dtype's largest and
+** lowest finite values (float32's for a float32 tensor). Integer tensors are returned as
+** a copy (they hold no NaN or inf). */
+static qt_unop_params t_nan_to_num_params(lua_State *L, const qt_tensor *t, const char *op) {
+  qt_unop_params p;
+  memset(&p, 0, sizeof p);
+  double big = t->dtype == QT_F32 ? 3.40282346638528859812e+38 : 1.79769313486231570815e+308;
+  double dflt[3] = { 0.0, big, -big };
+  for (int k = 0; k < 3; k++) {
+    double v = dflt[k];
+    if (!lua_isnoneornil(L, 2 + k)) {
+      if (lua_type(L, 2 + k) != LUA_TNUMBER)
+        luaL_error(L, "%s: argument %d must be a number or nil, got %s", op, 2 + k - 1,
+                   luaL_typename(L, 2 + k));
+      v = lua_tonumber(L, 2 + k);
+    }
+    p.v[k] = qt_scalar_from_double(v);
+  }
+  return p;
 }
+
+static int t_nan_to_num(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "nan_to_num");
+  qt_unop_params p = t_nan_to_num_params(L, t, "nan_to_num");
+  return t_unary(L, QT_NAN_TO_NUM, "nan_to_num", &p);
+}
+
+static int t_nan_to_num_(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "nan_to_num_");
+  qt_unop_params p = t_nan_to_num_params(L, t, "nan_to_num_");
+  return t_unary_(L, QT_NAN_TO_NUM, "nan_to_num_", &p);
+}
+
+/* a:lerp(b, w): w a number or a tensor. */
+static int t_lerp(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, "lerp");
+  qt_tensor *b = qlua_totensor(L, 2);
+  if (b == NULL) luaL_typeerror(L, 2, "qlua.Tensor");
+  qt_tensor *w = qlua_totensor(L, 3);
+  double wv = 0;
+  if (w == NULL) {
+    if (lua_type(L, 3) != LUA_TNUMBER) luaL_typeerror(L, 3, "qlua.Tensor or number");
+    wv = lua_tonumber(L, 3);
+  }
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_lerp(ctx, out, a, b, w, wv) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* t:addcmul_(a, b [, value = 1]) and t:addcdiv_(a, b [, value = 1]). */
+static int t_addc_(lua_State *L, qt_binop op, const char *name) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, name);
+  qt_tensor *a = qlua_totensor(L, 2), *b = qlua_totensor(L, 3);
+  if (a == NULL) luaL_typeerror(L, 2, "qlua.Tensor");
+  if (b == NULL) luaL_typeerror(L, 3, "qlua.Tensor");
+  bool is_float = false;
+  qt_scalar v = qt_scalar_i(1);
+  if (!lua_isnoneornil(L, 4)) v = t_checkoperand(L, 4, &is_float);
+  if (qt_addc_(ctx, t, op, a, b, v, is_float) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+static int t_addcmul_(lua_State *L) { return t_addc_(L, QT_MUL, "addcmul_"); }
+static int t_addcdiv_(lua_State *L) { return t_addc_(L, QT_DIV, "addcdiv_"); }
+
+static int t_meta_unm(lua_State *L) { return t_unary(L, QT_NEG, "neg", NULL); }
 
 /* A clamp bound: nil is no bound (+-inf, and the int64 extremes for integer tensors).
 ** *is_float is set when the bound is a Lua float: an integer tensor then clamps in float64
@@ -231,6 +337,24 @@ const lq_Reg lq_arith_methods[] = {
   {"neg_", t_neg_, 1}, {"abs_", t_abs_, 1}, {"exp_", t_exp_, 1}, {"log_", t_log_, 1},
   {"sqrt_", t_sqrt_, 1}, {"tanh_", t_tanh_, 1}, {"sigmoid_", t_sigmoid_, 1},
   {"relu_", t_relu_, 1}, {"clamp_", t_clamp_, 3},
+  {"atan2", t_atan2, 2}, {"hypot", t_hypot, 2}, {"fmod", t_fmod, 2},
+  {"remainder", t_remainder, 2}, {"floor_divide", t_floor_divide, 2},
+  {"atan2_", t_atan2_, 2}, {"hypot_", t_hypot_, 2}, {"fmod_", t_fmod_, 2},
+  {"remainder_", t_remainder_, 2}, {"floor_divide_", t_floor_divide_, 2},
+#define T_UNARY_ENTRIES(name) {#name, t_##name, 1}, {#name "_", t_##name##_, 1},
+  T_UNARY_ENTRIES(sin) T_UNARY_ENTRIES(cos) T_UNARY_ENTRIES(tan) T_UNARY_ENTRIES(asin)
+  T_UNARY_ENTRIES(acos) T_UNARY_ENTRIES(atan) T_UNARY_ENTRIES(sinh) T_UNARY_ENTRIES(cosh)
+  T_UNARY_ENTRIES(asinh) T_UNARY_ENTRIES(acosh) T_UNARY_ENTRIES(atanh)
+  T_UNARY_ENTRIES(floor) T_UNARY_ENTRIES(ceil) T_UNARY_ENTRIES(round) T_UNARY_ENTRIES(trunc)
+  T_UNARY_ENTRIES(frac) T_UNARY_ENTRIES(sign) T_UNARY_ENTRIES(log1p) T_UNARY_ENTRIES(expm1)
+  T_UNARY_ENTRIES(log2) T_UNARY_ENTRIES(log10) T_UNARY_ENTRIES(exp2) T_UNARY_ENTRIES(rsqrt)
+  T_UNARY_ENTRIES(reciprocal) T_UNARY_ENTRIES(square) T_UNARY_ENTRIES(erf)
+  T_UNARY_ENTRIES(erfc) T_UNARY_ENTRIES(erfinv) T_UNARY_ENTRIES(lgamma)
+  T_UNARY_ENTRIES(softplus) T_UNARY_ENTRIES(gelu) T_UNARY_ENTRIES(silu)
+#undef T_UNARY_ENTRIES
+  {"isnan", t_isnan, 1}, {"isinf", t_isinf, 1}, {"isfinite", t_isfinite, 1},
+  {"nan_to_num", t_nan_to_num, 4}, {"nan_to_num_", t_nan_to_num_, 4},
+  {"lerp", t_lerp, 3}, {"addcmul_", t_addcmul_, 4}, {"addcdiv_", t_addcdiv_, 4},
   {"fill_", t_fill_, 2}, {"zero_", t_zero_, 1},
   {NULL, NULL, 0}
 };
@@ -239,5 +363,6 @@ const lq_Reg lq_arith_metamethods[] = {
   {"__add", t_meta_add, LQ_VARARGS}, {"__sub", t_meta_sub, LQ_VARARGS},
   {"__mul", t_meta_mul, LQ_VARARGS}, {"__div", t_meta_div, LQ_VARARGS},
   {"__pow", t_meta_pow, LQ_VARARGS}, {"__unm", t_meta_unm, LQ_VARARGS},
+  {"__mod", t_meta_mod, LQ_VARARGS}, {"__idiv", t_meta_idiv, LQ_VARARGS},
   {NULL, NULL, 0}
 };

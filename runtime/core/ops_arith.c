@@ -26,7 +26,7 @@ static int ops_bool_refused(qt_ctx *ctx, const char *name, qt_binop op) {
 static int ops_binary_dtype(qt_ctx *ctx, const char *name, qt_binop op, qt_dtype a, qt_dtype b,
                             qt_dtype *compute) {
   qt_dtype d = qt_promote(a, b);
-  if (op == QT_DIV && !qt_is_float(d)) d = QT_F64;
+  if (!qt_binop_takes_ints(op) && !qt_is_float(d)) d = QT_F64;
   if (qt_is_bool(d) && ops_bool_refused(ctx, name, op)) return -1;
   *compute = d;
   return 0;
@@ -60,7 +60,7 @@ static int ops_scalar_dtypes(qt_ctx *ctx, const char *name, qt_binop op, qt_dtyp
   bool logical = op == QT_LOGICAL_AND || op == QT_LOGICAL_OR || op == QT_LOGICAL_XOR;
   if (logical) {
     /* any number is read through nonzero, in the tensor's own dtype */
-  } else if (!qt_is_float(a) && (s_is_float || op == QT_DIV)) {
+  } else if (!qt_is_float(a) && (s_is_float || !qt_binop_takes_ints(op))) {
     d = QT_F64;
   } else if (qt_is_bool(a) && !(gives_bool && (s->i == 0 || s->i == 1))) {
     d = QT_I64;  /* a comparison with 0 or 1 stays in bool */
@@ -307,11 +307,16 @@ static int64_t ops_saturate(int64_t v, int64_t lo, int64_t hi) {
   return v < lo ? lo : v > hi ? hi : v;
 }
 
-static void ops_unop_params(qt_unop op, qt_dtype dtype, qt_scalar *lo, qt_scalar *hi) {
-  if (op != QT_CLAMP || qt_is_float(dtype)) return;
-  int64_t min = qt_dtypes[dtype].min, max = qt_dtypes[dtype].max;
-  lo->i = ops_saturate(lo->i, min, max);
-  hi->i = ops_saturate(hi->i, min, max);
+static qt_unop_params ops_unop_params(qt_unop op, qt_dtype dtype, const qt_unop_params *given) {
+  qt_unop_params p;
+  memset(&p, 0, sizeof p);
+  if (given != NULL) p = *given;
+  if (op == QT_CLAMP && !qt_is_float(dtype)) {
+    int64_t min = qt_dtypes[dtype].min, max = qt_dtypes[dtype].max;
+    p.v[0].i = ops_saturate(p.v[0].i, min, max);
+    p.v[1].i = ops_saturate(p.v[1].i, min, max);
+  }
+  return p;
 }
 
 static int ops_check_unop(qt_ctx *ctx, qt_unop op) {
@@ -327,10 +332,10 @@ static int ops_check_unop_dtype(qt_ctx *ctx, const char *name, qt_unop op, qt_dt
   return 0;
 }
 
-/* float_params: lo/hi are float numbers (clamp bounds), so an integer tensor computes in
-** float64, as with a float scalar in a binary op. */
-static int ops_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar lo,
-                     qt_scalar hi, bool float_params) {
+/* float_params: the parameters are float numbers (clamp bounds), so an integer tensor
+** computes in float64, as with a float scalar in a binary op. */
+static int ops_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a,
+                     const qt_unop_params *given, bool float_params) {
   if (ops_check_unop(ctx, op)) return -1;
   const char *name = qt_unop_name(op);
   if (ops_live(ctx, name, a) || ops_check_unop_dtype(ctx, name, op, a->dtype)) return -1;
@@ -338,19 +343,20 @@ static int ops_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a
   if (dev->iface->unary == NULL) return ops_unsupported(ctx, name, dev);
   bool wants_float = !qt_unop_takes_ints(op) || float_params;
   qt_dtype dtype = (wants_float && !qt_is_float(a->dtype)) ? QT_F64 : a->dtype;
-  ops_unop_params(op, dtype, &lo, &hi);
+  qt_dtype result = qt_unop_gives_bool(op) ? QT_BOOL : dtype;
+  qt_unop_params params = ops_unop_params(op, dtype, given);
 
   int rc = -1;
   qt_tensor ca, res;
   qt_tensor_init(&ca);
   qt_tensor_init(&res);
-  if (ops_cast(ctx, name, &ca, a, dtype) || ops_alloc_like(ctx, name, &res, a, dtype))
+  if (ops_cast(ctx, name, &ca, a, dtype) || ops_alloc_like(ctx, name, &res, a, result))
     goto cleanup;
   if (qt_numel(&res) > 0) {
     qt_view dv, sv;
     qt_view_of(&dv, &res);
     qt_view_of(&sv, &ca);
-    if (dev->iface->unary(dev, op, &dv, &sv, lo, hi, &ctx->err)) goto cleanup;
+    if (dev->iface->unary(dev, op, &dv, &sv, &params, &ctx->err)) goto cleanup;
   }
   *out = res;
   qt_tensor_init(&res);
@@ -361,12 +367,12 @@ cleanup:
   return rc;
 }
 
-int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a, qt_scalar lo,
-             qt_scalar hi) {
-  return ops_unary(ctx, out, op, a, lo, hi, false);
+int qt_unary(qt_ctx *ctx, qt_tensor *out, qt_unop op, const qt_tensor *a,
+             const qt_unop_params *params) {
+  return ops_unary(ctx, out, op, a, params, false);
 }
 
-static int ops_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar lo, qt_scalar hi,
+static int ops_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, const qt_unop_params *given,
                       bool float_params) {
   if (ops_check_unop(ctx, op)) return -1;
   char name[24];
@@ -374,25 +380,119 @@ static int ops_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar lo, qt_sc
   if (ops_live(ctx, name, a) || ops_check_unop_dtype(ctx, name, op, a->dtype)) return -1;
   qt_device *dev = ops_device(a);
   if (dev->iface->unary == NULL) return ops_unsupported(ctx, name, dev);
+  if (qt_unop_gives_bool(op))
+    return qt_errorf(&ctx->err, "%s: has no in-place form (its result is bool)", name);
   if ((!qt_unop_takes_ints(op) || float_params) && !qt_is_float(a->dtype))
     return ops_check_storable(ctx, name, QT_F64, a->dtype);
   if (ops_check_writable(ctx, name, a)) return -1;
   if (qt_numel(a) == 0) return 0;
-  ops_unop_params(op, a->dtype, &lo, &hi);
+  qt_unop_params params = ops_unop_params(op, a->dtype, given);
   qt_view v;
   qt_view_of(&v, a);
-  return dev->iface->unary(dev, op, &v, &v, lo, hi, &ctx->err);
+  return dev->iface->unary(dev, op, &v, &v, &params, &ctx->err);
 }
 
-int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, qt_scalar lo, qt_scalar hi) {
-  return ops_unary_(ctx, op, a, lo, hi, false);
+int qt_unary_(qt_ctx *ctx, qt_unop op, qt_tensor *a, const qt_unop_params *params) {
+  return ops_unary_(ctx, op, a, params, false);
+}
+
+static qt_unop_params ops_clamp_params(qt_scalar lo, qt_scalar hi) {
+  qt_unop_params p;
+  memset(&p, 0, sizeof p);
+  p.v[0] = lo;
+  p.v[1] = hi;
+  return p;
 }
 
 int qt_clamp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, qt_scalar lo, qt_scalar hi,
              bool float_bounds) {
-  return ops_unary(ctx, out, QT_CLAMP, a, lo, hi, float_bounds);
+  qt_unop_params p = ops_clamp_params(lo, hi);
+  return ops_unary(ctx, out, QT_CLAMP, a, &p, float_bounds);
 }
 
 int qt_clamp_(qt_ctx *ctx, qt_tensor *a, qt_scalar lo, qt_scalar hi, bool float_bounds) {
-  return ops_unary_(ctx, QT_CLAMP, a, lo, hi, float_bounds);
+  qt_unop_params p = ops_clamp_params(lo, hi);
+  return ops_unary_(ctx, QT_CLAMP, a, &p, float_bounds);
+}
+
+/* ================================================================== compositions */
+
+/* The ops below are compositions of the elementwise ops above, so each device runs them
+** with the kernels it already has (a few passes where one fused kernel could do; none of
+** them is on a hot path of the programs issue 13 measured). */
+
+/* lerp: PyTorch's formula, exact at both ends: a + w (b - a) for |w| < 0.5, else
+** b - (b - a)(1 - w). a, b and a tensor w broadcast together; float dtypes only (integer
+** inputs compute in float64, as the float-only ops do). */
+int qt_lerp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b,
+            const qt_tensor *w_tensor, double w) {
+  if (ops_live(ctx, "lerp", a) || ops_live(ctx, "lerp", b) ||
+      ops_same_device(ctx, "lerp", a, b) ||
+      (w_tensor != NULL && (ops_live(ctx, "lerp", w_tensor) ||
+                            ops_same_device(ctx, "lerp", a, w_tensor))))
+    return -1;
+  qt_dtype dtype = qt_promote(a->dtype, b->dtype);
+  if (w_tensor != NULL) dtype = qt_promote(dtype, w_tensor->dtype);
+  if (!qt_is_float(dtype)) dtype = QT_F64;
+  int rc = -1;
+  /* d = b - a; near_a = a + w d; near_b = b - (1 - w) d; the result picks by |w| < 0.5 */
+  qt_tensor fa, fb, fw, d, wd, omw, omwd, near_a, near_b, absw, mask, res;
+  qt_tensor *all[] = { &fa, &fb, &fw, &d, &wd, &omw, &omwd, &near_a, &near_b, &absw, &mask,
+                       &res };
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qt_tensor_init(all[i]);
+  if (ops_cast(ctx, "lerp", &fa, a, dtype) || ops_cast(ctx, "lerp", &fb, b, dtype) ||
+      qt_binary(ctx, &d, QT_SUB, &fb, &fa))
+    goto cleanup;
+  if (w_tensor == NULL) {
+    bool low = w != w || fabs(w) < 0.5;
+    if (qt_binary_scalar(ctx, &wd, QT_MUL, &d, qt_scalar_from_double(low ? w : 1 - w), true,
+                         false) ||
+        qt_binary(ctx, &res, low ? QT_ADD : QT_SUB, low ? &fa : &fb, &wd))
+      goto cleanup;
+  } else {
+    qt_where_arg pick_a = { &near_a, qt_scalar_i(0), false, false };
+    qt_where_arg pick_b = { &near_b, qt_scalar_i(0), false, false };
+    if (ops_cast(ctx, "lerp", &fw, w_tensor, dtype) || qt_binary(ctx, &wd, QT_MUL, &d, &fw) ||
+        qt_binary(ctx, &near_a, QT_ADD, &fa, &wd) ||
+        qt_binary_scalar(ctx, &omw, QT_SUB, &fw, qt_scalar_i(1), false, true) ||
+        qt_binary(ctx, &omwd, QT_MUL, &d, &omw) || qt_binary(ctx, &near_b, QT_SUB, &fb, &omwd) ||
+        qt_unary(ctx, &absw, QT_ABS, &fw, NULL) ||
+        qt_binary_scalar(ctx, &mask, QT_LT, &absw, qt_scalar_from_double(0.5), true, false) ||
+        qt_where(ctx, &res, &mask, &pick_a, &pick_b))
+      goto cleanup;
+  }
+  *out = res;
+  qt_tensor_init(&res);
+  rc = 0;
+cleanup:
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qt_tensor_release(all[i]);
+  if (rc != 0) {
+    static const char *const parts[] = { "sub", "mul", "add", "abs", "lt", "where" };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+      qt_err_rename(&ctx->err, parts[i], "lerp");
+  }
+  return rc;
+}
+
+/* t += value * (a op b), op mul (addcmul_) or div (addcdiv_), a and b broadcast to t. */
+int qt_addc_(qt_ctx *ctx, qt_tensor *t, qt_binop op, const qt_tensor *a, const qt_tensor *b,
+             qt_scalar value, bool value_is_float) {
+  const char *name = op == QT_MUL ? "addcmul_" : "addcdiv_";
+  if (ops_live(ctx, name, t) || ops_live(ctx, name, a) || ops_live(ctx, name, b)) return -1;
+  int rc = -1;
+  qt_tensor prod, scaled;
+  qt_tensor_init(&prod);
+  qt_tensor_init(&scaled);
+  if (qt_binary(ctx, &prod, op, a, b) == 0 &&
+      qt_binary_scalar(ctx, &scaled, QT_MUL, &prod, value, value_is_float, false) == 0 &&
+      qt_binary_(ctx, QT_ADD, t, &scaled) == 0)
+    rc = 0;
+  if (rc != 0) {
+    qt_err_rename(&ctx->err, qt_binop_name(op), name);
+    qt_err_rename(&ctx->err, "mul", name);
+    qt_err_rename(&ctx->err, "add_", name);
+  }
+  qt_tensor_release(&prod);
+  qt_tensor_release(&scaled);
+  return rc;
 }

@@ -15,9 +15,16 @@
 
 /* ================================================================== creation */
 
+/* A bool tensor is never left uninitialised: every bool must hold 0 or 1 (reading any
+** other byte as a C bool is undefined), so empty() of bool gives false everywhere. */
 int qt_empty(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, int ndim,
              const int64_t *size) {
-  return ops_alloc(ctx, "empty", out, dev, dtype, ndim, size);
+  if (ops_alloc(ctx, "empty", out, dev, dtype, ndim, size)) return -1;
+  if (qt_is_bool(dtype) && qt_numel(out) > 0 && qt_fill_(ctx, out, qt_scalar_i(0)) != 0) {
+    qt_tensor_release(out);
+    return qt_err_rename(&ctx->err, "fill_", "empty");
+  }
+  return 0;
 }
 
 /* Contiguous host bytes into a new tensor through the device's upload slot (the CPU

@@ -122,15 +122,32 @@ int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
 ** passed down in P. */
 #define CPU_BINARY_FNS_(P, E, sfx, name, T, U, size, kind) \
   QT_BINOP_LIST(CPU_BINARY_FN_, (sfx, T, U, kind))
-#define CPU_BINARY_FN_(P, OP, name, result, fexpr, iexpr) \
-  QT_PP_CALL(CPU_BINARY_FN_AT_, QT_PP_UNPAREN P, OP, result, fexpr, iexpr)
-#define CPU_BINARY_FN_AT_(sfx, T, U, kind, OP, result, fexpr, iexpr)                 \
-  CPU_BINARY_ROW(cpu_binary_##OP##_##sfx, T, U, QT_BINOP_TYPE_##result(T),           \
-                 QT_PICK_##kind(fexpr, iexpr))
+#define CPU_BINARY_FN_(P, OP, name, ints, result, fexpr, iexpr) \
+  QT_PP_CALL(CPU_BINARY_FN_AT_, QT_PP_UNPAREN P, OP, ints, result, fexpr, iexpr)
+#define CPU_BINARY_FN_AT_(sfx, T, U, kind, OP, ints, result, fexpr, iexpr)           \
+  CPU_BINARY_GEN_##kind##ints(cpu_binary_##OP##_##sfx, T, U, QT_BINOP_TYPE_##result(T), \
+                              QT_PICK_##kind(fexpr, iexpr))
+/* Integer and bool dtypes skip the float-only ops (the core computes those in float64). */
+#define CPU_BINARY_GEN_FLOAT0(NAME, T, U, R, expr) CPU_BINARY_ROW(NAME, T, U, R, expr)
+#define CPU_BINARY_GEN_FLOAT1(NAME, T, U, R, expr) CPU_BINARY_ROW(NAME, T, U, R, expr)
+#define CPU_BINARY_GEN_INT0(NAME, T, U, R, expr)
+#define CPU_BINARY_GEN_INT1(NAME, T, U, R, expr) CPU_BINARY_ROW(NAME, T, U, R, expr)
+#define CPU_BINARY_GEN_BOOL0(NAME, T, U, R, expr)
+#define CPU_BINARY_GEN_BOOL1(NAME, T, U, R, expr) CPU_BINARY_ROW(NAME, T, U, R, expr)
 QT_DTYPE_LIST(CPU_BINARY_FNS_, ~)
 
-#define CPU_BINARY_TABLE_ROW_(P, E, sfx, ...) [E] = { QT_BINOP_LIST(CPU_BINARY_ENTRY_, sfx) },
-#define CPU_BINARY_ENTRY_(sfx, OP, ...) [OP] = cpu_binary_##OP##_##sfx,
+/* [dtype][op]; NULL: a float-only op on an integer dtype. */
+#define CPU_BINARY_TABLE_ROW_(P, E, sfx, name, T, U, size, kind) \
+  [E] = { QT_BINOP_LIST(CPU_BINARY_ENTRY_, (sfx, kind)) },
+#define CPU_BINARY_ENTRY_(P, OP, name, ints, ...) \
+  QT_PP_CALL(CPU_BINARY_ENTRY_AT_, QT_PP_UNPAREN P, OP, ints)
+#define CPU_BINARY_ENTRY_AT_(sfx, kind, OP, ints) [OP] = CPU_BINARY_ENTRY_##kind##ints(OP, sfx),
+#define CPU_BINARY_ENTRY_FLOAT0(OP, sfx) cpu_binary_##OP##_##sfx
+#define CPU_BINARY_ENTRY_FLOAT1(OP, sfx) cpu_binary_##OP##_##sfx
+#define CPU_BINARY_ENTRY_INT0(OP, sfx) NULL
+#define CPU_BINARY_ENTRY_INT1(OP, sfx) cpu_binary_##OP##_##sfx
+#define CPU_BINARY_ENTRY_BOOL0(OP, sfx) NULL
+#define CPU_BINARY_ENTRY_BOOL1(OP, sfx) cpu_binary_##OP##_##sfx
 static const cpu_row_fn cpu_binary_rows[QT_NDTYPES][QT_NBINOPS] = {
   QT_DTYPE_LIST(CPU_BINARY_TABLE_ROW_, ~)
 };
@@ -143,8 +160,12 @@ int cpu_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a
   if (!cpu_dtype_ok(a->dtype) || b->dtype != a->dtype || dst->dtype != result)
     return qt_errorf(err, "%s: operands must have one dtype and the result %s",
                      qt_binop_name(op), qt_binop_gives_bool(op) ? "bool" : "theirs");
+  cpu_row_fn row = cpu_binary_rows[a->dtype][op];
+  if (row == NULL)
+    return qt_errorf(err, "%s: not defined for %s tensors (cast to a float dtype first)",
+                     qt_binop_name(op), qt_dtypes[a->dtype].name);
   const qt_view *views[3] = { dst, a, b };
-  cpu_walk(views, 3, cpu_binary_rows[a->dtype][op], NULL);
+  cpu_walk(views, 3, row, NULL);
   return 0;
 }
 
@@ -170,39 +191,45 @@ int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_
 #pragma GCC optimize("no-math-errno")
 #endif
 
-#define CPU_UNARY_ROW(NAME, ET, EU, EXPR)                                                \
+#define CPU_UNARY_ROW(NAME, ET, EU, ER, EXPR)                                            \
   static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
     typedef ET T;                                                                        \
     typedef EU U;                                                                        \
+    typedef ER R;                                                                        \
     (void)sizeof(U);                                                                     \
-    T *d = (T *)p[0];                                                                    \
+    R *d = (R *)p[0];                                                                    \
     const T *pa = (const T *)p[1];                                                       \
     int64_t sd = s[0], sa = s[1];                                                        \
-    const T lo_f = (T)args->lo_f, hi_f = (T)args->hi_f;                                  \
-    const int64_t lo_i = args->lo_i, hi_i = args->hi_i;                                  \
-    (void)lo_f; (void)hi_f; (void)lo_i; (void)hi_i;                                      \
+    const T p0 = (T)args->param_f[0], p1 = (T)args->param_f[1], p2 = (T)args->param_f[2]; \
+    const int64_t p0_i = args->param_i[0], p1_i = args->param_i[1],                      \
+                  p2_i = args->param_i[2];                                               \
+    (void)p0; (void)p1; (void)p2; (void)p0_i; (void)p1_i; (void)p2_i;                    \
     if (sd == 1 && sa == 1) {                                                            \
-      for (int64_t i = 0; i < n; i++) { T x = pa[i]; d[i] = (T)(EXPR); }                 \
+      for (int64_t i = 0; i < n; i++) { T x = pa[i]; (void)x; d[i] = (R)(EXPR); }        \
     } else {                                                                             \
-      for (int64_t i = 0; i < n; i++) { T x = pa[i * sa]; d[i * sd] = (T)(EXPR); }       \
+      for (int64_t i = 0; i < n; i++) {                                                  \
+        T x = pa[i * sa]; (void)x;                                                       \
+        d[i * sd] = (R)(EXPR);                                                           \
+      }                                                                                  \
     }                                                                                    \
   }
 
 /* Every (dtype, op) the op is defined for: CPU_UNARY_GEN_<kind><ints> makes the row
-** (integer dtypes skip the float-only ops), CPU_UNARY_ENTRY_<kind><ints> its table entry. */
+** (integer and bool dtypes skip the float-only ops), CPU_UNARY_ENTRY_<kind><ints> its
+** table entry. */
 #define CPU_UNARY_FNS_(P, E, sfx, name, T, U, size, kind) \
   QT_UNOP_LIST(CPU_UNARY_FN_, (sfx, T, U, kind))
-#define CPU_UNARY_FN_(P, OP, name, ints, fexpr, iexpr) \
-  QT_PP_CALL(CPU_UNARY_FN_AT_, QT_PP_UNPAREN P, OP, ints, fexpr, iexpr)
-#define CPU_UNARY_FN_AT_(sfx, T, U, kind, OP, ints, fexpr, iexpr) \
-  CPU_UNARY_GEN_##kind##ints(cpu_unary_##OP##_##sfx, T, U, fexpr, iexpr)
-#define CPU_UNARY_GEN_FLOAT0(NAME, T, U, fexpr, iexpr) CPU_UNARY_ROW(NAME, T, U, fexpr)
-#define CPU_UNARY_GEN_FLOAT1(NAME, T, U, fexpr, iexpr) CPU_UNARY_ROW(NAME, T, U, fexpr)
-#define CPU_UNARY_GEN_INT0(NAME, T, U, fexpr, iexpr)
-#define CPU_UNARY_GEN_INT1(NAME, T, U, fexpr, iexpr) CPU_UNARY_ROW(NAME, T, U, iexpr)
-#define CPU_UNARY_GEN_BOOL0(NAME, T, U, fexpr, iexpr)
-#define CPU_UNARY_GEN_BOOL1(NAME, T, U, fexpr, iexpr) \
-  CPU_UNARY_ROW(NAME, T, U, QT_PICK_BOOL(fexpr, iexpr))
+#define CPU_UNARY_FN_(P, OP, name, ints, result, fexpr, iexpr) \
+  QT_PP_CALL(CPU_UNARY_FN_AT_, QT_PP_UNPAREN P, OP, ints, result, fexpr, iexpr)
+#define CPU_UNARY_FN_AT_(sfx, T, U, kind, OP, ints, result, fexpr, iexpr)              \
+  CPU_UNARY_GEN_##kind##ints(cpu_unary_##OP##_##sfx, T, U, QT_BINOP_TYPE_##result(T),  \
+                             QT_PICK_##kind(fexpr, iexpr))
+#define CPU_UNARY_GEN_FLOAT0(NAME, T, U, R, expr) CPU_UNARY_ROW(NAME, T, U, R, expr)
+#define CPU_UNARY_GEN_FLOAT1(NAME, T, U, R, expr) CPU_UNARY_ROW(NAME, T, U, R, expr)
+#define CPU_UNARY_GEN_INT0(NAME, T, U, R, expr)
+#define CPU_UNARY_GEN_INT1(NAME, T, U, R, expr) CPU_UNARY_ROW(NAME, T, U, R, expr)
+#define CPU_UNARY_GEN_BOOL0(NAME, T, U, R, expr)
+#define CPU_UNARY_GEN_BOOL1(NAME, T, U, R, expr) CPU_UNARY_ROW(NAME, T, U, R, expr)
 QT_DTYPE_LIST(CPU_UNARY_FNS_, ~)
 
 /* exp, log, tanh and sigmoid through glibc's libmvec (x86-64; the Makefile defines
@@ -304,26 +331,27 @@ static const cpu_row_fn cpu_unary_rows[QT_NDTYPES][QT_NUNOPS] = {
 };
 
 int cpu_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-              qt_scalar lo, qt_scalar hi, qt_err *err) {
+              const qt_unop_params *params, qt_err *err) {
   (void)dev;
   if ((unsigned)op >= (unsigned)QT_NUNOPS) return qt_errorf(err, "unary: unknown op %d", (int)op);
-  if (!cpu_dtype_ok(dst->dtype) || src->dtype != dst->dtype)
-    return qt_errorf(err, "%s: source and result must have one dtype", qt_unop_name(op));
-  cpu_row_fn row = cpu_unary_rows[dst->dtype][op];
+  qt_dtype result = qt_unop_gives_bool(op) ? QT_BOOL : src->dtype;
+  if (!cpu_dtype_ok(src->dtype) || dst->dtype != result)
+    return qt_errorf(err, "%s: the result must be %s", qt_unop_name(op),
+                     qt_unop_gives_bool(op) ? "bool" : "of the source's dtype");
+  cpu_row_fn row = cpu_unary_rows[src->dtype][op];
 #if defined(QLUA_LIBMVEC) && defined(__x86_64__)
-  if (cpu_unary_vmath_rows[dst->dtype][op] != NULL) row = cpu_unary_vmath_rows[dst->dtype][op];
+  if (cpu_unary_vmath_rows[src->dtype][op] != NULL) row = cpu_unary_vmath_rows[src->dtype][op];
 #endif
   if (row == NULL)
     return qt_errorf(err, "%s: not defined for %s tensors (cast to a float dtype first)",
-                     qt_unop_name(op), qt_dtypes[dst->dtype].name);
+                     qt_unop_name(op), qt_dtypes[src->dtype].name);
   cpu_args args;
   memset(&args, 0, sizeof args);
-  args.lo_f = lo.f;
-  args.hi_f = hi.f;
-  args.lo_i = lo.i;
-  args.hi_i = hi.i;
+  for (int k = 0; k < 3 && params != NULL; k++) {
+    args.param_f[k] = params->v[k].f;
+    args.param_i[k] = params->v[k].i;
+  }
   const qt_view *views[2] = { dst, src };
   cpu_walk(views, 2, row, &args);
   return 0;
 }
-

@@ -41,8 +41,8 @@
 /* What row functions may need besides pointers and strides. */
 typedef struct cpu_args {
   int64_t dim_stride;        /* gather/index_select: src stride along dim; scatter/index_add: dst's */
-  double lo_f, hi_f;         /* clamp bounds for float dtypes */
-  int64_t lo_i, hi_i;        /* clamp bounds for integer dtypes */
+  double param_f[3];         /* a unary op's parameters (qt_unop_params), for float dtypes */
+  int64_t param_i[3];        /* the same for integer dtypes */
   const qt_view *take_src;   /* take: the source, collapsed alone */
 } cpu_args;
 
@@ -125,7 +125,7 @@ int cpu_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a
 int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
                       qt_scalar s, bool scalar_first, qt_err *err);
 int cpu_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-              qt_scalar lo, qt_scalar hi, qt_err *err);
+              const qt_unop_params *params, qt_err *err);
 /* cpu_reduce.c */
 int cpu_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
                double arg, qt_err *err);

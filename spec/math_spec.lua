@@ -1,0 +1,291 @@
+-- Elementwise math of issue 13 (docs/API.md "Arithmetic"): the trigonometric, hyperbolic,
+-- rounding, exponential and special functions, isnan/isinf/isfinite, nan_to_num, the
+-- binary atan2, hypot, fmod, remainder (Lua's %), floor_divide (Lua's //), lerp and
+-- addcmul_/addcdiv_, each against a plain-Lua reference, on every layout, with integer
+-- inputs by the existing rules; on the CPU and, as parity cases, on the GPU.
+local T = require "qlua.testing"
+local qlua = T.qlua
+
+local gtest = T.gpu_tests(_ENV)
+
+local function both(name, fn)
+  it(name .. " (cpu)", function() T.reseed(name); fn("cpu") end)
+  gtest(name .. " (gpu)", function() fn("gpu") end)
+end
+
+local NAN, INF = 0 / 0, math.huge
+local exp, log, sqrt, floor = math.exp, math.log, math.sqrt, math.floor
+
+------------------------------------------------------------------------ references
+
+-- erf by its Taylor series (|x| <= 3 here: the terms' cancellation costs about two digits).
+local function erf(x)
+  if x ~= x or x == 0 then return x end
+  if x > 6 then return 1 elseif x < -6 then return -1 end
+  local sum, term, n = x, x, 0
+  repeat
+    n = n + 1
+    term = -term * x * x / n
+    local add = term / (2 * n + 1)
+    sum = sum + add
+  until math.abs(add) <= 1e-17 * math.abs(sum)
+  return 2 / sqrt(math.pi) * sum
+end
+
+-- log |gamma(x)| for x > 0: the recurrence up to z >= 20, then Stirling's series.
+local function lgamma(x)
+  local shift = 0
+  while x < 20 do shift = shift + log(x); x = x + 1 end
+  local z = x
+  local s = (z - 0.5) * log(z) - z + 0.5 * log(2 * math.pi) + 1 / (12 * z) - 1 / (360 * z ^ 3)
+    + 1 / (1260 * z ^ 5) - 1 / (1680 * z ^ 7)
+  return s - shift
+end
+
+local function sign(x)
+  if x ~= x then return x end
+  if x > 0 then return 1 elseif x < 0 then return -1 end
+  return 0
+end
+
+local function rint(x)  -- nearest, ties to even
+  if x ~= x or x == INF or x == -INF then return x end
+  local f = floor(x)
+  local d = x - f
+  if d > 0.5 or (d == 0.5 and f % 2 == 1) then return f + 1 end
+  return f
+end
+
+local function trunc(x)
+  if x ~= x or x == INF or x == -INF then return x end
+  return x >= 0 and floor(x) or -floor(-x)
+end
+
+-- name -> { f = reference, data = {lo, hi} for random inputs, ints = defined on integers }
+local UNARY = {
+  sin = { f = math.sin, data = { -4, 4 } }, cos = { f = math.cos, data = { -4, 4 } },
+  tan = { f = math.tan, data = { -1.2, 1.2 } },
+  asin = { f = math.asin, data = { -1, 1 } }, acos = { f = math.acos, data = { -1, 1 } },
+  atan = { f = math.atan, data = { -5, 5 } },
+  sinh = { f = function(x) return (exp(x) - exp(-x)) / 2 end, data = { -3, 3 } },
+  cosh = { f = function(x) return (exp(x) + exp(-x)) / 2 end, data = { -3, 3 } },
+  asinh = { f = function(x) return log(x + sqrt(x * x + 1)) end, data = { 0.1, 4 } },
+  acosh = { f = function(x) return log(x + sqrt(x * x - 1)) end, data = { 1.1, 5 } },
+  atanh = { f = function(x) return 0.5 * log((1 + x) / (1 - x)) end, data = { -0.9, 0.9 } },
+  floor = { f = floor, data = { -5, 5 }, ints = true },
+  ceil = { f = math.ceil, data = { -5, 5 }, ints = true },
+  round = { f = rint, data = { -5, 5 }, ints = true },
+  trunc = { f = trunc, data = { -5, 5 }, ints = true },
+  frac = { f = function(x) return x - trunc(x) end, data = { -5, 5 } },
+  sign = { f = sign, data = { -5, 5 }, ints = true },
+  log1p = { f = function(x) return log(1 + x) end, data = { 0.5, 3 } },
+  expm1 = { f = function(x) return exp(x) - 1 end, data = { 0.5, 2 } },
+  log2 = { f = function(x) return log(x, 2) end, data = { 0.1, 9 } },
+  log10 = { f = function(x) return log(x, 10) end, data = { 0.1, 9 } },
+  exp2 = { f = function(x) return 2 ^ x end, data = { -4, 4 } },
+  rsqrt = { f = function(x) return 1 / sqrt(x) end, data = { 0.1, 9 } },
+  reciprocal = { f = function(x) return 1 / x end, data = { 0.5, 4 } },
+  square = { f = function(x) return x * x end, data = { -5, 5 }, ints = true },
+  erf = { f = erf, data = { -2.5, 2.5 } },
+  erfc = { f = function(x) return 1 - erf(x) end, data = { -1.5, 1.5 } },
+  lgamma = { f = lgamma, data = { 0.2, 8 } },
+  softplus = { f = function(x) return x > 20 and x or log(1 + exp(x)) end, data = { -4, 4 } },
+  gelu = { f = function(x) return 0.5 * x * (1 + erf(x / sqrt(2))) end, data = { -3, 3 } },
+  silu = { f = function(x) return x / (1 + exp(-x)) end, data = { -4, 4 } },
+}
+local NAMES = {}
+for name in pairs(UNARY) do NAMES[#NAMES + 1] = name end
+table.sort(NAMES)
+
+local TOL = { float32 = 2e-6, float64 = 1e-12 }
+
+local function random_in(lo, hi, shape, dtype)
+  local t = T.random_table(shape, "float64", { lo = lo, hi = hi, positive = lo >= 0 })
+  return T.ref.map(t, function(x) return T.as_dtype(x, dtype) end)
+end
+
+describe("unary math", function()
+  both("every function, float dtypes, every layout, against Lua", function(dev)
+    for _, name in ipairs(NAMES) do
+      local u = UNARY[name]
+      for _, dtype in ipairs(T.float_dtypes) do
+        for _, layout in ipairs(T.layouts) do
+          local a = random_in(u.data[1], u.data[2], { 3, 4 }, dtype)
+          local t = T.make(a, dtype, layout, dev)
+          local what = name .. " " .. dtype .. " " .. layout
+          local r = t[name](t)
+          assert.equal(dtype, r:dtype(), what)
+          local want = T.ref.map(a, function(x) return T.as_dtype(u.f(x), dtype) end)
+          local tol = TOL[dtype] * ((name == "erfc" or name == "lgamma" or name == "tan") and 20 or 1)
+          T.assert_close(r, want, tol, what)
+          -- in place gives the same values, into a view
+          local c = T.make(a, dtype, layout, dev)
+          assert.is_true(rawequal(c, c[name .. "_"](c)), what .. " returns self")
+          T.assert_close(c, want, tol, what .. " in place")
+        end
+      end
+    end
+  end)
+
+  both("integer and bool inputs: exact ops keep the dtype, the others give float64", function(dev)
+    for _, name in ipairs(NAMES) do
+      local u = UNARY[name]
+      for _, dtype in ipairs({ "int32", "int64", "uint8" }) do
+        local lo = math.ceil(math.max(u.data[1], dtype == "uint8" and 0 or -1e9))
+        local hi = math.floor(u.data[2])
+        if lo <= hi then
+          local a = {}
+          for i = 1, 6 do a[i] = math.random(lo, hi) end
+          local t = qlua.tensor(a, { dtype = dtype, device = dev })
+          local r = t[name](t)
+          local what = name .. " " .. dtype
+          if u.ints then
+            assert.equal(dtype, r:dtype(), what)
+            T.assert_equal(r, T.ref.map(a, function(x) return T.as_dtype(math.tointeger(u.f(x)), dtype) end), what)
+          else
+            assert.equal("float64", r:dtype(), what)
+            T.assert_close(r, T.ref.map(a, u.f), 1e-12 * (name == "lgamma" and 20 or 1), what)
+            T.assert_error(function() t[name .. "_"](t) end, name .. "_", "cannot store float64 result")
+          end
+        end
+      end
+    end
+    local b = qlua.tensor({ true, false }, { device = dev })
+    T.assert_equal(b:floor(), { true, false })
+    T.assert_equal(b:sign(), { true, false })
+    T.assert_equal(b:square(), { true, false })
+    assert.equal("float64", b:sin():dtype())
+  end)
+
+  both("special values: NaN, infinities and signed zeros", function(dev)
+    for _, dtype in ipairs(T.float_dtypes) do
+      local t = qlua.tensor({ NAN, INF, -INF, 0.0, -0.0, 2.5, -2.5, 3.5 }, { dtype = dtype, device = dev })
+      T.assert_equal(t:floor(), { NAN, INF, -INF, 0, 0, 2, -3, 3 })
+      T.assert_equal(t:ceil(), { NAN, INF, -INF, 0, 0, 3, -2, 4 })
+      T.assert_equal(t:round(), { NAN, INF, -INF, 0, 0, 2, -2, 4 }, "ties to even")
+      T.assert_equal(t:trunc(), { NAN, INF, -INF, 0, 0, 2, -2, 3 })
+      T.assert_equal(t:sign(), { NAN, 1, -1, 0, 0, 1, -1, 1 })
+      T.assert_equal(t:isnan(), { true, false, false, false, false, false, false, false })
+      T.assert_equal(t:isinf(), { false, true, true, false, false, false, false, false })
+      T.assert_equal(t:isfinite(), { false, false, false, true, true, true, true, true })
+      assert.equal("bool", t:isnan():dtype())
+      T.assert_equal(t:softplus():narrow(1, 2, 2), { INF, 0 })
+      local big = dtype == "float32" and 3.4028234663852886e38 or 1.7976931348623157e308
+      T.assert_equal(t:nan_to_num(), { 0, big, -big, 0, 0, 2.5, -2.5, 3.5 })
+      T.assert_equal(t:nan_to_num(-1, 100, -100), { -1, 100, -100, 0, 0, 2.5, -2.5, 3.5 })
+      local c = t:clone()
+      c:nan_to_num_(7)
+      T.assert_equal(c, { 7, big, -big, 0, 0, 2.5, -2.5, 3.5 })
+      local e = qlua.tensor({ -1, 1, 0, 0.5, 2 }, { dtype = dtype, device = dev }):erfinv()
+      T.assert_equal(e:narrow(1, 1, 3), { -INF, INF, 0 })
+      T.assert_close(e:narrow(1, 4, 1), { 0.47693627620446987 }, TOL[dtype])
+      assert.is_true(e[5] ~= e[5], "erfinv(2) is NaN")
+    end
+    local i = qlua.tensor({ 1, -2 }, { dtype = "int32", device = dev })
+    T.assert_equal(i:isnan(), { false, false })
+    T.assert_equal(i:isfinite(), { true, true })
+    T.assert_equal(i:nan_to_num(), { 1, -2 })
+    T.assert_error(function() i:isnan_() end, "isnan_")
+  end)
+
+  both("erfinv inverts erf to double precision over (-1, 1)", function(dev)
+    local ys = {}
+    for k = 1, 40 do ys[k] = -0.99 + (k - 1) * (2 * 0.99) / 39 end  -- where the reference erf is exact
+    local r = qlua.tensor(ys, { dtype = "float64", device = dev }):erfinv():totable()
+    for k, x in ipairs(r) do
+      assert(math.abs(erf(x) - ys[k]) <= 1e-14, string.format("erf(erfinv(%.17g)) = %.17g", ys[k], erf(x)))
+    end
+  end)
+end)
+
+describe("binary math", function()
+  local function lua_mod(a, b) return a % b end
+  local function lua_idiv(a, b) return a // b end
+
+  both("atan2, hypot and fmod against Lua, floats, on views, with numbers", function(dev)
+    for _, dtype in ipairs(T.float_dtypes) do
+      local a = random_in(-4, 4, { 3, 4 }, dtype)
+      local b = random_in(-4, 4, { 3, 4 }, dtype)
+      local ta, tb = T.make(a, dtype, "transposed", dev), T.make(b, dtype, "stepped", dev)
+      local function c(x) return T.as_dtype(x, dtype) end
+      T.assert_close(ta:atan2(tb), T.ref.map2(a, b, function(x, y) return c(math.atan(x, y)) end), TOL[dtype])
+      T.assert_close(ta:hypot(tb), T.ref.map2(a, b, function(x, y) return c(sqrt(x * x + y * y)) end), TOL[dtype])
+      T.assert_close(ta:fmod(tb), T.ref.map2(a, b, function(x, y) return c(math.fmod(x, y)) end), TOL[dtype])
+      T.assert_close(ta:fmod(1.5), T.ref.map(a, function(x) return c(math.fmod(x, 1.5)) end), TOL[dtype])
+    end
+    local i = qlua.tensor({ 1, -2 }, { dtype = "int32", device = dev })
+    assert.equal("float64", i:atan2(i):dtype())
+    assert.equal("float64", i:hypot(3):dtype())
+  end)
+
+  both("% and // are Lua's, on floats and integers, the number on either side", function(dev)
+    local xs = { 7, -7, 7, -7, 0, 5, -5, 6 }
+    local ys = { 3, 3, -3, -3, 3, 1, 1, 4 }
+    for _, dtype in ipairs({ "int32", "int64" }) do
+      local tx = qlua.tensor(xs, { dtype = dtype, device = dev })
+      local ty = qlua.tensor(ys, { dtype = dtype, device = dev })
+      T.assert_equal(tx % ty, T.ref.map2(xs, ys, lua_mod), dtype .. " %")
+      T.assert_equal(tx // ty, T.ref.map2(xs, ys, lua_idiv), dtype .. " //")
+      T.assert_equal(tx:remainder(ty), T.ref.map2(xs, ys, lua_mod))
+      T.assert_equal(tx:floor_divide(ty), T.ref.map2(xs, ys, lua_idiv))
+      T.assert_equal(tx:fmod(ty), T.ref.map2(xs, ys, function(a, b) return math.fmod(a, b) end))
+      assert.equal(dtype, (tx % ty):dtype())
+      T.assert_equal(tx % 4, T.ref.map(xs, function(a) return a % 4 end))
+      T.assert_equal(10 // ty, T.ref.map(ys, function(b) return 10 // b end))
+      T.assert_equal(-10 % ty, T.ref.map(ys, function(b) return -10 % b end))
+      -- x % 0 and x // 0 give 0 where Lua raises; INT_MIN // -1 wraps as Lua's does
+      T.assert_equal(tx % 0, { 0, 0, 0, 0, 0, 0, 0, 0 })
+      T.assert_equal(tx // 0, { 0, 0, 0, 0, 0, 0, 0, 0 })
+    end
+    local mn = qlua.tensor({ math.mininteger }, { device = dev })
+    T.assert_equal(mn // -1, { math.mininteger // -1 })
+    T.assert_equal(mn % -1, { 0 })
+    local fx = { 7.5, -7.5, 7.5, -7.5, 5.0, -5.0, 1.0, 0.0 }
+    local fy = { 2, 2, -2, -2, INF, INF, 0, 3 }
+    for _, dtype in ipairs(T.float_dtypes) do
+      local tx = T.make(fx, dtype, "narrowed", dev)
+      local ty = qlua.tensor(fy, { dtype = dtype, device = dev })
+      T.assert_equal(tx % ty, T.ref.map2(fx, fy, lua_mod), dtype .. " %")
+      T.assert_equal(tx // ty, T.ref.map2(fx, fy, lua_idiv), dtype .. " //")
+      T.assert_equal(7.5 % ty, T.ref.map(fy, function(b) return 7.5 % b end))
+    end
+    local u = qlua.tensor({ 200, 7 }, { dtype = "uint8", device = dev })
+    T.assert_equal(u % 7, { 4, 0 })
+    T.assert_equal(u // 7, { 28, 1 })
+    local i = qlua.tensor({ 7 }, { device = dev })
+    assert.equal("float64", (i % 2.5):dtype())
+    T.assert_equal(i % 2.5, { 2 })
+    local c = qlua.tensor({ 9, -9 }, { device = dev })
+    c:remainder_(4)
+    T.assert_equal(c, { 1, 3 })
+  end)
+
+  both("lerp: exact at both ends, with a number or a tensor weight", function(dev)
+    local a = qlua.tensor({ 1, 2, 3, -4 }, { dtype = "float64", device = dev })
+    local b = qlua.tensor({ 5, -2, 3.5, 10 }, { dtype = "float64", device = dev })
+    T.assert_equal(a:lerp(b, 0), a)
+    T.assert_equal(a:lerp(b, 1), b)
+    T.assert_close(a:lerp(b, 0.25), { 2, 1, 3.125, -0.5 }, 1e-15)
+    T.assert_close(a:lerp(b, 0.75), { 4, -1, 3.375, 6.5 }, 1e-15)
+    local w = qlua.tensor({ 0, 1, 0.25, 0.75 }, { dtype = "float64", device = dev })
+    T.assert_close(a:t():lerp(b, w), { 1, -2, 3.125, 6.5 }, 1e-15)
+    local f = qlua.tensor({ 0.0, 10.0 }, { device = dev })
+    assert.equal("float32", f:lerp(qlua.tensor({ 10.0, 0.0 }, { device = dev }), 0.5):dtype())
+    assert.equal("float64", qlua.tensor({ 0, 4 }, { device = dev }):lerp(qlua.tensor({ 2, 2 }, { device = dev }), 0.5):dtype())
+    T.assert_error(function() return a:lerp(qlua.zeros(3, { dtype = "float64", device = dev }), 0.5) end, "lerp")
+  end)
+
+  both("addcmul_ and addcdiv_", function(dev)
+    local t = qlua.tensor({ 1, 2, 3 }, { dtype = "float64", device = dev })
+    local a = qlua.tensor({ 2, 4, 6 }, { dtype = "float64", device = dev })
+    local b = qlua.tensor({ 4, 2, 3 }, { dtype = "float64", device = dev })
+    assert.is_true(rawequal(t, t:addcmul_(a, b, 0.5)))
+    T.assert_equal(t, { 5, 6, 12 })
+    t:addcdiv_(a, b)
+    T.assert_equal(t, { 5.5, 8, 14 })
+    t:addcdiv_(a, b, -2)
+    T.assert_equal(t, { 4.5, 4, 10 })
+    local i = qlua.tensor({ 1, 1 }, { device = dev })
+    T.assert_error(function() i:addcdiv_(i, i) end, "addcdiv_", "cannot store")
+  end)
+end)
