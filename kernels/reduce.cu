@@ -89,7 +89,9 @@ __device__ __forceinline__ unsigned long long red_to_sum(T v) {
 template <class R, typename A>
 struct red_simple {
   typedef A Local;
-  static __device__ __forceinline__ Local start() { return R::identity(); }
+  /* first: the output's first element (var's shift; the others ignore it) */
+  template <typename V>
+  static __device__ __forceinline__ Local start(const V *) { return R::identity(); }
   template <typename V>
   static __device__ __forceinline__ void fold(Local &l, V v, long long pos, double) {
     l = R::combine(l, R::make(v, pos));
@@ -161,11 +163,13 @@ struct red_arg : red_simple<red_arg<T, MAX>, red_pair<T>> {
   static __device__ __forceinline__ Out finish(Acc a, long long, double) { return a.i + 1; }
 };
 
-/* var and std (T float or double; the core casts integers to double). A thread keeps
-** shifted sums: k (its first element), s1 = sum(x - k), s2 = sum((x - k)^2), in double, so
-** one pass reads the data and no element costs a division; close() turns them into
-** (n, mean, m2), and the tree merges those by Chan's formula. The shift keeps s2 - s1^2/n
-** from cancelling the way the naive sum of squares does (1e8 + noise). */
+/* var and std (T float or double; the core casts integers to double). Every thread of an
+** output keeps shifted sums with one shift k, the output's first element: s1 = sum(x - k),
+** s2 = sum((x - k)^2), in double, so one pass reads the data and no element costs a
+** division; close() turns them into (n, mean - k, m2), and the tree merges those by Chan's
+** formula. The shift keeps s2 - s1^2/n from cancelling the way the naive sum of squares
+** does (1e8 + noise): k is a data point, so n (mean - k)^2 <= n m2 bounds the loss; and
+** the merged means are small (relative to k), so merging loses nothing to their size. */
 struct red_moments { double n, mean, m2; };
 struct red_shifted { double n, k, s1, s2; };
 
@@ -176,11 +180,11 @@ struct red_var {
   typedef T Out;
   typedef red_shifted Local;
   static __device__ __forceinline__ Acc identity() { Acc a; a.n = 0; a.mean = 0; a.m2 = 0; return a; }
-  static __device__ __forceinline__ Local start() { Local l; l.n = 0; l.k = 0; l.s1 = 0; l.s2 = 0; return l; }
+  static __device__ __forceinline__ Local start(const T *first) {
+    Local l; l.n = 0; l.k = (double)*first; l.s1 = 0; l.s2 = 0; return l;
+  }
   static __device__ __forceinline__ void fold(Local &l, T v, long long, double) {
-    const double x = (double)v;
-    l.k = l.n == 0 ? x : l.k;
-    const double d = x - l.k;
+    const double d = (double)v - l.k;
     l.n += 1;
     l.s1 += d;
     l.s2 = fma(d, d, l.s2);
@@ -189,7 +193,7 @@ struct red_var {
     Acc a = identity();
     if (l.n == 0) return a;
     a.n = l.n;
-    a.mean = l.k + l.s1 / l.n;
+    a.mean = l.s1 / l.n;  /* less k, as every partial of this output */
     const double m2 = l.s2 - l.s1 * (l.s1 / l.n);
     a.m2 = m2 < 0 ? 0 : m2;  /* rounding only; a NaN stays */
     return a;
@@ -417,7 +421,7 @@ red_rows_kernel(red_outer ou, const typename R::In *__restrict__ src,
     const int64_t r0 = s * chunk;
     const int64_t r1 = len < r0 + chunk ? len : r0 + chunk;
     const T *base = src + src_off;
-    typename R::Local loc = R::start();
+    typename R::Local loc = R::start(base);
     if (VEC) {
       const red_vec<T> *p = reinterpret_cast<const red_vec<T> *>(base + r0);
       const int64_t nv = (r1 - r0) / V;
@@ -463,7 +467,7 @@ red_cols_kernel(red_outer ou, const typename R::In *__restrict__ src,
       int64_t src_off, dst_off, lin;
       red_locate(ou, o, src_off, dst_off, lin);
       const T *p = src + src_off + r0 * rstride;
-      typename R::Local loc = R::start();
+      typename R::Local loc = R::start(src + src_off);
 #pragma unroll 4
       for (int64_t r = r0; r < r1; r++, p += rstride) R::fold(loc, *p, lin + r * rlin, prm);
       const Acc acc = R::close(loc, prm);
@@ -479,7 +483,7 @@ template <class R>
 __global__ void __launch_bounds__(RED_THREADS)
 red_generic_kernel(red_outer shape, const typename R::In *__restrict__ src,
                    typename R::Acc *__restrict__ partial, int64_t n, double prm) {
-  typename R::Local loc = R::start();
+  typename R::Local loc = R::start(src);  /* the view's first element */
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t src_off, dst_off, lin;
