@@ -135,6 +135,12 @@ int qt_cuda_index_fill(qt_device *dev, const qt_view *dst, int dim, const qt_vie
                        qt_scalar value, qt_err *err);
 int qt_cuda_index_copy(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                        const qt_view *src, qt_err *err);
+/* scan.cu: cumsum, cumprod, cummax, cummin, logcumsumexp */
+int qt_cuda_scan(qt_device *dev, qt_scanop op, const qt_view *dst, const qt_view *indices,
+                 const qt_view *src, int dim, qt_err *err);
+/* softmax.cu: softmax and log_softmax */
+int qt_cuda_softmax(qt_device *dev, bool log, const qt_view *dst, const qt_view *src, int dim,
+                    qt_err *err);
 /* matmul.cu */
 int qt_cuda_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
                    bool allow_tf32, qt_err *err);

@@ -67,11 +67,22 @@ typedef struct qt_unop_params {
 } qt_unop_params;
 
 
+/* Scans along a dim: X(P, ENUM, name) (ops_scan.c). Element k of the result combines
+** elements 1..k of the source. Dtypes (the core casts first, so devices see one dtype):
+**   CUMSUM, CUMPROD: float32, float64 or int64 (integers wrap);  LOGCUMSUMEXP: float32 or
+**   float64;  CUMMAX, CUMMIN: every dtype, with 1-based int64 positions: equal values move
+**   the position to the later one, and a NaN is kept from where it appears (the position of
+**   the latest NaN), as PyTorch's. */
+#define QT_SCANOP_LIST(X, P)                                                        \
+  X(P, QT_CUMSUM, "cumsum") X(P, QT_CUMPROD, "cumprod") X(P, QT_CUMMAX, "cummax")   \
+  X(P, QT_CUMMIN, "cummin") X(P, QT_LOGCUMSUMEXP, "logcumsumexp")
+
 #define QT_OP_ENUM_(P, E, name, ...) E,
 #define QT_OP_NAME_(P, E, name, ...) name,
 typedef enum qt_binop { QT_BINOP_LIST(QT_OP_ENUM_, ~) QT_NBINOPS } qt_binop;
 typedef enum qt_unop { QT_UNOP_LIST(QT_OP_ENUM_, ~) QT_NUNOPS } qt_unop;
 typedef enum qt_redop { QT_REDOP_LIST(QT_OP_ENUM_, ~) QT_NREDOPS } qt_redop;
+typedef enum qt_scanop { QT_SCANOP_LIST(QT_OP_ENUM_, ~) QT_NSCANOPS } qt_scanop;
 
 /* The op's name, or "?" for a value outside the enum. */
 static inline const char *qt_binop_name(qt_binop op) {
@@ -85,6 +96,10 @@ static inline const char *qt_unop_name(qt_unop op) {
 static inline const char *qt_redop_name(qt_redop op) {
   static const char *const names[] = { QT_REDOP_LIST(QT_OP_NAME_, ~) };
   return (unsigned)op < (unsigned)QT_NREDOPS ? names[op] : "?";
+}
+static inline const char *qt_scanop_name(qt_scanop op) {
+  static const char *const names[] = { QT_SCANOP_LIST(QT_OP_NAME_, ~) };
+  return (unsigned)op < (unsigned)QT_NSCANOPS ? names[op] : "?";
 }
 /* Whether a unary op is defined on integer dtypes (the others are float-only: the core
 ** computes them in float64 for integer inputs). */
@@ -262,6 +277,20 @@ typedef struct qt_device_iface {
   /* UNIFORM [0,1), NORMAL (mean 0, sd 1), INT uniform in [lo.i, hi.i]. */
   int (*random)(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
                 uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err);
+
+  /* ---- scans and softmax along a dim (0-based): src, dst (and indices) have one shape
+  ** and are all contiguous (the core copies a strided source first); a 0-d view counts as
+  ** one element along dim 0. NULL on a device that has neither. ---- */
+  /* dst = the scan of src along dim (QT_SCANOP_LIST says the dtypes); indices: int64, the
+  ** 1-based positions for CUMMAX and CUMMIN, NULL for the others. Float32 sums and
+  ** products accumulate in float64 on the CPU and in float32 on the GPU. */
+  int (*scan)(qt_device *dev, qt_scanop op, const qt_view *dst, const qt_view *indices,
+              const qt_view *src, int dim, qt_err *err);
+  /* dst = softmax (log: log_softmax) of src along dim, max-subtracted; float32 or float64,
+  ** one dtype. A NaN anywhere along dim, or a +inf (inf - inf), makes that slice NaN, and
+  ** so does a slice of only -inf, as PyTorch's. */
+  int (*softmax)(qt_device *dev, bool log, const qt_view *dst, const qt_view *src, int dim,
+                 qt_err *err);
 
   /* ---- code the user brings (qlua.kernel, qlua.module, C extensions) ----
   ** NULL on a device that cannot run it (the CPU); the core then says so. */

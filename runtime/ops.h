@@ -376,6 +376,34 @@ int qt_kernel_cache_clear(qt_ctx *ctx);
 ** kernels in order with qlua's; an error for a device without one (the CPU). */
 int qt_native_stream(qt_ctx *ctx, qt_device *dev, void **stream);
 
+/* ---------------------------------------------------------------- scans and softmax (ops_scan.c) */
+/* Along dim (0-based; a 0-d tensor takes dim 0 as one element, as PyTorch's dim 0 / -1).
+** Result dtypes, PyTorch's: cumsum and cumprod of integers and bool give int64 (wrapping),
+** floats keep theirs; cummax and cummin keep the dtype and give 1-based int64 positions
+** in indices (NULL for the other ops; required for them); logcumsumexp, softmax and
+** log_softmax are float-only ops, so integers and bool compute in float64 (as exp). An
+** empty tensor gives an empty result. */
+int qt_scan(qt_ctx *ctx, qt_tensor *out, qt_tensor *indices, qt_scanop op, const qt_tensor *t,
+            int dim);
+int qt_softmax(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, bool log);
+
+/* qlua.cross_entropy's options. */
+typedef enum qt_reduction { QT_REDUCE_MEAN, QT_REDUCE_SUM, QT_REDUCE_NONE } qt_reduction;
+typedef struct qt_cross_entropy_opts {
+  qt_reduction reduction;
+  bool has_ignore_index;
+  int64_t ignore_index;      /* a class value whose samples count for nothing */
+  double label_smoothing;    /* 0 <= eps <= 1 */
+} qt_cross_entropy_opts;
+/* PyTorch's cross_entropy from log_softmax: logits N x C (or C, one sample); target either
+** class indices (int32/int64 or uint8, 1-based, of shape N, or 0-d for C logits), checked to
+** lie in 1..C (the error names the value and its 1-based position; reading them back is
+** the one wait), or probabilities of the logits' shape (any float dtype). The result: a 0-d
+** tensor (mean, sum) or the N losses (none), in the logits' float dtype (float64 for
+** integer logits). mean divides by the samples not ignored (NaN when there are none). */
+int qt_cross_entropy(qt_ctx *ctx, qt_tensor *out, const qt_tensor *logits,
+                     const qt_tensor *target, const qt_cross_entropy_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

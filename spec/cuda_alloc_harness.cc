@@ -261,6 +261,11 @@ int qt_cuda_random(qt_device *, qt_random_kind, const qt_view *, uint64_t, uint6
 int qt_cuda_reduce(qt_device *, qt_redop, const qt_view *, const qt_view *, int, qt_err *) {
   return -1;
 }
+int qt_cuda_scan(qt_device *, qt_scanop, const qt_view *, const qt_view *, const qt_view *, int,
+                 qt_err *) { return -1; }
+int qt_cuda_softmax(qt_device *, bool, const qt_view *, const qt_view *, int, qt_err *) {
+  return -1;
+}
 int qt_cuda_gather(qt_device *, const qt_view *, const qt_view *, int, const qt_view *,
                    qt_err *) { return -1; }
 int qt_cuda_index_select(qt_device *, const qt_view *, const qt_view *, int, const qt_view *,

@@ -16,6 +16,7 @@
 
 #include "cpu/cpu.h"
 #include "cpu/cpu_internal.h"
+#include "cpu/cpu_scan.h"
 #include "device.h"
 #include "tensor.h"
 
@@ -184,6 +185,8 @@ static const qt_device_iface cpu_iface = {
   /* .index_copy    = */ cpu_index_copy,
   /* .matmul        = */ cpu_matmul,
   /* .random        = */ cpu_random,
+  /* .scan          = */ cpu_scan,
+  /* .softmax       = */ cpu_softmax,
   /* code the user brings runs on GPUs only: the core says so for the CPU */
   /* .native_stream = */ NULL,
   /* .compiler_id   = */ NULL,
