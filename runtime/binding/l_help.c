@@ -92,6 +92,9 @@ static const lh_entry lh_entries[] = {
   {"qlua.randn_like(t [, opts])", "normal (mean 0, sd 1) with t's shape (a float dtype)"},
   {"qlua.rand(shape [, opts])", "uniform in [0, 1), float32 by default"},
   {"qlua.randn(shape [, opts])", "normal, mean 0, sd 1, float32 by default"},
+  {"qlua.bernoulli(p)", "1 with probability p, else 0, elementwise (p's float dtype)"},
+  {"qlua.multinomial(probs, n [, replacement])", "n 1-based category draws per row of "
+   "weights probs (int64), without replacement unless replacement is true"},
   {"qlua.randint(lo, hi, shape [, opts])", "uniform integers in [lo, hi] (both "
    "included), int64 by default"},
   {"qlua.randperm(n [, opts])", "a random permutation of 1 .. n, int64 by default"},
@@ -112,10 +115,6 @@ static const lh_entry lh_entries[] = {
   {"qlua.logical_or(a, b)", "elementwise a or b (nonzero is true), broadcast"},
   {"qlua.logical_xor(a, b)", "elementwise: exactly one of a, b nonzero, broadcast"},
   {"qlua.logical_not(t)", "elementwise not t (true where t is 0)"},
-  /* ---- module functions: losses */
-  {"qlua.cross_entropy(logits, target [, opts])", "the cross-entropy of N x C (or C) logits "
-   "with 1-based class indices or probabilities, from log_softmax; opts {reduction = "
-   "\"mean\" | \"sum\" | \"none\", ignore_index =, label_smoothing =}"},
   /* ---- module functions: devices, memory, files, timing */
   {"qlua.gpu_count()", "the number of GPUs this qlua sees (0 in a CPU-only build)"},
   {"qlua.device_name(ordinal)", "the name of GPU ordinal (0-based, as CUDA's); "
@@ -350,6 +349,10 @@ static const lh_entry lh_entries[] = {
   {"t:lerp(b, w)", "t + w (b - t), exact at w = 0 and 1 (w a number or a tensor)"},
   {"t:addcmul_(a, b [, value])", "t += value * a * b (value 1 by default)"},
   {"t:addcdiv_(a, b [, value])", "t += value * a / b (value 1 by default)"},
+  {"t:uniform_([lo] [, hi])", "fills t with uniform numbers in [lo, hi) (0 and 1 by default)"},
+  {"t:normal_([mean] [, sd])", "fills t with normal numbers (mean 0, sd 1 by default)"},
+  {"t:random_([lo,] hi)", "fills t with integers uniform in lo..hi, inclusive (lo 1 by default)"},
+  {"t:exponential_([lambda])", "fills t with exponential numbers of rate lambda (1 by default)"},
   {"t:fill_(v)", "sets every element to the number v"},
   {"t:zero_()", "sets every element to 0"},
   /* ---- Tensor: reductions and products */
@@ -381,19 +384,6 @@ static const lh_entry lh_entries[] = {
   {"t:count_nonzero([dim])", "the number of nonzero elements (along dim: a tensor "
    "without it)"},
   {"t:matmul(b)", "the matrix product t @ b, as qlua.matmul"},
-  /* ---- Tensor: scans and softmax (dim: 1-based; a 0-d tensor takes dim 1) */
-  {"t:cumsum(dim)", "running sums along dim (integers and bool give int64)"},
-  {"t:cumprod(dim)", "running products along dim (integers and bool give int64)"},
-  {"t:cummax(dim)", "running maxima along dim and their int64 positions (ties: the later, "
-   "NaN sticks)"},
-  {"t:cummin(dim)", "running minima along dim and their int64 positions (ties: the later, "
-   "NaN sticks)"},
-  {"t:logcumsumexp(dim)", "log(cumsum(exp(t))) along dim, computed stably (float64 for "
-   "integer tensors)"},
-  {"t:softmax(dim)", "exp(t - max) / sum(exp(t - max)) along dim (float64 for integer "
-   "tensors)"},
-  {"t:log_softmax(dim)", "t - max - log(sum(exp(t - max))) along dim (float64 for integer "
-   "tensors)"},
   /* ---- Tensor: memory */
   {"t:free()", "gives the storage's memory back now; t and its views become freed"},
 

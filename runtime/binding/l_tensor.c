@@ -635,9 +635,9 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   lua_createtable(L, 0, (int)(sizeof t_methods / sizeof t_methods[0]));
   lq_setfuncs(L, t_methods, box_idx, true);     /* methods: upvalue 1 = the state box */
   lq_setfuncs(L, lq_arith_methods, box_idx, true);
+  lq_setfuncs(L, lq_random_methods, box_idx, true);
   lq_setfuncs(L, lq_shape_methods, box_idx, true);
   lq_setfuncs(L, lq_index_methods, box_idx, true);
-  lq_setfuncs(L, lq_scan_methods, box_idx, true);
   lq_setfuncs(L, lq_reduce_methods, box_idx, true);
   lq_setfuncs(L, lq_products_methods, box_idx, true);
   lua_pushvalue(L, -1);

@@ -172,6 +172,10 @@ void lq_open_kernel(lua_State *L, int box_idx, int module_idx);
 ** registered by l_tensor.c */
 extern const lq_Reg lq_arith_methods[];
 extern const lq_Reg lq_arith_metamethods[];
+/* ---- l_random.c: sampling methods (uniform_ ...), registered by l_tensor.c, and
+** qlua.bernoulli and qlua.multinomial, registered by l_qlua.c */
+extern const lq_Reg lq_random_methods[];
+extern const lq_Reg lq_random_functions[];
 /* ---- l_shape.c: slicing and shape methods, registered by l_tensor.c */
 extern const lq_Reg lq_shape_methods[];
 /* ---- l_index.c: the indexing methods (gather ... index_add_), registered by l_tensor.c */
@@ -182,11 +186,6 @@ extern const lq_Reg lq_reduce_methods[];
 ** qlua.matmul ..., registered by l_qlua.c */
 extern const lq_Reg lq_products_methods[];
 extern const lq_Reg lq_products_functions[];
-
-/* ---- l_scan.c: the scan and softmax methods (cumsum ... log_softmax), registered by
-** l_tensor.c, and qlua.cross_entropy, registered by l_qlua.c */
-extern const lq_Reg lq_scan_methods[];
-extern const lq_Reg lq_scan_functions[];
 
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */
