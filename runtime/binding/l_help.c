@@ -115,6 +115,10 @@ static const lh_entry lh_entries[] = {
   {"qlua.logical_or(a, b)", "elementwise a or b (nonzero is true), broadcast"},
   {"qlua.logical_xor(a, b)", "elementwise: exactly one of a, b nonzero, broadcast"},
   {"qlua.logical_not(t)", "elementwise not t (true where t is 0)"},
+  /* ---- module functions: losses */
+  {"qlua.cross_entropy(logits, target [, opts])", "the cross-entropy of N x C (or C) logits "
+   "with 1-based class indices or probabilities, from log_softmax; opts {reduction = "
+   "\"mean\" | \"sum\" | \"none\", ignore_index =, label_smoothing =}"},
   /* ---- module functions: devices, memory, files, timing */
   {"qlua.gpu_count()", "the number of GPUs this qlua sees (0 in a CPU-only build)"},
   {"qlua.device_name(ordinal)", "the name of GPU ordinal (0-based, as CUDA's); "
@@ -384,6 +388,19 @@ static const lh_entry lh_entries[] = {
   {"t:count_nonzero([dim])", "the number of nonzero elements (along dim: a tensor "
    "without it)"},
   {"t:matmul(b)", "the matrix product t @ b, as qlua.matmul"},
+  /* ---- Tensor: scans and softmax (dim: 1-based; a 0-d tensor takes dim 1) */
+  {"t:cumsum(dim)", "running sums along dim (integers and bool give int64)"},
+  {"t:cumprod(dim)", "running products along dim (integers and bool give int64)"},
+  {"t:cummax(dim)", "running maxima along dim and their int64 positions (ties: the later, "
+   "NaN sticks)"},
+  {"t:cummin(dim)", "running minima along dim and their int64 positions (ties: the later, "
+   "NaN sticks)"},
+  {"t:logcumsumexp(dim)", "log(cumsum(exp(t))) along dim, computed stably (float64 for "
+   "integer tensors)"},
+  {"t:softmax(dim)", "exp(t - max) / sum(exp(t - max)) along dim (float64 for integer "
+   "tensors)"},
+  {"t:log_softmax(dim)", "t - max - log(sum(exp(t - max))) along dim (float64 for integer "
+   "tensors)"},
   /* ---- Tensor: memory */
   {"t:free()", "gives the storage's memory back now; t and its views become freed"},
 

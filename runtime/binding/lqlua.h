@@ -187,6 +187,11 @@ extern const lq_Reg lq_reduce_methods[];
 extern const lq_Reg lq_products_methods[];
 extern const lq_Reg lq_products_functions[];
 
+/* ---- l_scan.c: the scan and softmax methods (cumsum ... log_softmax), registered by
+** l_tensor.c, and qlua.cross_entropy, registered by l_qlua.c */
+extern const lq_Reg lq_scan_methods[];
+extern const lq_Reg lq_scan_functions[];
+
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */
 
