@@ -149,6 +149,68 @@ do
           cat_b = cat_b or qlua.rand(8192, 8192, {device = "gpu"})
         end,
         fn = function() qlua.cat({cat_a, cat_b}, 2):free() end}
+  -- issue 13, scans and softmax, float32 (PyTorch on the H200: torch.cumsum of 64Mi 0.225 ms,
+  -- along the rows of 8192x8192 0.413 ms, softmax and log_softmax of 8192x8192 along dim 2
+  -- 0.284 and 0.248 ms; the targets are 1.1x those). bytes: the input read once and the
+  -- result written. setup checks each result once against float64 references made of
+  -- other ops (sums of prefixes, and max / exp / sum) before the timing.
+  local scan_v, scan_x
+  local function scan_inputs()
+    scan_v = scan_v or qlua.rand(64 * MiB, {device = "gpu"})
+    scan_x = scan_x or qlua.rand(8192, 8192, {device = "gpu"})
+  end
+  local function scan_check(name, got, want)
+    local err = (got:to("float64") - want):abs():max() / want:abs():max()
+    if not (err < 1e-5) then error(string.format("%s: relative error %g", name, err)) end
+  end
+  case {name = "cumsum_64m", size = "64Mi f32 v:cumsum(1)", kind = "max_seconds",
+        target = 1.1 * 0.225e-3, bytes = 64 * MiB * 8, calls = 20, runs = 9,
+        setup = function()
+          scan_inputs()
+          local y = scan_v:cumsum(1)
+          for _, k in ipairs({1, 1000, 12345678, 64 * MiB}) do
+            local want = scan_v:narrow(1, 1, k):to("float64"):sum()
+            local got = y:narrow(1, k, 1):item()
+            if not (math.abs(got - want) <= 1e-5 * want) then
+              error(string.format("cumsum_64m: element %d is %.9g, expected %.9g", k, got, want))
+            end
+          end
+          y:free()
+        end,
+        fn = function() scan_v:cumsum(1):free() end}
+  case {name = "cumsum_rows_8192", size = "8192x8192 f32 x:cumsum(2)", kind = "max_seconds",
+        target = 1.1 * 0.413e-3, bytes = 8192 * 8192 * 8, calls = 20, runs = 9,
+        setup = function()
+          scan_inputs()
+          local y = scan_x:cumsum(2)
+          for _, k in ipairs({1, 2049, 8192}) do
+            scan_check("cumsum_rows_8192", y:select(2, k),
+                       scan_x:narrow(2, 1, k):to("float64"):sum(2))
+          end
+          y:free()
+        end,
+        fn = function() scan_x:cumsum(2):free() end}
+  local function softmax_reference(log)
+    local x64 = scan_x:to("float64")
+    local shifted = x64 - (x64:max(2)):view(8192, 1)
+    local sums = shifted:exp():sum(2):view(8192, 1)
+    if log then return shifted - sums:log() end
+    return shifted:exp() / sums
+  end
+  case {name = "softmax_8192", size = "8192x8192 f32 x:softmax(2)", kind = "max_seconds",
+        target = 1.1 * 0.284e-3, bytes = 8192 * 8192 * 8, calls = 20, runs = 9,
+        setup = function()
+          scan_inputs()
+          scan_check("softmax_8192", scan_x:softmax(2), softmax_reference(false))
+        end,
+        fn = function() scan_x:softmax(2):free() end}
+  case {name = "log_softmax_8192", size = "8192x8192 f32 x:log_softmax(2)", kind = "max_seconds",
+        target = 1.1 * 0.248e-3, bytes = 8192 * 8192 * 8, calls = 20, runs = 9,
+        setup = function()
+          scan_inputs()
+          scan_check("log_softmax_8192", scan_x:log_softmax(2), softmax_reference(true))
+        end,
+        fn = function() scan_x:log_softmax(2):free() end}
   -- issue 13, reductions along the rows of 8192x8192 float32 (PyTorch's x.var(dim=1) and
   -- x.sum(dim=1, keepdim=True) on the H200: 0.137 ms and 0.087 ms; the targets are 1.1x
   -- those). var is one pass (shifted sums per thread, merged by Chan's formula). setup checks
