@@ -71,6 +71,22 @@ int qt_fill_(qt_ctx *ctx, qt_tensor *t, qt_scalar value);
 /* Fills t (contiguous) with random numbers; lo/hi are the inclusive bounds for
 ** QT_RAND_INT. Advances ctx->rng_offset. */
 int qt_random_(qt_ctx *ctx, qt_tensor *t, qt_random_kind kind, qt_scalar lo, qt_scalar hi);
+/* Sampling (ops_random.c): in-place fills of float tensors (random_ of any dtype), and
+** bernoulli, composed from qt_random_ and the elementwise ops so that one seed gives the
+** same draws on every device. uniform_: lo + (hi - lo) u; normal_: mean + sd z;
+** random_int_: integers in lo..hi (inclusive); exponential_: -log(1 - u) / lambda;
+** bernoulli: 1 with probability p (p's dtype, float32 for a non-float p; every p in
+** [0, 1], checked). */
+int qt_uniform_(qt_ctx *ctx, qt_tensor *t, double lo, double hi);
+int qt_normal_(qt_ctx *ctx, qt_tensor *t, double mean, double sd);
+int qt_random_int_(qt_ctx *ctx, qt_tensor *t, int64_t lo, int64_t hi);
+int qt_exponential_(qt_ctx *ctx, qt_tensor *t, double lambda);
+int qt_bernoulli(qt_ctx *ctx, qt_tensor *out, const qt_tensor *p);
+/* n draws of 1-based category positions (int64; n, or rows x n) from the weights of each
+** row of probs (1-D or 2-D, >= 0, finite, a positive sum per row), with or without
+** replacement (then n must not exceed any row's count of nonzero weights). */
+int qt_multinomial(qt_ctx *ctx, qt_tensor *out, const qt_tensor *probs, int64_t n,
+                   bool replacement);
 
 /* qlua.range: exactly the values of Lua 5.4's `for i = first, last, step`. arg holds
 ** first, last and step (both fields filled, as qt_scalar_i / a float's .f), is_float says
