@@ -149,6 +149,45 @@ do
           cat_b = cat_b or qlua.rand(8192, 8192, {device = "gpu"})
         end,
         fn = function() qlua.cat({cat_a, cat_b}, 2):free() end}
+  -- issue 12, masks, on 64Mi float32 from rand (so v:gt(0.5) is about half true). PyTorch on
+  -- the H200: torch.where(v > 0.5, v, 0) 0.366 ms, v[v > 0.5] 0.550 ms, both with the
+  -- comparison; the targets are 1.1x those. Each call frees its mask and result, so the
+  -- cache reuses the blocks instead of waiting for the collector. bytes: what the
+  -- comparison, the count and the selection read and write (masked_select's output counted
+  -- as half of v).
+  local N64M = 64 * MiB
+  local mask_v, mask_copy
+  local function mask_input() mask_v = mask_v or qlua.rand(N64M, {device = "gpu"}) end
+  case {name = "where_64m", size = "64Mi f32 where(v:gt(0.5), v, 0)", kind = "max_seconds",
+        target = 1.1 * 0.366e-3, bytes = N64M * (5 + 9), calls = 20, runs = 9, setup = mask_input,
+        fn = function()
+          local m = mask_v:gt(0.5)
+          qlua.where(m, mask_v, 0):free()
+          m:free()
+        end}
+  case {name = "masked_select_64m", size = "64Mi f32 v:masked_select(v:gt(0.5))",
+        kind = "max_seconds", target = 1.1 * 0.550e-3, bytes = N64M * (5 + 1 + 5 + 2),
+        calls = 20, runs = 9, setup = mask_input,
+        fn = function()
+          local m = mask_v:gt(0.5)
+          mask_v:masked_select(m):free()
+          m:free()
+        end}
+  -- compare_64m: v:gt(0.5), 4 bytes read and 1 written per element, as a share of the copy
+  -- bandwidth (qlua's copy_ of v into another 64Mi float32, the copy engine's memcpy, as a
+  -- raw cudaMemcpyAsync: baseline.cu has no copy case). setup measures the copy and sets the
+  -- target to 0.9x its GB/s; the listed target assumes 4 TB/s of copy.
+  local compare_case = {name = "compare_64m", size = "64Mi f32 v:gt(0.5) -> bool, vs copy",
+                        kind = "min_rate", target = 0.9 * 4000, bytes = N64M * 5, calls = 20,
+                        runs = 9}
+  compare_case.setup = function()
+    mask_input()
+    mask_copy = mask_copy or qlua.empty(N64M, {device = "gpu"})
+    local copy = qlua.bench(function() mask_copy:copy_(mask_v) end, {calls = 20, runs = 9, warmup = 1})
+    compare_case.target = 0.9 * (N64M * 8) / copy.median / 1e9
+  end
+  compare_case.fn = function() mask_v:gt(0.5):free() end
+  case(compare_case)
   -- issue 13, scans and softmax, float32 (PyTorch on the H200: torch.cumsum of 64Mi 0.225 ms,
   -- along the rows of 8192x8192 0.413 ms, softmax and log_softmax of 8192x8192 along dim 2
   -- 0.284 and 0.248 ms; the targets are 1.1x those). bytes: the input read once and the

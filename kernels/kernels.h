@@ -141,6 +141,12 @@ int qt_cuda_scan(qt_device *dev, qt_scanop op, const qt_view *dst, const qt_view
 /* softmax.cu: softmax and log_softmax */
 int qt_cuda_softmax(qt_device *dev, bool log, const qt_view *dst, const qt_view *src, int dim,
                     qt_err *err);
+/* mask.cu */
+int qt_cuda_where(qt_device *dev, const qt_view *dst, const qt_view *cond, const qt_view *a,
+                  qt_scalar a_value, const qt_view *b, qt_scalar b_value, qt_err *err);
+int qt_cuda_masked_select(qt_device *dev, const qt_view *dst, const qt_view *src,
+                          const qt_view *mask, qt_err *err);
+int qt_cuda_nonzero(qt_device *dev, const qt_view *dst, const qt_view *mask, qt_err *err);
 /* matmul.cu */
 int qt_cuda_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
                    bool allow_tf32, qt_err *err);

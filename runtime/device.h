@@ -265,6 +265,22 @@ typedef struct qt_device_iface {
   int (*index_copy)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                     const qt_view *src, qt_err *err);
 
+  /* ---- masks: every mask is bool (the core reads other dtypes as ne(x, 0) first) ---- */
+  /* dst = cond ? a : b, elementwise; a and b have dst's dtype, or are NULL for a_value /
+  ** b_value everywhere (both fields filled for dst's dtype); cond, a and b are broadcast
+  ** to dst's shape by the core (stride 0). dst may be b itself, the same view (masked_fill_),
+  ** but never overlaps cond or a. */
+  int (*where)(qt_device *dev, const qt_view *dst, const qt_view *cond, const qt_view *a,
+               qt_scalar a_value, const qt_view *b, qt_scalar b_value, qt_err *err);
+  /* dst (1-D, contiguous, src's dtype) = the elements of src where mask is true, in
+  ** row-major order; src and mask have one shape (broadcast by the core, stride 0), and dst
+  ** has exactly as many elements as mask has true ones (the core counted them). */
+  int (*masked_select)(qt_device *dev, const qt_view *dst, const qt_view *src,
+                       const qt_view *mask, qt_err *err);
+  /* dst (n x mask->ndim, int64, contiguous) = the 1-based positions of mask's true elements
+  ** in row-major order, one row each; mask->ndim >= 1 and mask has exactly n true ones. */
+  int (*nonzero)(qt_device *dev, const qt_view *dst, const qt_view *mask, qt_err *err);
+
   /* ---- matrix products ---- */
   /* c[b] = a[b] @ b[b] for every batch b: a is (B, M, K), b (B, K, N), c (B, M, N), all
   ** 3-D, one float dtype (float32 or float64), any strides (a batch stride may be 0:

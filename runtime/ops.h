@@ -276,6 +276,43 @@ int qt_index_fill_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
 int qt_index_copy_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
                    const qt_tensor *src);
 
+/* ---------------------------------------------------------------- masks (ops_mask.c) */
+/* A mask or a condition of any dtype is read through nonzero (NaN is true); a bool one is
+** used as it is, another dtype costs one ne(x, 0) pass first. */
+
+/* An operand of where: a tensor, or a Lua number or boolean. */
+typedef struct qt_where_arg {
+  const qt_tensor *tensor;  /* NULL for a number */
+  qt_scalar value;          /* the number: .i for a Lua integer or boolean, .f for a float */
+  bool is_float;            /* the number was a Lua float */
+  bool is_bool;             /* a Lua boolean (value.i is 0 or 1) */
+} qt_where_arg;
+/* out = cond ? a : b, cond, a and b broadcast together. The dtype is qt_promote of two
+** tensors; a number takes a tensor's dtype as in arithmetic (an integer keeps an integer
+** tensor's, range-checked; a float with an integer or bool tensor gives float64; a
+** boolean, 0 or 1, takes any dtype; an integer with a bool tensor gives int64); two numbers
+** give bool (two booleans), float32 (any float) or int64. */
+int qt_where(qt_ctx *ctx, qt_tensor *out, const qt_tensor *cond, const qt_where_arg *a,
+             const qt_where_arg *b);
+/* t[mask] = value in place, mask broadcast to t; value_tensor (0-d, converted to t's
+** dtype) or, when it is NULL, the number value (checked storable by the caller).
+** masked_fill: the same into a new tensor of t and mask broadcast together. */
+int qt_masked_fill_(qt_ctx *ctx, qt_tensor *t, const qt_tensor *mask,
+                    const qt_tensor *value_tensor, qt_scalar value);
+int qt_masked_fill(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, const qt_tensor *mask,
+                   const qt_tensor *value_tensor, qt_scalar value);
+/* A 1-D tensor of t's elements where mask (t and mask broadcast together) is nonzero, in
+** row-major order. The count is read back to the host (the one wait) to size the result. */
+int qt_masked_select(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, const qt_tensor *mask);
+/* An n x ndim int64 tensor of the 1-based positions of t's nonzero elements (row-major);
+** a 0-d t gives n x 0. Reads the count back, as masked_select. */
+int qt_nonzero(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t);
+/* Along dim, or over everything (dim -1, a 0-d result): any and all give bool, count_nonzero
+** int64. Over nothing: any false, all true, count 0. */
+int qt_any(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim);
+int qt_all(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim);
+int qt_count_nonzero(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim);
+
 /* ---------------------------------------------------------------- matrix products */
 
 /* 1-D.1-D (0-d result), 2-D@1-D, 1-D@2-D, 2-D@2-D, and batched (>= 3-D, batch dims

@@ -1354,6 +1354,54 @@ function M.run(opts)
             end
           end }
 
+  -- ---- masks (issue 12): a mask broadcastable to self (g_like), or junk
+  local function g_fill_value(a, self)
+    a.n = a.n + 1
+    local r = R:float()
+    if r < 0.55 then a[a.n] = g_number()
+    elseif r < 0.7 then a[a.n] = R:chance(0.5)
+    elseif r < 0.9 then a[a.n] = make_tensor_shaped({}, R:pick(DTYPES), tdevice(self))
+    else a[a.n] = g_junk() end
+  end
+  entry { name = "masked_fill_", kind = "method", ret = "self", mutates = true, weight = 2,
+          gen = function(a, shape, self) a.n = 1; g_like(a, shape, self); g_fill_value(a, self) end }
+  entry { name = "masked_fill", kind = "method", ret = "tensor", weight = 2, expect = binary_expect,
+          gen = function(a, shape, self) a.n = 1; g_like(a, shape, self); g_fill_value(a, self) end }
+  entry { name = "masked_select", kind = "method", ret = "tensor", weight = 2,
+          gen = function(a, shape, self) a.n = 1; g_like(a, shape, self) end,
+          expect = function(_, _, res)
+            local got = geom(res[1])
+            if got and #got ~= 1 then return "masked_select gave shape " .. list_str(got) end
+          end }
+  entry { name = "nonzero", kind = "method", ret = "tensor", gen = function() end,
+          expect = function(shape, _, res)
+            local got = geom(res[1])
+            if got and (#got ~= 2 or got[2] ~= #shape) then
+              return "nonzero of shape " .. list_str(shape) .. " gave " .. list_str(got)
+            end
+            if tdtype(res[1]) ~= "int64" then return "nonzero gave " .. tostring(tdtype(res[1])) end
+          end }
+  for _, op in ipairs({ "any", "all", "count_nonzero" }) do
+    entry { name = op, kind = "method", ret = "any",
+            gen = function(a, shape) if R:chance(0.6) then a.n = 2; a[2] = g_dim(shape) end end,
+            expect = function(shape, a, res)
+              local want = op == "count_nonzero" and "int64" or "bool"
+              if a[1] == nil then
+                local ok = op == "count_nonzero" and math.type(res[1]) == "integer"
+                           or op ~= "count_nonzero" and type(res[1]) == "boolean"
+                if not ok then return op .. "() gave a " .. type(res[1]) end
+                return nil
+              end
+              local p = tensor_problem(res[1])
+              if p then return p end
+              if tdtype(res[1]) ~= want then return op .. "(dim) gave " .. tostring(tdtype(res[1])) end
+              local d = as_integer(a[1])
+              if d and shape[d] and not same_list(geom(res[1]), removed(shape, d)) then
+                return "result shape " .. list_str(geom(res[1])) .. " for dim " .. d
+              end
+            end }
+  end
+
   -- ---- module functions
   local function g_creation(a)
     shape_args(g_shape(), a)
@@ -1448,6 +1496,65 @@ function M.run(opts)
           expect = function(_, a, res)
             local sa = geom(a[1])
             if sa then return matmul_expect(sa, a[2], res) end
+          end }
+  -- qlua.where(cond, a, b): a and b tensors broadcastable with cond (a dim or two made 1),
+  -- numbers, booleans or junk
+  local function g_where_value(shape)
+    local r = R:float()
+    if r < 0.3 then return g_number() end
+    if r < 0.4 then return R:chance(0.5) end
+    if r < 0.9 then
+      local s = { table.unpack(shape) }
+      for i = 1, #s do if R:chance(0.3) then s[i] = 1 end end
+      while #s > 0 and R:chance(0.2) do table.remove(s, 1) end
+      return make_tensor_shaped(s, R:pick(DTYPES), R:pick(DEVICES))
+    end
+    return g_junk()
+  end
+  -- ---- sampling (issue 13)
+  entry { name = "uniform_", kind = "method", ret = "self", mutates = true,
+          gen = function(a) a.n = 2; a[1] = R:chance(0.7) and g_number() or nil; a[2] = R:chance(0.7) and g_number() or nil end }
+  entry { name = "normal_", kind = "method", ret = "self", mutates = true,
+          gen = function(a) a.n = 2; a[1] = R:chance(0.7) and g_number() or nil; a[2] = R:chance(0.7) and g_number() or nil end }
+  entry { name = "random_", kind = "method", ret = "self", mutates = true,
+          gen = function(a)
+            a.n = 2
+            a[1] = R:int(-5, 5)
+            a[2] = R:chance(0.7) and R:int(-5, 300) or nil
+          end }
+  entry { name = "exponential_", kind = "method", ret = "self", mutates = true,
+          gen = function(a) a.n = 1; a[1] = R:chance(0.8) and g_number() or nil end }
+  entry { name = "bernoulli", kind = "module", ret = "tensor",
+          gen = function(a)
+            local p = pool_pick()
+            a.n = 1
+            a[1] = p
+          end }
+  entry { name = "multinomial", kind = "module", ret = "tensor",
+          gen = function(a)
+            a.n = 3
+            a[1] = pool_pick()
+            a[2] = R:int(-1, 8)
+            a[3] = R:pick({ true, false, nil, 1 })
+          end }
+  entry { name = "where", kind = "module", ret = "tensor", weight = 2,
+          gen = function(a)
+            local c, shape = pool_pick_shaped(function() return true end)
+            if not c then c, shape = pool_pick(), { 2 } end
+            a.n = 3
+            a[1], a[2], a[3] = c, g_where_value(shape), g_where_value(shape)
+          end,
+          expect = function(_, a, res)
+            local got, want = geom(res[1]), geom(a[1])
+            for k = 2, 3 do
+              if want and is_tensor(a[k]) then
+                local s = geom(a[k])
+                want = s and broadcast(want, s)
+              end
+            end
+            if got and want and not same_list(got, want) then
+              return "where gave shape " .. list_str(got) .. ", expected " .. list_str(want)
+            end
           end }
   entry { name = "set_tf32", kind = "module", ret = "any",
           gen = function(a) a.n = 1; a[1] = R:chance(0.8) and R:chance(0.5) or g_junk() end }

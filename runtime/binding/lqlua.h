@@ -180,6 +180,10 @@ extern const lq_Reg lq_random_functions[];
 extern const lq_Reg lq_shape_methods[];
 /* ---- l_index.c: the indexing methods (gather ... index_add_), registered by l_tensor.c */
 extern const lq_Reg lq_index_methods[];
+/* ---- l_mask.c: the mask methods (masked_fill_ ... count_nonzero), registered by l_tensor.c,
+** and qlua.where, registered by l_qlua.c */
+extern const lq_Reg lq_mask_methods[];
+extern const lq_Reg lq_mask_functions[];
 /* ---- l_reduce.c: the reductions (sum ... argmin), registered by l_tensor.c */
 extern const lq_Reg lq_reduce_methods[];
 /* ---- l_products.c: the product methods (matmul ...), registered by l_tensor.c, and

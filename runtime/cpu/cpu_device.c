@@ -161,6 +161,13 @@ static int cpu_download(qt_device *dev, void *host_dst, const void *src, size_t 
 
 /* ====================================================================== the table */
 
+/* cpu_mask.c: where, masked_select, nonzero (device.h's contracts) */
+int cpu_where(qt_device *dev, const qt_view *dst, const qt_view *cond, const qt_view *a,
+              qt_scalar a_value, const qt_view *b, qt_scalar b_value, qt_err *err);
+int cpu_masked_select(qt_device *dev, const qt_view *dst, const qt_view *src,
+                      const qt_view *mask, qt_err *err);
+int cpu_nonzero(qt_device *dev, const qt_view *dst, const qt_view *mask, qt_err *err);
+
 static const qt_device_iface cpu_iface = {
   /* .alloc         = */ cpu_alloc,
   /* .free          = */ cpu_free,
@@ -183,6 +190,9 @@ static const qt_device_iface cpu_iface = {
   /* .scatter_add   = */ cpu_scatter_add,
   /* .index_fill    = */ cpu_index_fill,
   /* .index_copy    = */ cpu_index_copy,
+  /* .where         = */ cpu_where,
+  /* .masked_select = */ cpu_masked_select,
+  /* .nonzero       = */ cpu_nonzero,
   /* .matmul        = */ cpu_matmul,
   /* .random        = */ cpu_random,
   /* .scan          = */ cpu_scan,
