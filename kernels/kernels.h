@@ -147,6 +147,20 @@ int qt_cuda_where(qt_device *dev, const qt_view *dst, const qt_view *cond, const
 int qt_cuda_masked_select(qt_device *dev, const qt_view *dst, const qt_view *src,
                           const qt_view *mask, qt_err *err);
 int qt_cuda_nonzero(qt_device *dev, const qt_view *dst, const qt_view *mask, qt_err *err);
+/* sort.cu: sort, topk, unique, bincount, histc, searchsorted */
+int qt_cuda_sort(qt_device *dev, const qt_view *values, const qt_view *indices,
+                 const qt_view *src, bool descending, qt_err *err);
+int qt_cuda_topk(qt_device *dev, const qt_view *values, const qt_view *indices,
+                 const qt_view *src, int64_t k, bool largest, qt_err *err);
+int qt_cuda_unique(qt_device *dev, const qt_view *uniques, const qt_view *inverse,
+                   const qt_view *counts, const qt_view *sorted, const qt_view *perm,
+                   int64_t *count, qt_err *err);
+int qt_cuda_bincount(qt_device *dev, const qt_view *dst, const qt_view *src,
+                     const qt_view *weights, qt_err *err);
+int qt_cuda_histc(qt_device *dev, const qt_view *dst, const qt_view *src, double lo, double hi,
+                  qt_err *err);
+int qt_cuda_searchsorted(qt_device *dev, const qt_view *dst, const qt_view *sorted,
+                         const qt_view *values, bool right, qt_err *err);
 /* matmul.cu */
 int qt_cuda_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
                    bool allow_tf32, qt_err *err);

@@ -308,6 +308,42 @@ typedef struct qt_device_iface {
   int (*softmax)(qt_device *dev, bool log, const qt_view *dst, const qt_view *src, int dim,
                  qt_err *err);
 
+  /* ---- sorting and selection (runtime/core/ops_sort.c; cpu_sort.c, kernels/sort.cu) ----
+  ** The order: numbers compare as numbers (-0.0 equals 0.0), every NaN is above every
+  ** number and all NaNs are equal; equal elements keep their order (stable), descending
+  ** included. bool sorts as 0 < 1. "Rows" views are 2-D (rows, n), contiguous (strides n, 1);
+  ** the core makes every input so. Indices are int64, 1-based positions within the row. */
+  /* values and indices (rows, n) = each row of src sorted; values has src's dtype. */
+  int (*sort)(qt_device *dev, const qt_view *values, const qt_view *indices,
+              const qt_view *src, bool descending, qt_err *err);
+  /* values and indices (rows, k), 1 <= k <= n = the k largest (largest) or smallest of each
+  ** row of src, best first, ties in their order: the first k of sort (descending = largest). */
+  int (*topk)(qt_device *dev, const qt_view *values, const qt_view *indices,
+              const qt_view *src, int64_t k, bool largest, qt_err *err);
+  /* sorted (1-D, n >= 1, ascending) and perm (its int64 sort indices): the runs of equal
+  ** elements (NaNs are one run). uniques (n) gets each run's first element, counts (n,
+  ** int64, or NULL) its length, inverse (n, int64, or NULL) at perm[i] - 1 the 1-based run
+  ** number of element i; *count = the number of runs (the slot waits for it). */
+  int (*unique)(qt_device *dev, const qt_view *uniques, const qt_view *inverse,
+                const qt_view *counts, const qt_view *sorted, const qt_view *perm,
+                int64_t *count, qt_err *err);
+  /* dst (1-D, contiguous, zeroed by the core) [src[i]] += 1 (int64 dst, weights NULL) or
+  ** weights[i] (dst's dtype, float32 or float64); src 1-D contiguous of an integer or bool
+  ** dtype with values in 0..dst->numel - 1 (checked by the core). Float sums on a device
+  ** with atomics are in no fixed order. */
+  int (*bincount)(qt_device *dev, const qt_view *dst, const qt_view *src,
+                  const qt_view *weights, qt_err *err);
+  /* dst (bins, int64, contiguous, zeroed) counts the elements x of src (contiguous, not
+  ** bool) with lo <= x <= hi (lo < hi), x in bin min(floor((x - lo) / (hi - lo) * bins),
+  ** bins - 1), computed in double; NaN is in no bin. */
+  int (*histc)(qt_device *dev, const qt_view *dst, const qt_view *src, double lo, double hi,
+               qt_err *err);
+  /* dst (rows, m) int64 = 1 + the number of elements of sorted's row (rows, n) that are
+  ** below (right: not above) values' element (rows, m); sorted and values of one dtype,
+  ** all contiguous. A row that is not sorted gives positions of no meaning. */
+  int (*searchsorted)(qt_device *dev, const qt_view *dst, const qt_view *sorted,
+                      const qt_view *values, bool right, qt_err *err);
+
   /* ---- code the user brings (qlua.kernel, qlua.module, C extensions) ----
   ** NULL on a device that cannot run it (the CPU); the core then says so. */
   /* The queue this device's work runs on, in order (a cudaStream_t). */

@@ -313,6 +313,45 @@ int qt_any(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim);
 int qt_all(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim);
 int qt_count_nonzero(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim);
 
+/* ---------------------------------------------------------------- sorting (ops_sort.c) */
+/* The order is device.h's (numbers as numbers, NaN above all and NaNs equal, stable). A 0-d
+** t is one line of one element (dim 0). Indices are int64, 1-based along dim. */
+
+/* values (may be NULL: argsort) and indices (may be NULL) of t's shape, sorted along dim;
+** descending reverses the order, ties keep theirs. */
+int qt_sort(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_tensor *t, int dim,
+            bool descending);
+/* The k (0..n) largest or smallest along dim, best first (ties: the earlier first); t's
+** shape with k along dim. sorted is accepted for PyTorch's signature: the result is
+** always in order. */
+int qt_topk(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_tensor *t, int64_t k,
+            int dim, bool largest, bool sorted);
+/* The k-th smallest (1..n) along dim, and its index: t's shape without dim. */
+int qt_kthvalue(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_tensor *t,
+                int64_t k, int dim);
+/* PyTorch's median: the lower one (the ((n + 1) // 2)-th smallest); a line holding NaN has
+** its first NaN as median. dim -1: over everything (0-d results). indices may be NULL. */
+int qt_median(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_tensor *t, int dim);
+/* The sorted distinct values of flattened t (NaNs are one value, -0.0 and 0.0 one); inverse
+** (t's shape) the 1-based position of each element's value in uniques, counts how many
+** elements have it. inverse and counts may be NULL (not computed). */
+int qt_unique(qt_ctx *ctx, qt_tensor *uniques, qt_tensor *inverse, qt_tensor *counts,
+              const qt_tensor *t);
+/* PyTorch's bincount: result[v + 1] (1-based) counts (or sums weights of) the elements equal
+** to v; length max(max(t) + 1, minlength). t 1-D, integer or bool, values >= 0. */
+int qt_bincount(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, const qt_tensor *weights,
+                int64_t minlength);
+/* PyTorch's histc: bins equal bins over [lo, hi] (0, 0: the data's min and max; an empty
+** range is widened by 1 each side), elements outside and NaN are left out; float result
+** (t's dtype, float32 for integer t). */
+int qt_histc(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t bins, double lo,
+             double hi);
+/* 1-based insertion positions: for each v, 1 + the number of elements of the sorted
+** sequence below v (right: not above v), i.e. PyTorch's answer + 1. sorted is 1-D, or N-D
+** with values sharing its leading dims (searched row by row). The result has values' shape. */
+int qt_searchsorted(qt_ctx *ctx, qt_tensor *out, const qt_tensor *sorted, const qt_tensor *values,
+                    bool right);
+
 /* ---------------------------------------------------------------- matrix products */
 
 /* 1-D.1-D (0-d result), 2-D@1-D, 1-D@2-D, 2-D@2-D, and batched (>= 3-D, batch dims

@@ -285,6 +285,19 @@ int qt_cuda_index_copy(qt_device *, const qt_view *, int, const qt_view *, const
                        qt_err *) { return -1; }
 int qt_cuda_matmul(qt_device *, const qt_view *, const qt_view *, const qt_view *, bool,
                    qt_err *) { return -1; }
+int qt_cuda_sort(qt_device *, const qt_view *, const qt_view *, const qt_view *, bool,
+                 qt_err *) { return -1; }
+int qt_cuda_topk(qt_device *, const qt_view *, const qt_view *, const qt_view *, int64_t, bool,
+                 qt_err *) { return -1; }
+int qt_cuda_unique(qt_device *, const qt_view *, const qt_view *, const qt_view *,
+                   const qt_view *, const qt_view *, int64_t *, qt_err *) { return -1; }
+int qt_cuda_bincount(qt_device *, const qt_view *, const qt_view *, const qt_view *,
+                     qt_err *) { return -1; }
+int qt_cuda_histc(qt_device *, const qt_view *, const qt_view *, double, double, qt_err *) {
+  return -1;
+}
+int qt_cuda_searchsorted(qt_device *, const qt_view *, const qt_view *, const qt_view *, bool,
+                         qt_err *) { return -1; }
 
 /* runtime/tensor.c's, which the object uses for messages */
 int qt_errorf(qt_err *err, const char *fmt, ...) {

@@ -109,6 +109,8 @@ static const lh_entry lh_entries[] = {
    "float32 or float64"},
   {"qlua.set_tf32(on)", "true allows TF32 tensor cores for float32 products on the GPU "
    "(off by default)"},
+  {"qlua.searchsorted(sorted, values [, right])", "1-based insertion positions of values "
+   "in the sorted last dim (PyTorch's + 1); right: after equal elements"},
   {"qlua.where(cond, a, b)", "a where cond is nonzero, else b (tensors or numbers, "
    "broadcast)"},
   {"qlua.logical_and(a, b)", "elementwise a and b (nonzero is true), broadcast"},
@@ -387,6 +389,21 @@ static const lh_entry lh_entries[] = {
   {"t:all([dim])", "whether every element is nonzero (along dim: a tensor without it)"},
   {"t:count_nonzero([dim])", "the number of nonzero elements (along dim: a tensor "
    "without it)"},
+  /* ---- Tensor: sorting and selection (l_sort.c) */
+  {"t:sort([dim] [, descending])", "values and int64 positions sorted along dim (the last), "
+   "stable, NaN last (first when descending)"},
+  {"t:argsort([dim] [, descending])", "the int64 positions that sort t along dim, as sort's"},
+  {"t:topk(k [, dim] [, largest] [, sorted])", "the k largest (or smallest) along dim and "
+   "their positions, best first, ties by position"},
+  {"t:kthvalue(k [, dim])", "the k-th smallest along dim and its position (dim removed)"},
+  {"t:median([dim])", "the lower median: a number, or along dim values and positions; NaN "
+   "if the line holds one"},
+  {"t:unique([{return_inverse =, return_counts =}])", "the sorted distinct values, and the "
+   "inverse (t's shape) and counts when asked"},
+  {"t:bincount([weights] [, minlength])", "result[v + 1] counts (sums weights of) the "
+   "values v of a 1-D non-negative integer t"},
+  {"t:histc([bins] [, min] [, max])", "a float histogram of bins (100) equal bins over "
+   "[min, max] (0, 0: the data's range)"},
   {"t:matmul(b)", "the matrix product t @ b, as qlua.matmul"},
   /* ---- Tensor: scans and softmax (dim: 1-based; a 0-d tensor takes dim 1) */
   {"t:cumsum(dim)", "running sums along dim (integers and bool give int64)"},

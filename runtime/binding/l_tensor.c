@@ -639,6 +639,7 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   lq_setfuncs(L, lq_shape_methods, box_idx, true);
   lq_setfuncs(L, lq_index_methods, box_idx, true);
   lq_setfuncs(L, lq_mask_methods, box_idx, true);
+  lq_setfuncs(L, lq_sort_methods, box_idx, true);
   lq_setfuncs(L, lq_scan_methods, box_idx, true);
   lq_setfuncs(L, lq_reduce_methods, box_idx, true);
   lq_setfuncs(L, lq_products_methods, box_idx, true);

@@ -196,6 +196,11 @@ extern const lq_Reg lq_products_functions[];
 extern const lq_Reg lq_scan_methods[];
 extern const lq_Reg lq_scan_functions[];
 
+/* ---- l_sort.c: sort ... histc, registered by l_tensor.c, and qlua.searchsorted, registered
+** by l_qlua.c */
+extern const lq_Reg lq_sort_methods[];
+extern const lq_Reg lq_sort_functions[];
+
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */
 

@@ -168,6 +168,21 @@ int cpu_masked_select(qt_device *dev, const qt_view *dst, const qt_view *src,
                       const qt_view *mask, qt_err *err);
 int cpu_nonzero(qt_device *dev, const qt_view *dst, const qt_view *mask, qt_err *err);
 
+/* cpu_sort.c: sort, topk, unique, bincount, histc, searchsorted (device.h's contracts) */
+int cpu_sort(qt_device *dev, const qt_view *values, const qt_view *indices, const qt_view *src,
+             bool descending, qt_err *err);
+int cpu_topk(qt_device *dev, const qt_view *values, const qt_view *indices, const qt_view *src,
+             int64_t k, bool largest, qt_err *err);
+int cpu_unique(qt_device *dev, const qt_view *uniques, const qt_view *inverse,
+               const qt_view *counts, const qt_view *sorted, const qt_view *perm,
+               int64_t *count, qt_err *err);
+int cpu_bincount(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *weights,
+                 qt_err *err);
+int cpu_histc(qt_device *dev, const qt_view *dst, const qt_view *src, double lo, double hi,
+              qt_err *err);
+int cpu_searchsorted(qt_device *dev, const qt_view *dst, const qt_view *sorted,
+                     const qt_view *values, bool right, qt_err *err);
+
 static const qt_device_iface cpu_iface = {
   /* .alloc         = */ cpu_alloc,
   /* .free          = */ cpu_free,
@@ -197,6 +212,12 @@ static const qt_device_iface cpu_iface = {
   /* .random        = */ cpu_random,
   /* .scan          = */ cpu_scan,
   /* .softmax       = */ cpu_softmax,
+  /* .sort          = */ cpu_sort,
+  /* .topk          = */ cpu_topk,
+  /* .unique        = */ cpu_unique,
+  /* .bincount      = */ cpu_bincount,
+  /* .histc         = */ cpu_histc,
+  /* .searchsorted  = */ cpu_searchsorted,
   /* code the user brings runs on GPUs only: the core says so for the CPU */
   /* .native_stream = */ NULL,
   /* .compiler_id   = */ NULL,
