@@ -185,25 +185,33 @@ static bool rtc_nvrtc_file(char *path, size_t len, struct stat *st) {
 ** modification time), found without loading it, so that a kernel found in the disk cache
 ** costs no dlopen of NVRTC (about 5 ms, most of a cached compile); where the file is not
 ** found that way, NVRTC's own version (loading it). Either changes when the compiler does. */
+static char rtc_compiler_file_id[PATH_MAX + 64];  /* "nvrtc <path> <size> <mtime>", once */
+
 extern "C" int qt_cuda_compiler_id(qt_device *dev, char *buf, size_t len, qt_err *err) {
   int major, minor;
   if (qt_cuda_enter(dev, "kernel", err) || rtc_arch(dev, &major, &minor, err)) return -1;
+  /* The file is found once per process (every qlua.kernel call asks, and the in-memory
+  ** cache hit must stay a few microseconds): the library a process loads does not change
+  ** under it. */
   pthread_mutex_lock(&rtc_nvrtc_lock);
-  bool loaded = rtc_nvrtc_loaded;
+  if (rtc_compiler_file_id[0] == '\0') {
+    char path[PATH_MAX];
+    struct stat st;
+    if (rtc_nvrtc_file(path, sizeof path, &st))
+      snprintf(rtc_compiler_file_id, sizeof rtc_compiler_file_id, "nvrtc %s %lld %lld.%09ld",
+               path, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+               (long)st.st_mtim.tv_nsec);
+    else
+      snprintf(rtc_compiler_file_id, sizeof rtc_compiler_file_id, "-");  /* not found */
+  }
+  bool have_file = rtc_compiler_file_id[0] != '-';
   pthread_mutex_unlock(&rtc_nvrtc_lock);
-  char path[PATH_MAX];
-  struct stat st;
-  if (!loaded && rtc_nvrtc_file(path, sizeof path, &st)) {
-    snprintf(buf, len, "nvrtc %s %lld %lld.%09ld sm_%d%d", path, (long long)st.st_size,
-             (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, major, minor);
+  if (have_file) {
+    snprintf(buf, len, "%s sm_%d%d", rtc_compiler_file_id, major, minor);
     return 0;
   }
   if (rtc_nvrtc_load("kernel", err)) return -1;
-  if (rtc_nvrtc_file(path, sizeof path, &st))  /* the same key as before loading */
-    snprintf(buf, len, "nvrtc %s %lld %lld.%09ld sm_%d%d", path, (long long)st.st_size,
-             (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, major, minor);
-  else
-    snprintf(buf, len, "nvrtc %d.%d sm_%d%d", rtc_nvrtc.major, rtc_nvrtc.minor, major, minor);
+  snprintf(buf, len, "nvrtc %d.%d sm_%d%d", rtc_nvrtc.major, rtc_nvrtc.minor, major, minor);
   return 0;
 }
 
