@@ -163,7 +163,7 @@ int qt_cuda_searchsorted(qt_device *dev, const qt_view *dst, const qt_view *sort
                          const qt_view *values, bool right, qt_err *err);
 /* matmul.cu */
 int qt_cuda_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
-                   bool allow_tf32, qt_err *err);
+                   double alpha, double beta, bool allow_tf32, qt_err *err);
 }
 
 /* ------------------------------------------------------------------ device-side helpers */

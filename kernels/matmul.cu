@@ -2,8 +2,9 @@
 ** matmul.cu — the matmul slot of the CUDA device, through cuBLAS (and, for tiny products,
 ** one tiled kernel of our own: see mm_small_kernel).
 **
-** c[b] = a[b] @ b[b] with a (B, M, K), b (B, K, N), c (B, M, N), float32 or float64, any
-** strides, a batch stride of 0 meaning broadcast. cuBLAS is column-major; a row-major product
+** c[b] = alpha * a[b] @ b[b] + beta * c[b] (GEMM) with a (B, M, K), b (B, K, N), c (B, M, N),
+** float32 or float64, any strides, a batch stride of 0 meaning broadcast; beta == 0 never
+** reads c. alpha and beta go to cuBLAS as they are, so addmm costs no pass of its own. cuBLAS is column-major; a row-major product
 ** is the column-major product of the transposes, C^T = B^T A^T, so b is passed first.
 **
 ** Each operand goes to cuBLAS as it lies whenever cuBLAS can address it: a matrix whose rows
@@ -112,7 +113,7 @@ static int mm_cublas_load(qt_err *err) {
 /* ------------------------------------------------------------------ small kernels */
 
 /* dst = src over a (B, R, C) box with arbitrary strides on both sides; src == NULL writes
-** zeros (c when K == 0). Used only off the fast path. */
+** zeros. Used only off the fast path (operands and results cuBLAS cannot address). */
 template <typename T>
 __global__ void mm_copy_kernel(T *__restrict__ dst, const T *__restrict__ src, int64_t rows,
                                int64_t cols, int64_t n, int64_t dsb, int64_t dsr, int64_t dsc,
@@ -124,6 +125,22 @@ __global__ void mm_copy_kernel(T *__restrict__ dst, const T *__restrict__ src, i
     const int64_t r = t % rows;
     const int64_t b = t / rows;
     dst[b * dsb + r * dsr + j * dsc] = src ? src[b * ssb + r * ssr + j * ssc] : T(0);
+  }
+}
+
+/* c = beta * c over a (B, R, C) box with arbitrary strides (K == 0); beta == 0 writes
+** zeros without reading c, as GEMM does. */
+template <typename T>
+__global__ void mm_scale_kernel(T *__restrict__ c, int64_t rows, int64_t cols, int64_t n,
+                                int64_t sb, int64_t sr, int64_t sc, T beta) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t j = i % cols;
+    const int64_t t = i / cols;
+    const int64_t r = t % rows;
+    const int64_t b = t / rows;
+    T *p = c + b * sb + r * sr + j * sc;
+    *p = beta == T(0) ? T(0) : beta * *p;
   }
 }
 
@@ -141,7 +158,7 @@ template <typename T>
 __global__ void mm_small_kernel(T *__restrict__ c, const T *__restrict__ a,
                                 const T *__restrict__ b, int M, int N, int K, int64_t csb,
                                 int64_t csr, int64_t csc, int64_t asb, int64_t asr, int64_t asc,
-                                int64_t bsb, int64_t bsr, int64_t bsc) {
+                                int64_t bsb, int64_t bsr, int64_t bsc, T alpha, T beta) {
   __shared__ T a_tile[MM_TILE][MM_TILE + 1];
   __shared__ T b_tile[MM_TILE][MM_TILE + 1];
   const int ty = threadIdx.y, tx = threadIdx.x;
@@ -159,7 +176,10 @@ __global__ void mm_small_kernel(T *__restrict__ c, const T *__restrict__ a,
     for (int k = 0; k < MM_TILE; k++) acc += a_tile[ty][k] * b_tile[k][tx];
     __syncthreads();
   }
-  if (row < M && col < N) c[z * csb + row * csr + col * csc] = acc;
+  if (row < M && col < N) {
+    T *p = c + z * csb + row * csr + col * csc;
+    *p = beta == T(0) ? alpha * acc : alpha * acc + beta * *p;
+  }
 }
 
 static bool mm_is_small(int64_t nb, int64_t M, int64_t N, int64_t K) {
@@ -169,7 +189,7 @@ static bool mm_is_small(int64_t nb, int64_t M, int64_t N, int64_t K) {
 
 template <typename T>
 static int mm_small(qt_device *dev, const qt_view *cv, const qt_view *av, const qt_view *bv,
-                    qt_err *err) {
+                    T alpha, T beta, qt_err *err) {
   qt_cuda_ctx *c = qt_cuda_context(dev);
   const int64_t nb = cv->size[0], M = cv->size[1], N = cv->size[2], K = av->size[2];
   const dim3 block(MM_TILE, MM_TILE, 1);
@@ -180,7 +200,7 @@ static int mm_small(qt_device *dev, const qt_view *cv, const qt_view *av, const 
   mm_small_kernel<T><<<grid, block, 0, c->stream>>>(
       (T *)cv->data, (const T *)av->data, (const T *)bv->data, (int)M, (int)N, (int)K,
       cv->stride[0], cv->stride[1], cv->stride[2], asb, av->stride[1], av->stride[2], bsb,
-      bv->stride[1], bv->stride[2]);
+      bv->stride[1], bv->stride[2], alpha, beta);
   return qt_cuda_check_launch(dev, "matmul", err);
 }
 
@@ -313,17 +333,21 @@ static void mm_release(qt_device *dev, mm_operand *op) {
 
 template <typename T>
 static int mm_gemm(qt_device *dev, qt_cuda_ctx *c, const qt_view *cv, const qt_view *av,
-                   const qt_view *bv, bool allow_tf32, qt_err *err) {
+                   const qt_view *bv, double alpha_d, double beta_d, bool allow_tf32,
+                   qt_err *err) {
   const int64_t nb = cv->size[0], M = cv->size[1], N = cv->size[2], K = av->size[2];
   const bool is_f32 = sizeof(T) == 4;
+  const T alpha = (T)alpha_d, beta = (T)beta_d;
 
-  /* K == 0: the product of empty sums is zero. */
+  /* K == 0: the products are empty sums, c = beta * c. */
   if (K == 0) {
-    const int64_t ds[3] = {cv->stride[0], cv->stride[1], cv->stride[2]};
-    const int64_t ss[3] = {0, 0, 0};
-    return mm_copy<T>(dev, (T *)cv->data, NULL, nb, M, N, ds, ss, err);
+    if (beta_d == 1) return 0;
+    const int64_t n = nb * M * N;
+    mm_scale_kernel<T><<<mm_blocks(c, n), 256, 0, c->stream>>>(
+        (T *)cv->data, M, N, n, cv->stride[0], cv->stride[1], cv->stride[2], beta);
+    return qt_cuda_check_launch(dev, "matmul", err);
   }
-  if (mm_is_small(nb, M, N, K)) return mm_small<T>(dev, cv, av, bv, err);
+  if (mm_is_small(nb, M, N, K)) return mm_small<T>(dev, cv, av, bv, alpha, beta, err);
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
     return qt_errorf(err, "matmul: dimension too large for cuBLAS (%lld x %lld x %lld)",
                      (long long)M, (long long)N, (long long)K);
@@ -354,6 +378,14 @@ static int mm_gemm(qt_device *dev, qt_cuda_ctx *c, const qt_view *cv, const qt_v
     c_data = c_scratch;
     ldc = N > 1 ? N : 1;
     c_batch_stride = M * N;
+    if (beta_d != 0) {  /* GEMM reads c: bring it into the scratch result first */
+      const int64_t ds[3] = {M * N, N, 1};
+      const int64_t ss[3] = {cv->stride[0], cv->stride[1], cv->stride[2]};
+      if (mm_copy<T>(dev, (T *)c_scratch, (const T *)cv->data, nb, M, N, ds, ss, err)) {
+        qt_cuda_scratch_free(dev, c_scratch, c_scratch_bytes);
+        return -1;
+      }
+    }
   }
 
   if (mm_prepare<T>(dev, av, &A, err) || mm_prepare<T>(dev, bv, &B, err)) goto done;
@@ -365,11 +397,10 @@ static int mm_gemm(qt_device *dev, qt_cuda_ctx *c, const qt_view *cv, const qt_v
     const cublasComputeType_t ct = !is_f32     ? CUBLAS_COMPUTE_64F
                                    : allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                 : CUBLAS_COMPUTE_32F;
-    const T one = 1, zero = 0;
     cublasStatus_t st;
     if (nb == 1) {
-      st = mm_cublas.gemm(c->cublas, opb, opa, (int)N, (int)M, (int)K, &one, B.data, dt,
-                          (int)B.ld, A.data, dt, (int)A.ld, &zero, c_data, dt, (int)ldc, ct,
+      st = mm_cublas.gemm(c->cublas, opb, opa, (int)N, (int)M, (int)K, &alpha, B.data, dt,
+                          (int)B.ld, A.data, dt, (int)A.ld, &beta, c_data, dt, (int)ldc, ct,
                           CUBLAS_GEMM_DEFAULT);
       if (mm_blas_check(dev, st, err)) goto done;
     } else {
@@ -379,8 +410,8 @@ static int mm_gemm(qt_device *dev, qt_cuda_ctx *c, const qt_view *cv, const qt_v
         const char *pa = (const char *)A.data + (size_t)(b0 * A.batch_stride) * sizeof(T);
         char *pc = (char *)c_data + (size_t)(b0 * c_batch_stride) * sizeof(T);
         st = mm_cublas.gemm_strided_batched(
-            c->cublas, opb, opa, (int)N, (int)M, (int)K, &one, pb, dt, (int)B.ld,
-            B.batch_stride, pa, dt, (int)A.ld, A.batch_stride, &zero, pc, dt, (int)ldc,
+            c->cublas, opb, opa, (int)N, (int)M, (int)K, &alpha, pb, dt, (int)B.ld,
+            B.batch_stride, pa, dt, (int)A.ld, A.batch_stride, &beta, pc, dt, (int)ldc,
             c_batch_stride, (int)cnt, ct, CUBLAS_GEMM_DEFAULT);
         if (mm_blas_check(dev, st, err)) goto done;
       }
@@ -399,9 +430,10 @@ done:
   return rc;
 }
 
-/* c[b] = a[b] @ b[b]; see the top of the file. */
+/* c[b] = alpha * a[b] @ b[b] + beta * c[b]; see the top of the file. */
 extern "C" int qt_cuda_matmul(qt_device *dev, const qt_view *c, const qt_view *a,
-                              const qt_view *b, bool allow_tf32, qt_err *err) {
+                              const qt_view *b, double alpha, double beta, bool allow_tf32,
+                              qt_err *err) {
   if (qt_cuda_enter(dev, "matmul", err)) return -1;
   if (a->ndim != 3 || b->ndim != 3 || c->ndim != 3)
     return qt_errorf(err, "matmul: operands must be 3-d (batch, rows, cols), got %d, %d and %d",
@@ -419,8 +451,8 @@ extern "C" int qt_cuda_matmul(qt_device *dev, const qt_view *c, const qt_view *a
   if (nb == 0 || M == 0 || N == 0) return 0;
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
   switch (a->dtype) {
-    case QT_F32: return mm_gemm<float>(dev, ctx, c, a, b, allow_tf32, err);
-    case QT_F64: return mm_gemm<double>(dev, ctx, c, a, b, false, err);
+    case QT_F32: return mm_gemm<float>(dev, ctx, c, a, b, alpha, beta, allow_tf32, err);
+    case QT_F64: return mm_gemm<double>(dev, ctx, c, a, b, alpha, beta, false, err);
     default:
       return qt_errorf(err, "matmul: %s tensors are not supported (float32 or float64)",
                        qt_dtypes[a->dtype].name);

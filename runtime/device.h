@@ -282,12 +282,13 @@ typedef struct qt_device_iface {
   int (*nonzero)(qt_device *dev, const qt_view *dst, const qt_view *mask, qt_err *err);
 
   /* ---- matrix products ---- */
-  /* c[b] = a[b] @ b[b] for every batch b: a is (B, M, K), b (B, K, N), c (B, M, N), all
-  ** 3-D, one float dtype (float32 or float64), any strides (a batch stride may be 0:
-  ** broadcasting). c is freshly allocated and contiguous. allow_tf32 permits TF32 tensor
-  ** cores for float32. */
+  /* c[b] = alpha * a[b] @ b[b] + beta * c[b] for every batch b (BLAS's GEMM): a is
+  ** (B, M, K), b (B, K, N), c (B, M, N), all 3-D, one float dtype (float32 or float64),
+  ** any strides for a and b (a batch stride may be 0: broadcasting). c is contiguous and
+  ** overlaps neither a nor b. beta == 0 does not read c (NaN there does not propagate);
+  ** K == 0 makes c = beta * c. allow_tf32 permits TF32 tensor cores for float32. */
   int (*matmul)(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
-                bool allow_tf32, qt_err *err);
+                double alpha, double beta, bool allow_tf32, qt_err *err);
 
   /* ---- random numbers: dst is contiguous ---- */
   /* UNIFORM [0,1), NORMAL (mean 0, sd 1), INT uniform in [lo.i, hi.i]. */

@@ -357,6 +357,20 @@ int qt_searchsorted(qt_ctx *ctx, qt_tensor *out, const qt_tensor *sorted, const 
 /* 1-D.1-D (0-d result), 2-D@1-D, 1-D@2-D, 2-D@2-D, and batched (>= 3-D, batch dims
 ** broadcast); float32/float64, both of one dtype; same device. */
 int qt_matmul(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b);
+/* The fixed-rank products, each one GEMM call, with matmul's dtype rules: dot 1-D . 1-D
+** of one size (a 0-d result, as matmul's), outer 1-D x 1-D (n x m), mv 2-D @ 1-D, bmm
+** 3-D @ 3-D with equal batch sizes (no broadcasting). */
+int qt_dot(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b);
+int qt_outer(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b);
+int qt_mv(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *v);
+int qt_bmm(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b);
+/* torch.addmm: out = beta * c + alpha * (a @ b), a and b 2-D, c of their dtype broadcast to
+** the product's shape; c is copied into the result and the GEMM applies beta and alpha
+** (beta == 0: c is not read). addmm_ writes c in place; c must have the product's shape. */
+int qt_addmm(qt_ctx *ctx, qt_tensor *out, const qt_tensor *c, const qt_tensor *a,
+             const qt_tensor *b, double beta, double alpha);
+int qt_addmm_(qt_ctx *ctx, qt_tensor *c, const qt_tensor *a, const qt_tensor *b, double beta,
+              double alpha);
 
 /* ---------------------------------------------------------------- code the user brings */
 /* (ops_kernel.c, over the device's compile/module/launch slots: CUDA only.) */

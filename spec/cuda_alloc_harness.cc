@@ -283,8 +283,8 @@ int qt_cuda_index_fill(qt_device *, const qt_view *, int, const qt_view *, qt_sc
                        qt_err *) { return -1; }
 int qt_cuda_index_copy(qt_device *, const qt_view *, int, const qt_view *, const qt_view *,
                        qt_err *) { return -1; }
-int qt_cuda_matmul(qt_device *, const qt_view *, const qt_view *, const qt_view *, bool,
-                   qt_err *) { return -1; }
+int qt_cuda_matmul(qt_device *, const qt_view *, const qt_view *, const qt_view *, double,
+                   double, bool, qt_err *) { return -1; }
 int qt_cuda_sort(qt_device *, const qt_view *, const qt_view *, const qt_view *, bool,
                  qt_err *) { return -1; }
 int qt_cuda_topk(qt_device *, const qt_view *, const qt_view *, const qt_view *, int64_t, bool,

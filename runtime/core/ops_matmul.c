@@ -1,6 +1,8 @@
 /*
-** ops_matmul.c — matrix products: 1-D, 2-D and batched operands reduced to the devices' batched
-** 3-D slot, with strided operands passed through when BLAS can take them.
+** ops_matmul.c — matrix products: matmul (1-D, 2-D and batched operands), dot, outer, mv,
+** bmm and addmm, all reduced to the devices' one batched 3-D GEMM slot
+** (c = alpha * a @ b + beta * c), with strided operands passed through when BLAS can take
+** them. einsum (ops_einsum.c) builds on qt_matmul too.
 */
 #include "ops_internal.h"
 
@@ -66,9 +68,9 @@ static bool ops_batch_stride(const qt_tensor *t, const ops_matrix *m, int nbatch
 /* The 3-D device view (B, rows, cols) of one operand. When its broadcast batch dims
 ** cannot be walked with one stride, the operand is first copied, expanded, into a
 ** contiguous temporary (*tmp), whose batch stride is rows * cols. */
-static int ops_matmul_operand(qt_ctx *ctx, qt_view *v, qt_tensor *tmp, const qt_tensor *t,
-                              bool is_left, int nbatch, const int64_t *bsize, int64_t batch) {
-  const char *op = "matmul";
+static int ops_matmul_operand(qt_ctx *ctx, const char *op, qt_view *v, qt_tensor *tmp,
+                              const qt_tensor *t, bool is_left, int nbatch,
+                              const int64_t *bsize, int64_t batch) {
   ops_matrix m;
   ops_matrix_of(&m, t, is_left);
   int64_t bstride_all[QT_MAXDIM], bstride = 0;
@@ -102,12 +104,11 @@ static int ops_matmul_operand(qt_ctx *ctx, qt_view *v, qt_tensor *tmp, const qt_
   return 0;
 }
 
-/* Every matmul case becomes the device's (B, M, K) @ (B, K, N): a 1-D a is a 1 x K row
-** and a 1-D b a K x 1 column (their unit dims are dropped from the result), batch dims
-** broadcast NumPy-style. The result is allocated contiguous in its final shape, which is
-** exactly the (B, M, N) packed layout the device writes. */
-int qt_matmul(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b) {
-  const char *op = "matmul";
+/* What every product checks first: live operands on one device, float32 or float64 of
+** one dtype (integer products are refused, as PyTorch refuses them on CUDA: BLAS has no
+** integer GEMM), no 0-d operand. */
+static int ops_product_check(qt_ctx *ctx, const char *op, const qt_tensor *a,
+                             const qt_tensor *b) {
   char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
   if (ops_live(ctx, op, a) || ops_live(ctx, op, b) || ops_same_device(ctx, op, a, b)) return -1;
   const qt_tensor *operands[2] = { a, b };
@@ -125,58 +126,236 @@ int qt_matmul(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *
                      op, ops_shape(a, s1), ops_shape(b, s2));
   qt_device *dev = ops_device(a);
   if (dev->iface->matmul == NULL) return ops_unsupported(ctx, op, dev);
+  return 0;
+}
 
+/* The geometry of one product under matmul's rules. */
+typedef struct ops_product {
   ops_matrix ma, mb;
-  ops_matrix_of(&ma, a, true);
-  ops_matrix_of(&mb, b, false);
-  if (ma.cols != mb.rows)
+  int nbatch;                   /* broadcast batch dims */
+  int64_t bsize[QT_MAXDIM];
+  int64_t batch;                /* their product: the device's B */
+  int ndim;                     /* the result's shape */
+  int64_t size[QT_MAXDIM];
+} ops_product;
+
+/* Every matmul case becomes the device's (B, M, K) @ (B, K, N): a 1-D a is a 1 x K row
+** and a 1-D b a K x 1 column (their unit dims are dropped from the result), batch dims
+** broadcast NumPy-style. The result shape is exactly the (B, M, N) packed layout. */
+static int ops_product_shape(qt_ctx *ctx, const char *op, const qt_tensor *a,
+                             const qt_tensor *b, ops_product *p) {
+  char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+  ops_matrix_of(&p->ma, a, true);
+  ops_matrix_of(&p->mb, b, false);
+  if (p->ma.cols != p->mb.rows)
     return qt_errorf(&ctx->err, "%s: shapes %s and %s do not match", op, ops_shape(a, s1),
                      ops_shape(b, s2));
-  int nbatch = ma.nbatch > mb.nbatch ? ma.nbatch : mb.nbatch;
-  int64_t bsize[QT_MAXDIM], size[QT_MAXDIM];
-  int64_t batch = 1;
-  for (int d = nbatch - 1; d >= 0; d--) {
-    int da = d - (nbatch - ma.nbatch), db = d - (nbatch - mb.nbatch);
+  p->nbatch = p->ma.nbatch > p->mb.nbatch ? p->ma.nbatch : p->mb.nbatch;
+  for (int d = p->nbatch - 1; d >= 0; d--) {
+    int da = d - (p->nbatch - p->ma.nbatch), db = d - (p->nbatch - p->mb.nbatch);
     int64_t sa = da >= 0 ? a->size[da] : 1, sb = db >= 0 ? b->size[db] : 1;
     if (sa != sb && sa != 1 && sb != 1)
       return qt_errorf(&ctx->err, "%s: shapes %s and %s do not match (batch dims differ)", op,
                        ops_shape(a, s1), ops_shape(b, s2));
-    bsize[d] = sa == 1 ? sb : sa;
+    p->bsize[d] = sa == 1 ? sb : sa;
   }
-  int ndim = 0;
-  for (int d = 0; d < nbatch; d++) size[ndim++] = bsize[d], batch *= bsize[d];
-  if (a->ndim >= 2) size[ndim++] = ma.rows;
-  if (b->ndim >= 2) size[ndim++] = mb.cols;
+  p->ndim = 0;
+  p->batch = 1;
+  for (int d = 0; d < p->nbatch; d++) p->size[p->ndim++] = p->bsize[d], p->batch *= p->bsize[d];
+  if (a->ndim >= 2) p->size[p->ndim++] = p->ma.rows;
+  if (b->ndim >= 2) p->size[p->ndim++] = p->mb.cols;
+  return 0;
+}
 
+/* res = alpha * a @ b + beta * res, res contiguous in p's result shape (beta == 0: res is
+** not read). One call of the device's GEMM slot, after packing only the operands whose
+** batch dims one stride cannot walk. */
+static int ops_product_run(qt_ctx *ctx, const char *op, const ops_product *p, qt_tensor *res,
+                           const qt_tensor *a, const qt_tensor *b, double alpha, double beta) {
+  if (qt_numel(res) == 0) return 0;
+  qt_device *dev = ops_device(a);
   int rc = -1;
-  qt_tensor res, ta, tb;
-  qt_tensor_init(&res);
+  qt_tensor ta, tb;
   qt_tensor_init(&ta);
   qt_tensor_init(&tb);
-  if (ops_alloc(ctx, op, &res, dev, a->dtype, ndim, size)) goto cleanup;
-  if (qt_numel(&res) > 0) {
-    qt_view cv;
-    qt_view_of(&cv, &res);
-    if (ma.cols == 0) {  /* sums of nothing */
-      if (ops_fill_view(ctx, op, dev, &cv, qt_scalar_i(0))) goto cleanup;
-    } else {
-      qt_view av, bv;
-      if (ops_matmul_operand(ctx, &av, &ta, a, true, nbatch, bsize, batch) ||
-          ops_matmul_operand(ctx, &bv, &tb, b, false, nbatch, bsize, batch))
-        goto cleanup;
-      cv.ndim = 3;
-      cv.size[0] = batch, cv.size[1] = ma.rows, cv.size[2] = mb.cols;
-      cv.stride[0] = ma.rows * mb.cols, cv.stride[1] = mb.cols, cv.stride[2] = 1;
-      for (int d = 3; d < QT_MAXDIM; d++) cv.size[d] = 1, cv.stride[d] = 0;
-      if (dev->iface->matmul(dev, &cv, &av, &bv, ctx->allow_tf32, &ctx->err)) goto cleanup;
-    }
+  qt_view av, bv, cv;
+  qt_view_of(&cv, res);
+  if (p->ma.cols == 0) {
+    av = cv, bv = cv;  /* sums of nothing: the device only scales c; a and b are not read */
+    av.size[0] = p->batch, av.size[1] = p->ma.rows, av.size[2] = 0;
+    bv.size[0] = p->batch, bv.size[1] = 0, bv.size[2] = p->mb.cols;
+    av.ndim = bv.ndim = 3;
+    av.numel = bv.numel = 0;
+  } else if (ops_matmul_operand(ctx, op, &av, &ta, a, true, p->nbatch, p->bsize, p->batch) ||
+             ops_matmul_operand(ctx, op, &bv, &tb, b, false, p->nbatch, p->bsize, p->batch)) {
+    goto cleanup;
   }
-  *out = res;
-  qt_tensor_init(&res);
+  cv.ndim = 3;
+  cv.size[0] = p->batch, cv.size[1] = p->ma.rows, cv.size[2] = p->mb.cols;
+  cv.stride[0] = p->ma.rows * p->mb.cols, cv.stride[1] = p->mb.cols, cv.stride[2] = 1;
+  for (int d = 3; d < QT_MAXDIM; d++) cv.size[d] = 1, cv.stride[d] = 0;
+  if (dev->iface->matmul(dev, &cv, &av, &bv, alpha, beta, ctx->allow_tf32, &ctx->err))
+    goto cleanup;
   rc = 0;
 cleanup:
-  qt_tensor_release(&res);
   qt_tensor_release(&ta);
   qt_tensor_release(&tb);
+  return rc;
+}
+
+/* out = a @ b in a new tensor, after the shape rules the caller checked beyond matmul's. */
+static int ops_product_new(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_tensor *a,
+                           const qt_tensor *b) {
+  ops_product p;
+  if (ops_product_shape(ctx, op, a, b, &p)) return -1;
+  qt_tensor res;
+  qt_tensor_init(&res);
+  if (ops_alloc(ctx, op, &res, ops_device(a), a->dtype, p.ndim, p.size) ||
+      ops_product_run(ctx, op, &p, &res, a, b, 1.0, 0.0)) {
+    qt_tensor_release(&res);
+    return -1;
+  }
+  *out = res;
+  return 0;
+}
+
+int qt_matmul(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b) {
+  const char *op = "matmul";
+  if (ops_product_check(ctx, op, a, b)) return -1;
+  return ops_product_new(ctx, op, out, a, b);
+}
+
+/* ================================================================== dot, outer, mv, bmm */
+
+int qt_dot(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b) {
+  const char *op = "dot";
+  char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+  if (ops_product_check(ctx, op, a, b)) return -1;
+  if (a->ndim != 1 || b->ndim != 1)
+    return qt_errorf(&ctx->err, "%s: expected two 1-D tensors, got shapes %s and %s", op,
+                     ops_shape(a, s1), ops_shape(b, s2));
+  if (a->size[0] != b->size[0])
+    return qt_errorf(&ctx->err, "%s: sizes %lld and %lld differ", op, (long long)a->size[0],
+                     (long long)b->size[0]);
+  return ops_product_new(ctx, op, out, a, b);
+}
+
+/* a (n) and b (m) as the n x 1 and 1 x m matrices whose product (K = 1) is the outer one. */
+int qt_outer(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b) {
+  const char *op = "outer";
+  char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+  if (ops_product_check(ctx, op, a, b)) return -1;
+  if (a->ndim != 1 || b->ndim != 1)
+    return qt_errorf(&ctx->err, "%s: expected two 1-D tensors, got shapes %s and %s", op,
+                     ops_shape(a, s1), ops_shape(b, s2));
+  qt_tensor col = *a, row = *b;  /* borrowed geometry; no reference taken or dropped */
+  col.ndim = row.ndim = 2;
+  col.size[1] = 1, col.stride[1] = 1;
+  row.size[1] = row.size[0], row.stride[1] = row.stride[0];
+  row.size[0] = 1, row.stride[0] = 0;  /* a size-1 dim's stride is free (ops_matrix_of) */
+  return ops_product_new(ctx, op, out, &col, &row);
+}
+
+int qt_mv(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *v) {
+  const char *op = "mv";
+  char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+  if (ops_product_check(ctx, op, a, v)) return -1;
+  if (a->ndim != 2 || v->ndim != 1)
+    return qt_errorf(&ctx->err, "%s: expected a 2-D matrix and a 1-D vector, got shapes %s and %s",
+                     op, ops_shape(a, s1), ops_shape(v, s2));
+  return ops_product_new(ctx, op, out, a, v);
+}
+
+int qt_bmm(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b) {
+  const char *op = "bmm";
+  char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+  if (ops_product_check(ctx, op, a, b)) return -1;
+  if (a->ndim != 3 || b->ndim != 3)
+    return qt_errorf(&ctx->err, "%s: expected two 3-D tensors, got shapes %s and %s", op,
+                     ops_shape(a, s1), ops_shape(b, s2));
+  if (a->size[0] != b->size[0])
+    return qt_errorf(&ctx->err, "%s: batch sizes %lld and %lld differ (shapes %s and %s)", op,
+                     (long long)a->size[0], (long long)b->size[0], ops_shape(a, s1),
+                     ops_shape(b, s2));
+  return ops_product_new(ctx, op, out, a, b);
+}
+
+/* ================================================================== addmm */
+
+/* The checks addmm and addmm_ share: a and b 2-D, c on their device with their dtype. */
+static int ops_addmm_check(qt_ctx *ctx, const char *op, const qt_tensor *c, const qt_tensor *a,
+                           const qt_tensor *b, ops_product *p) {
+  char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+  if (ops_live(ctx, op, c) || ops_product_check(ctx, op, a, b) ||
+      ops_same_device(ctx, op, c, a))
+    return -1;
+  if (a->ndim != 2 || b->ndim != 2)
+    return qt_errorf(&ctx->err, "%s: expected two 2-D matrices, got shapes %s and %s", op,
+                     ops_shape(a, s1), ops_shape(b, s2));
+  if (c->dtype != a->dtype)
+    return qt_errorf(&ctx->err, "%s: input dtype %s differs from the matrices' %s", op,
+                     qt_dtypes[c->dtype].name, qt_dtypes[a->dtype].name);
+  return ops_product_shape(ctx, op, a, b, p);
+}
+
+/* beta * c + alpha * a @ b: c broadcast into the new result first (not at all when beta is
+** 0, so NaN there does not propagate, as in PyTorch), then one GEMM with beta and alpha. */
+int qt_addmm(qt_ctx *ctx, qt_tensor *out, const qt_tensor *c, const qt_tensor *a,
+             const qt_tensor *b, double beta, double alpha) {
+  const char *op = "addmm";
+  char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+  ops_product p;
+  if (ops_addmm_check(ctx, op, c, a, b, &p)) return -1;
+  int64_t stride[QT_MAXDIM];
+  if (!ops_expand_strides(c, p.ndim, p.size, stride))
+    return qt_errorf(&ctx->err, "%s: input of shape %s does not broadcast to the product's %s",
+                     op, ops_shape(c, s1), qt_shape_str(p.ndim, p.size, s2, sizeof s2));
+  qt_device *dev = ops_device(a);
+  qt_tensor res;
+  qt_tensor_init(&res);
+  if (ops_alloc(ctx, op, &res, dev, a->dtype, p.ndim, p.size)) return -1;
+  if (beta != 0 && qt_numel(&res) > 0) {
+    qt_view dv, sv;
+    qt_view_of(&dv, &res);
+    ops_view_expanded(&sv, c, p.ndim, p.size);
+    if (ops_copy_views(ctx, op, dev, &dv, &sv)) goto fail;
+  }
+  if (ops_product_run(ctx, op, &p, &res, a, b, alpha, beta)) goto fail;
+  *out = res;
+  return 0;
+fail:
+  qt_tensor_release(&res);
+  return -1;
+}
+
+/* c = beta * c + alpha * a @ b in place. The GEMM writes c itself when c is contiguous and
+** shares no storage with a or b; otherwise it runs on a contiguous copy that is copied back. */
+int qt_addmm_(qt_ctx *ctx, qt_tensor *c, const qt_tensor *a, const qt_tensor *b, double beta,
+              double alpha) {
+  const char *op = "addmm_";
+  char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+  ops_product p;
+  if (ops_addmm_check(ctx, op, c, a, b, &p)) return -1;
+  if (c->ndim != 2 || c->size[0] != p.size[0] || c->size[1] != p.size[1])
+    return qt_errorf(&ctx->err, "%s: input of shape %s is not the product's shape %s", op,
+                     ops_shape(c, s1), qt_shape_str(p.ndim, p.size, s2, sizeof s2));
+  if (ops_check_writable(ctx, op, c)) return -1;
+  if (qt_numel(c) == 0) return 0;
+  if (qt_is_contiguous(c) && c->storage != a->storage && c->storage != b->storage)
+    return ops_product_run(ctx, op, &p, c, a, b, alpha, beta);
+  qt_device *dev = ops_device(c);
+  qt_tensor tmp;
+  qt_tensor_init(&tmp);
+  qt_view tv, cv;
+  qt_view_of(&cv, c);
+  int rc = -1;
+  if (ops_alloc(ctx, op, &tmp, dev, c->dtype, 2, c->size)) return -1;
+  qt_view_of(&tv, &tmp);
+  if (beta != 0 && ops_copy_views(ctx, op, dev, &tv, &cv)) goto cleanup;
+  if (ops_product_run(ctx, op, &p, &tmp, a, b, alpha, beta)) goto cleanup;
+  if (ops_copy_views(ctx, op, dev, &cv, &tv)) goto cleanup;
+  rc = 0;
+cleanup:
+  qt_tensor_release(&tmp);
   return rc;
 }

@@ -148,7 +148,7 @@ int cpu_index_copy(qt_device *dev, const qt_view *dst, int dim, const qt_view *i
                    const qt_view *src, qt_err *err);
 /* cpu_matmul.c */
 int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
-               bool allow_tf32, qt_err *err);
+               double alpha, double beta, bool allow_tf32, qt_err *err);
 /* cpu_random.c */
 int cpu_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
                uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err);

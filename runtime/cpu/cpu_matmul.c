@@ -1,7 +1,7 @@
 /*
-** cpu_matmul.c — the CPU device's matmul slot: batched products through cblas_?gemm
-** (OpenBLAS), with strided operands handed over as they are or packed, and the address
-** space OpenBLAS needs checked first where running out of it would hang it.
+** cpu_matmul.c — the CPU device's matmul slot: batched c = alpha * a @ b + beta * c through
+** cblas_?gemm (OpenBLAS), with strided operands handed over as they are or packed, and the
+** address space OpenBLAS needs checked first where running out of it would hang it.
 */
 #include <cblas.h>
 #include <limits.h>
@@ -60,6 +60,21 @@ static cpu_blas_operand cpu_blas_layout(int64_t rows, int64_t cols, int64_t s0, 
 CPU_PACK(cpu_pack_f32, float)
 CPU_PACK(cpu_pack_f64, double)
 
+/* c = beta * c over a (B, M, N) box (K == 0, where BLAS is not called); beta == 0 writes
+** zeros without reading c, as GEMM does. */
+#define CPU_SCALE(NAME, T)                                                                \
+  static void NAME(const qt_view *c, double beta) {                                       \
+    T *base = (T *)c->data;                                                               \
+    for (int64_t b = 0; b < c->size[0]; b++)                                              \
+      for (int64_t i = 0; i < c->size[1]; i++) {                                          \
+        T *row = base + b * c->stride[0] + i * c->stride[1];                              \
+        for (int64_t j = 0; j < c->size[2]; j++)                                          \
+          row[j * c->stride[2]] = beta == 0 ? (T)0 : (T)(beta * row[j * c->stride[2]]);   \
+      }                                                                                   \
+  }
+CPU_SCALE(cpu_scale_f32, float)
+CPU_SCALE(cpu_scale_f64, double)
+
 /* OpenBLAS takes a work buffer (128 MiB on Debian's x86-64 build) for the calling thread
 ** and each worker it wakes, on first need, with mmap or malloc, and keeps them. When
 ** neither call succeeds it tries again, forever (0.3.21 memory.c): with the address space
@@ -106,11 +121,12 @@ static int cpu_blas_room(qt_err *err) {
                    bounded ? "its address space is limited: ulimit -v" : "vm.overcommit_memory is 2");
 }
 
-/* c[b] = a[b] @ b[b] through cblas_?gemm, one call per batch. Operands BLAS cannot take
-** as they are (a stride-0 or otherwise non-unit inner stride) are packed into a
-** temporary, once per distinct batch pointer (a broadcast batch is packed once). */
+/* c[b] = alpha * a[b] @ b[b] + beta * c[b] through cblas_?gemm, one call per batch.
+** Operands BLAS cannot take as they are (a stride-0 or otherwise non-unit inner stride)
+** are packed into a temporary, once per distinct batch pointer (a broadcast batch is
+** packed once). */
 int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
-               bool allow_tf32, qt_err *err) {
+               double alpha, double beta, bool allow_tf32, qt_err *err) {
   (void)dev;
   (void)allow_tf32;  /* no TF32 on the CPU */
   if (a->ndim != 3 || b->ndim != 3 || c->ndim != 3)
@@ -124,7 +140,12 @@ int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view
     return qt_errorf(err, "matmul: operand shapes do not match");
   if (batches == 0 || M == 0 || N == 0) return 0;
   size_t es = qt_elsize(dt);
-  if (K == 0) return cpu_fill(dev, c, qt_scalar_i(0), err);  /* an empty sum: zeros */
+  if (K == 0) {  /* an empty sum: c = beta * c */
+    if (beta == 1) return 0;
+    if (dt == QT_F32) cpu_scale_f32(c, beta);
+    else cpu_scale_f64(c, beta);
+    return 0;
+  }
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
     return qt_errorf(err, "matmul: dimensions %lldx%lld @ %lldx%lld too large for BLAS",
                      (long long)M, (long long)K, (long long)K, (long long)N);
@@ -172,11 +193,12 @@ int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view
     enum CBLAS_TRANSPOSE ta = la.transposed ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = lb.transposed ? CblasTrans : CblasNoTrans;
     if (dt == QT_F32)
-      cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)ua,
-                  (int)la.ld, (const float *)ub, (int)lb.ld, 0.0f, (float *)pc, (int)lc.ld);
+      cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, (float)alpha,
+                  (const float *)ua, (int)la.ld, (const float *)ub, (int)lb.ld, (float)beta,
+                  (float *)pc, (int)lc.ld);
     else
-      cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0, (const double *)ua,
-                  (int)la.ld, (const double *)ub, (int)lb.ld, 0.0, (double *)pc, (int)lc.ld);
+      cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, alpha, (const double *)ua,
+                  (int)la.ld, (const double *)ub, (int)lb.ld, beta, (double *)pc, (int)lc.ld);
   }
   free(pack_a);
   free(pack_b);
