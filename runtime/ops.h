@@ -371,6 +371,14 @@ int qt_addmm(qt_ctx *ctx, qt_tensor *out, const qt_tensor *c, const qt_tensor *a
              const qt_tensor *b, double beta, double alpha);
 int qt_addmm_(qt_ctx *ctx, qt_tensor *c, const qt_tensor *a, const qt_tensor *b, double beta,
               double alpha);
+/* NumPy's einsum (ops_einsum.c) over n operands (1 .. QT_EINSUM_MAX) of one float dtype:
+** "ij,jk->ik", implicit output without "->", "..." broadcasting, repeated letters in one
+** operand as diagonals. Operands are contracted left to right, each pair by a permute and
+** reshape around one batched GEMM (qt_matmul); letters no later operand or the output
+** needs are summed first. The result is a new contiguous tensor. */
+#define QT_EINSUM_MAX 32
+int qt_einsum(qt_ctx *ctx, qt_tensor *out, const char *spec, int n,
+              const qt_tensor *const *operands);
 
 /* ---------------------------------------------------------------- code the user brings */
 /* (ops_kernel.c, over the device's compile/module/launch slots: CUDA only.) */
