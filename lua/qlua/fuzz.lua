@@ -1297,6 +1297,67 @@ function M.run(opts)
   end
   entry { name = "matmul", kind = "method", ret = "tensor", weight = 2, gen = g_matmul_other,
           expect = function(shape, a, res) return matmul_expect(shape, a[1], res) end }
+  -- ---- the products of issue 13: operands of fitting shapes most of the time, a float
+  -- dtype mostly (integers must be refused), sometimes a shape that cannot fit
+  local function g_float_of(self)
+    local dt = tdtype(self)
+    if dt ~= "float32" and dt ~= "float64" then dt = "float32" end
+    if R:chance(0.15) then dt = R:pick(DTYPES) end
+    return dt
+  end
+  local function g_product_operand(a, s, self)
+    if R:chance(0.15) then s = g_shape(64) end
+    a.n = a.n + 1
+    a[a.n] = make_tensor_shaped(s, g_float_of(self), tdevice(self))
+  end
+  local function g_scales()
+    local r = R:float()
+    if r < 0.5 then return nil end
+    if r < 0.9 then return { beta = R:chance(0.3) and 0 or g_number(), alpha = g_number() } end
+    return R:chance(0.5) and { gamma = 1 } or g_junk()
+  end
+  entry { name = "dot", kind = "method", ret = "tensor", weight = 1,
+          gen = function(a, shape, self) g_product_operand(a, { shape[1] or 2 }, self) end,
+          expect = expect_shape(function(shape, a)
+            local sb = geom(a[1])
+            if #shape == 1 and sb and #sb == 1 and sb[1] == shape[1] then return {} end
+          end) }
+  entry { name = "outer", kind = "method", ret = "tensor", weight = 1,
+          gen = function(a, _, self) g_product_operand(a, { R:int(0, 5) }, self) end,
+          expect = expect_shape(function(shape, a)
+            local sb = geom(a[1])
+            if #shape == 1 and sb and #sb == 1 then return { shape[1], sb[1] } end
+          end) }
+  entry { name = "mv", kind = "method", ret = "tensor", weight = 1,
+          gen = function(a, shape, self) g_product_operand(a, { shape[#shape] or 2 }, self) end,
+          expect = expect_shape(function(shape, a)
+            local sb = geom(a[1])
+            if #shape == 2 and sb and #sb == 1 and sb[1] == shape[2] then return { shape[1] } end
+          end) }
+  entry { name = "bmm", kind = "method", ret = "tensor", weight = 1,
+          gen = function(a, shape, self)
+            g_product_operand(a, { shape[1] or 1, shape[3] or shape[2] or 2, R:int(0, 4) }, self)
+          end,
+          expect = expect_shape(function(shape, a)
+            local sb = geom(a[1])
+            if #shape == 3 and sb and #sb == 3 and sb[1] == shape[1] and sb[2] == shape[3] then
+              return { shape[1], shape[2], sb[3] }
+            end
+          end) }
+  -- addmm's c is self (the method) or the first argument; a and b fit c's last two dims
+  local function g_addmm_operands(a, cshape, self)
+    local m = cshape[#cshape - 1] or R:int(1, 4)
+    local n = cshape[#cshape] or R:int(1, 4)
+    if R:chance(0.3) then m = 1 end
+    local k = R:int(0, 5)
+    g_product_operand(a, { m, k }, self)
+    g_product_operand(a, { k, n }, self)
+    local opts = g_scales()
+    if opts ~= nil then a.n = a.n + 1; a[a.n] = opts end
+  end
+  entry { name = "addmm", kind = "method", ret = "tensor", weight = 1, gen = g_addmm_operands }
+  entry { name = "addmm_", kind = "method", ret = "self", mutates = true, weight = 1,
+          gen = g_addmm_operands }
   entry { name = "free", kind = "method", gen = function() end, ret = "none", mutates = true }
 
   -- ---- scans and the softmax family (issue 13): a dim (0-d tensors take dim 1), results of
@@ -1567,6 +1628,38 @@ function M.run(opts)
           expect = function(_, a, res)
             local sa = geom(a[1])
             if sa then return matmul_expect(sa, a[2], res) end
+          end }
+  entry { name = "addmm", kind = "module", ret = "tensor", weight = 1,
+          gen = function(a)
+            local t, shape = pool_pick_shaped(function(s) return #s <= 2 end)
+            if not t then t, shape = pool_pick(), { 2, 2 } end
+            a.n = 1; a[1] = t
+            g_addmm_operands(a, shape, t)
+          end }
+  -- einsum: a spec from the list with operands of its shapes (letters of one size), or junk
+  local EINSUM_SPECS = { "ij,jk->ik", "bij,bjk->bik", "ii->i", "ij->ji", "i,i->", "ij->",
+                         "i,j->ij", "ij,jk", "...ij,...jk->...ik", "ij,jk,kl->il", "ii", "ij#" }
+  entry { name = "einsum", kind = "module", ret = "tensor", weight = 1,
+          gen = function(a)
+            local spec = R:chance(0.9) and R:pick(EINSUM_SPECS) or g_junk()
+            a.n = 1; a[1] = spec
+            if type(spec) ~= "string" then return end
+            local size, dt, dev = {}, R:chance(0.9) and "float32" or R:pick(DTYPES), R:pick(DEVICES)
+            if R:chance(0.5) then dt = "float64" end
+            local lhs = spec:match("^(.-)%->") or spec
+            for term in (lhs .. ","):gmatch("([^,]*),") do
+              local s = {}
+              if term:find("...", 1, true) then
+                for _ = 1, R:int(0, 2) do s[#s + 1] = R:int(1, 3) end
+                term = term:gsub("%.%.%.", "")
+              end
+              for c in term:gmatch("%a") do
+                size[c] = size[c] or R:int(0, 4)
+                s[#s + 1] = size[c]
+              end
+              a.n = a.n + 1
+              a[a.n] = R:chance(0.9) and make_tensor_shaped(s, dt, dev) or pool_pick()
+            end
           end }
   -- qlua.where(cond, a, b): a and b tensors broadcastable with cond (a dim or two made 1),
   -- numbers, booleans or junk

@@ -107,6 +107,10 @@ static const lh_entry lh_entries[] = {
    "dim (default 1)"},
   {"qlua.matmul(a, b)", "matrix product: 1-D, 2-D and batched (batch dims broadcast); "
    "float32 or float64"},
+  {"qlua.addmm(c, a, b [, {beta =, alpha =}])", "beta * c + alpha * (a @ b) for 2-D a and b, "
+   "c broadcast to the product (beta and alpha 1 by default; beta 0 ignores c)"},
+  {"qlua.einsum(spec, a [, b, ...])", "NumPy's einsum: \"ij,jk->ik\", implicit output, "
+   "\"...\" broadcasting, repeated letters as diagonals; operands also as one list"},
   {"qlua.set_tf32(on)", "true allows TF32 tensor cores for float32 products on the GPU "
    "(off by default)"},
   {"qlua.searchsorted(sorted, values [, right])", "1-based insertion positions of values "
@@ -405,6 +409,13 @@ static const lh_entry lh_entries[] = {
   {"t:histc([bins] [, min] [, max])", "a float histogram of bins (100) equal bins over "
    "[min, max] (0, 0: the data's range)"},
   {"t:matmul(b)", "the matrix product t @ b, as qlua.matmul"},
+  {"t:dot(b)", "the inner product of two 1-D tensors of one size, as a 0-d tensor"},
+  {"t:outer(b)", "the outer product of two 1-D tensors: #t x #b"},
+  {"t:mv(v)", "the product of the 2-D t and the 1-D v"},
+  {"t:bmm(b)", "batched products of 3-D tensors with equal batch sizes (no broadcasting)"},
+  {"t:addmm(a, b [, opts])", "beta * t + alpha * (a @ b) in a new tensor, as qlua.addmm"},
+  {"t:addmm_(a, b [, opts])", "t = beta * t + alpha * (a @ b) in place; t has the "
+   "product's shape"},
   /* ---- Tensor: scans and softmax (dim: 1-based; a 0-d tensor takes dim 1) */
   {"t:cumsum(dim)", "running sums along dim (integers and bool give int64)"},
   {"t:cumprod(dim)", "running products along dim (integers and bool give int64)"},

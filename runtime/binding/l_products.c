@@ -1,21 +1,33 @@
 /*
-** l_products.c — matrix products from Lua: the methods matmul and the module's
-** qlua.matmul. The core does the work (ops_matmul.c); this file reads the operands.
-** l_tensor.c registers lq_products_methods with the other methods, l_qlua.c
-** lq_products_functions with the module's.
+** l_products.c — matrix products from Lua: the methods matmul, dot, outer, mv, bmm, addmm
+** and addmm_, and the module's qlua.matmul, qlua.addmm and qlua.einsum. The core does the
+** work (ops_matmul.c, ops_einsum.c); this file reads the operands and addmm's
+** {beta =, alpha =}. l_tensor.c registers lq_products_methods with the other methods,
+** l_qlua.c lq_products_functions with the module's.
 */
+#include <string.h>
+
 #include "lqlua.h"
 
-/* ================================================================ matmul */
+/* ================================================================ two-operand products */
 
-static int t_matmul(lua_State *L) {
+typedef int (*p_product_fn)(qt_ctx *, qt_tensor *, const qt_tensor *, const qt_tensor *);
+
+/* a:op(b) for a product of two tensors into a new one. */
+static int p_method(lua_State *L, const char *op, p_product_fn fn) {
   qt_ctx *ctx = lq_ctx(L);
-  qt_tensor *a = lq_checklive(L, 1, "matmul");
+  qt_tensor *a = lq_checklive(L, 1, op);
   qt_tensor *b = qlua_checktensor(L, 2);
   qt_tensor *out = lq_newtensor(L);
-  if (qt_matmul(ctx, out, a, b) != 0) return lq_raise(L, ctx);
+  if (fn(ctx, out, a, b) != 0) return lq_raise(L, ctx);
   return 1;
 }
+
+static int t_matmul(lua_State *L) { return p_method(L, "matmul", qt_matmul); }
+static int t_dot(lua_State *L) { return p_method(L, "dot", qt_dot); }
+static int t_outer(lua_State *L) { return p_method(L, "outer", qt_outer); }
+static int t_mv(lua_State *L) { return p_method(L, "mv", qt_mv); }
+static int t_bmm(lua_State *L) { return p_method(L, "bmm", qt_bmm); }
 
 static int q_matmul(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
@@ -25,12 +37,107 @@ static int q_matmul(lua_State *L) {
   return 1;
 }
 
+/* ================================================================ addmm */
+
+/* addmm's optional {beta =, alpha =} at arg (both default 1); other keys are an error. */
+static void p_checkscales(lua_State *L, int arg, const char *op, double *beta, double *alpha) {
+  *beta = 1, *alpha = 1;
+  if (lua_isnoneornil(L, arg)) return;
+  if (lua_type(L, arg) != LUA_TTABLE) luaL_typeerror(L, arg, "table {beta =, alpha =}");
+  arg = lua_absindex(L, arg);
+  lua_pushnil(L);
+  while (lua_next(L, arg) != 0) {
+    lua_pop(L, 1);
+    const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    if (key == NULL || (strcmp(key, "beta") != 0 && strcmp(key, "alpha") != 0))
+      luaL_error(L, "%s: unknown option '%s' (beta, alpha)", op, luaL_tolstring(L, -1, NULL));
+  }
+  static const char *const names[2] = {"beta", "alpha"};
+  double *values[2] = {beta, alpha};
+  for (int i = 0; i < 2; i++) {
+    if (lua_getfield(L, arg, names[i]) != LUA_TNIL) {
+      if (lua_type(L, -1) != LUA_TNUMBER)
+        luaL_error(L, "%s: opts.%s must be a number, got %s", op, names[i],
+                   luaL_typename(L, -1));
+      *values[i] = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* c:addmm(a, b [, opts]) and qlua.addmm(c, a, b [, opts]): the same arguments. */
+static int p_addmm(lua_State *L, bool method) {
+  const char *op = "addmm";
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *c = method ? lq_checklive(L, 1, op) : qlua_checktensor(L, 1);
+  qt_tensor *a = qlua_checktensor(L, 2), *b = qlua_checktensor(L, 3);
+  double beta, alpha;
+  p_checkscales(L, 4, op, &beta, &alpha);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_addmm(ctx, out, c, a, b, beta, alpha) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+static int t_addmm(lua_State *L) { return p_addmm(L, true); }
+static int q_addmm(lua_State *L) { return p_addmm(L, false); }
+
+static int t_addmm_(lua_State *L) {
+  const char *op = "addmm_";
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *c = lq_checklive(L, 1, op);
+  qt_tensor *a = qlua_checktensor(L, 2), *b = qlua_checktensor(L, 3);
+  double beta, alpha;
+  p_checkscales(L, 4, op, &beta, &alpha);
+  if (qt_addmm_(ctx, c, a, b, beta, alpha) != 0) return lq_raise(L, ctx);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ================================================================ einsum */
+
+/* qlua.einsum(spec, a, b, ...) or qlua.einsum(spec, {a, b, ...}). The operands stay on the
+** stack (or in the table there), so the collector keeps them while the core runs. */
+static int q_einsum(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  const char *spec = luaL_checkstring(L, 1);
+  const qt_tensor *operands[QT_EINSUM_MAX];
+  int n;
+  if (lua_type(L, 2) == LUA_TTABLE && qlua_totensor(L, 2) == NULL) {
+    lq_checkend(L, 3, "einsum", false);
+    lua_Integer len = luaL_len(L, 2);
+    if (len < 1 || len > QT_EINSUM_MAX)
+      return luaL_error(L, "einsum: takes 1 to %d operands, got %I", QT_EINSUM_MAX, len);
+    n = (int)len;
+    lua_settop(L, 2);
+    for (int k = 0; k < n; k++) {
+      lua_geti(L, 2, k + 1);
+      qt_tensor *t = qlua_totensor(L, -1);
+      if (t == NULL)
+        return luaL_error(L, "einsum: operand %d is a %s (qlua.Tensor expected)", k + 1,
+                          luaL_typename(L, -1));
+      operands[k] = t;  /* held by the table's stack copy below it */
+    }
+  } else {
+    n = lua_gettop(L) - 1;
+    if (n < 1 || n > QT_EINSUM_MAX)
+      return luaL_error(L, "einsum: takes 1 to %d operands, got %d", QT_EINSUM_MAX, n);
+    for (int k = 0; k < n; k++) operands[k] = qlua_checktensor(L, k + 2);
+  }
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_einsum(ctx, out, spec, n, operands) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* ================================================================ registration */
+
 const lq_Reg lq_products_methods[] = {
-  {"matmul", t_matmul, 2},
+  {"matmul", t_matmul, 2}, {"dot", t_dot, 2}, {"outer", t_outer, 2}, {"mv", t_mv, 2},
+  {"bmm", t_bmm, 2}, {"addmm", t_addmm, 4}, {"addmm_", t_addmm_, 4},
   {NULL, NULL, 0},
 };
 
 const lq_Reg lq_products_functions[] = {
-  {"matmul", q_matmul, 2},
+  {"matmul", q_matmul, 2}, {"addmm", q_addmm, 4},
+  {"einsum", q_einsum, LQ_VARARGS},
   {NULL, NULL, 0},
 };
