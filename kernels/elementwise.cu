@@ -661,19 +661,6 @@ extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *s
                                               qt_cuda_context(dev)->stream),
                          "copy", err);
   }
-  /* Same dtype, rows dense in both and apart (a block of columns, as qlua.cat writes each
-  ** piece): one pitched copy, cudaMemcpy2DAsync, instead of the strided kernel's per-element
-  ** index arithmetic (2.4 TB/s for cat of two 8192^2 float32 along dim 2). */
-  const qt_view &dv = plan.view[0], &sv = plan.view[1];
-  if (dst->dtype == src->dtype && dv.ndim == 2 && dv.stride[1] == 1 && sv.stride[1] == 1 &&
-      dv.stride[0] >= dv.size[1] && sv.stride[0] >= dv.size[1] && dv.size[1] >= 256) {
-    size_t es = qt_elsize(dst->dtype);
-    return qt_cuda_check(dev, cudaMemcpy2DAsync(dv.data, (size_t)dv.stride[0] * es, sv.data,
-                                                (size_t)sv.stride[0] * es, (size_t)dv.size[1] * es,
-                                                (size_t)dv.size[0], cudaMemcpyDeviceToDevice,
-                                                qt_cuda_context(dev)->stream),
-                         "copy", err);
-  }
   qt_dtype_switch(dst->dtype, [&](auto dst_zero) {
     qt_dtype_switch(src->dtype, [&](auto src_zero) {
       ew_copy_launch<decltype(dst_zero), decltype(src_zero)>(dev, plan);

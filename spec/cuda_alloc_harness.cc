@@ -283,6 +283,11 @@ int qt_cuda_index_fill(qt_device *, const qt_view *, int, const qt_view *, qt_sc
                        qt_err *) { return -1; }
 int qt_cuda_index_copy(qt_device *, const qt_view *, int, const qt_view *, const qt_view *,
                        qt_err *) { return -1; }
+int qt_cuda_where(qt_device *, const qt_view *, const qt_view *, const qt_view *, qt_scalar,
+                  const qt_view *, qt_scalar, qt_err *) { return -1; }
+int qt_cuda_masked_select(qt_device *, const qt_view *, const qt_view *, const qt_view *,
+                          qt_err *) { return -1; }
+int qt_cuda_nonzero(qt_device *, const qt_view *, const qt_view *, qt_err *) { return -1; }
 int qt_cuda_matmul(qt_device *, const qt_view *, const qt_view *, const qt_view *, double,
                    double, bool, qt_err *) { return -1; }
 int qt_cuda_sort(qt_device *, const qt_view *, const qt_view *, const qt_view *, bool,
