@@ -117,10 +117,6 @@ static const lh_entry lh_entries[] = {
    "in the sorted last dim (PyTorch's + 1); right: after equal elements"},
   {"qlua.where(cond, a, b)", "a where cond is nonzero, else b (tensors or numbers, "
    "broadcast)"},
-  {"qlua.logical_and(a, b)", "elementwise a and b (nonzero is true), broadcast"},
-  {"qlua.logical_or(a, b)", "elementwise a or b (nonzero is true), broadcast"},
-  {"qlua.logical_xor(a, b)", "elementwise: exactly one of a, b nonzero, broadcast"},
-  {"qlua.logical_not(t)", "elementwise not t (true where t is 0)"},
   /* ---- module functions: losses */
   {"qlua.cross_entropy(logits, target [, opts])", "the cross-entropy of N x C (or C) logits "
    "with 1-based class indices or probabilities, from log_softmax; opts {reduction = "
