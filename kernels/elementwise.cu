@@ -311,6 +311,21 @@ __global__ void ew_copy_strided(TD *dst, const TS *src, ew_geometry<2> g, int64_
   }
 }
 
+/* A same-dtype copy of rows: both views 2-D after collapsing, each row dense and 16-byte
+** aligned in both, so a thread moves 16 bytes with no index arithmetic (blockIdx.y walks
+** the rows, x the columns). qlua.cat writes each piece so, into a block of columns of the
+** result, where the strided kernel's per-element divisions held it to 2.4 TB/s. */
+__global__ void ew_copy_rows16(uint4 *dst, int64_t dpitch16, const uint4 *src, int64_t spitch16,
+                               int64_t width16, int64_t rows) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    uint4 *d = dst + r * dpitch16;
+    const uint4 *s = src + r * spitch16;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < width16;
+         c += (int64_t)gridDim.x * blockDim.x)
+      d[c] = s[c];
+  }
+}
+
 /* Transposing copies (x:t():contiguous() and friends): src is dense along dim P, dst along
 ** another dim Q, so a plain walk reads or writes one element per 32-byte sector. A 32x32
 ** tile goes through shared memory instead: loaded with threadIdx.x along P, stored with
@@ -660,6 +675,22 @@ extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *s
                                               cudaMemcpyDeviceToDevice,
                                               qt_cuda_context(dev)->stream),
                          "copy", err);
+  }
+  /* same dtype, dense 16-byte-aligned rows apart from each other: ew_copy_rows16 */
+  const qt_view &dv = plan.view[0], &sv = plan.view[1];
+  const int64_t es = (int64_t)qt_elsize(dst->dtype);
+  if (dst->dtype == src->dtype && dv.ndim == 2 && dv.stride[1] == 1 && sv.stride[1] == 1 &&
+      dv.stride[0] >= dv.size[1] && sv.stride[0] >= dv.size[1] &&
+      (dv.size[1] * es) % 16 == 0 && (dv.stride[0] * es) % 16 == 0 &&
+      (sv.stride[0] * es) % 16 == 0 && ((uintptr_t)dv.data & 15) == 0 &&
+      ((uintptr_t)sv.data & 15) == 0) {
+    int64_t width16 = dv.size[1] * es / 16, rows = dv.size[0];
+    int64_t gx = (width16 + EW_THREADS - 1) / EW_THREADS;
+    dim3 grid((unsigned)(gx < 64 ? gx : 64), (unsigned)(rows < 65535 ? rows : 65535));
+    ew_copy_rows16<<<grid, EW_THREADS, 0, qt_cuda_context(dev)->stream>>>(
+        (uint4 *)dv.data, dv.stride[0] * es / 16, (const uint4 *)sv.data, sv.stride[0] * es / 16,
+        width16, rows);
+    return qt_cuda_check_launch(dev, "copy", err);
   }
   qt_dtype_switch(dst->dtype, [&](auto dst_zero) {
     qt_dtype_switch(src->dtype, [&](auto src_zero) {
