@@ -253,7 +253,9 @@ int qt_empty_like(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, qt_device *de
   if (ops_live(ctx, op, t)) return -1;
   if (dtype == QT_NDTYPES) dtype = t->dtype;
   if (dev == NULL) dev = ops_device(t);
-  return ops_alloc(ctx, op, out, dev, dtype, t->ndim, t->size);
+  /* through qt_empty, which gives a bool tensor false everywhere (never garbage bytes) */
+  if (qt_empty(ctx, out, dev, dtype, t->ndim, t->size)) return qt_err_rename(&ctx->err, "empty", op);
+  return 0;
 }
 
 int qt_full_like(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, qt_device *dev,
