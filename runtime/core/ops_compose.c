@@ -1,0 +1,91 @@
+/*
+** ops_compose.c — elementwise ops made of other ops: lerp (arithmetic and where) and
+** addcmul_/addcdiv_. Apart from ops_arith.c so that the arithmetic does not depend on the
+** masks (ops_mask.c), which depend on it.
+*/
+#include "ops_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ================================================================== compositions */
+
+/* The ops below are compositions of the elementwise ops above, so each device runs them
+** with the kernels it already has (a few passes where one fused kernel could do; none of
+** them is on a hot path of the programs issue 13 measured). */
+
+/* lerp: PyTorch's formula, exact at both ends: a + w (b - a) for |w| < 0.5, else
+** b - (b - a)(1 - w). a, b and a tensor w broadcast together; float dtypes only (integer
+** inputs compute in float64, as the float-only ops do). */
+int qt_lerp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b,
+            const qt_tensor *w_tensor, double w) {
+  if (ops_live(ctx, "lerp", a) || ops_live(ctx, "lerp", b) ||
+      ops_same_device(ctx, "lerp", a, b) ||
+      (w_tensor != NULL && (ops_live(ctx, "lerp", w_tensor) ||
+                            ops_same_device(ctx, "lerp", a, w_tensor))))
+    return -1;
+  qt_dtype dtype = qt_promote(a->dtype, b->dtype);
+  if (w_tensor != NULL) dtype = qt_promote(dtype, w_tensor->dtype);
+  if (!qt_is_float(dtype)) dtype = QT_F64;
+  int rc = -1;
+  /* d = b - a; near_a = a + w d; near_b = b - (1 - w) d; the result picks by |w| < 0.5 */
+  qt_tensor fa, fb, fw, d, wd, omw, omwd, near_a, near_b, absw, mask, res;
+  qt_tensor *all[] = { &fa, &fb, &fw, &d, &wd, &omw, &omwd, &near_a, &near_b, &absw, &mask,
+                       &res };
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qt_tensor_init(all[i]);
+  if (ops_cast(ctx, "lerp", &fa, a, dtype) || ops_cast(ctx, "lerp", &fb, b, dtype) ||
+      qt_binary(ctx, &d, QT_SUB, &fb, &fa))
+    goto cleanup;
+  if (w_tensor == NULL) {
+    bool low = w != w || fabs(w) < 0.5;
+    if (qt_binary_scalar(ctx, &wd, QT_MUL, &d, qt_scalar_from_double(low ? w : 1 - w), true,
+                         false) ||
+        qt_binary(ctx, &res, low ? QT_ADD : QT_SUB, low ? &fa : &fb, &wd))
+      goto cleanup;
+  } else {
+    qt_where_arg pick_a = { &near_a, qt_scalar_i(0), false, false };
+    qt_where_arg pick_b = { &near_b, qt_scalar_i(0), false, false };
+    if (ops_cast(ctx, "lerp", &fw, w_tensor, dtype) || qt_binary(ctx, &wd, QT_MUL, &d, &fw) ||
+        qt_binary(ctx, &near_a, QT_ADD, &fa, &wd) ||
+        qt_binary_scalar(ctx, &omw, QT_SUB, &fw, qt_scalar_i(1), false, true) ||
+        qt_binary(ctx, &omwd, QT_MUL, &d, &omw) || qt_binary(ctx, &near_b, QT_SUB, &fb, &omwd) ||
+        qt_unary(ctx, &absw, QT_ABS, &fw, NULL) ||
+        qt_binary_scalar(ctx, &mask, QT_LT, &absw, qt_scalar_from_double(0.5), true, false) ||
+        qt_where(ctx, &res, &mask, &pick_a, &pick_b))
+      goto cleanup;
+  }
+  *out = res;
+  qt_tensor_init(&res);
+  rc = 0;
+cleanup:
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qt_tensor_release(all[i]);
+  if (rc != 0) {
+    static const char *const parts[] = { "sub", "mul", "add", "abs", "lt", "where" };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+      qt_err_rename(&ctx->err, parts[i], "lerp");
+  }
+  return rc;
+}
+
+/* t += value * (a op b), op mul (addcmul_) or div (addcdiv_), a and b broadcast to t. */
+int qt_addc_(qt_ctx *ctx, qt_tensor *t, qt_binop op, const qt_tensor *a, const qt_tensor *b,
+             qt_scalar value, bool value_is_float) {
+  const char *name = op == QT_MUL ? "addcmul_" : "addcdiv_";
+  if (ops_live(ctx, name, t) || ops_live(ctx, name, a) || ops_live(ctx, name, b)) return -1;
+  int rc = -1;
+  qt_tensor prod, scaled;
+  qt_tensor_init(&prod);
+  qt_tensor_init(&scaled);
+  if (qt_binary(ctx, &prod, op, a, b) == 0 &&
+      qt_binary_scalar(ctx, &scaled, QT_MUL, &prod, value, value_is_float, false) == 0 &&
+      qt_binary_(ctx, QT_ADD, t, &scaled) == 0)
+    rc = 0;
+  if (rc != 0) {
+    qt_err_rename(&ctx->err, qt_binop_name(op), name);
+    qt_err_rename(&ctx->err, "mul", name);
+    qt_err_rename(&ctx->err, "add_", name);
+  }
+  qt_tensor_release(&prod);
+  qt_tensor_release(&scaled);
+  return rc;
+}
