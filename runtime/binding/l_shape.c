@@ -218,7 +218,8 @@ static int t_split(lua_State *L) {
   }
   lua_Integer size = luaL_checkinteger(L, 2);
   if (size < 1) return luaL_error(L, "split: size %I must be >= 1", size);
-  int64_t count = n == 0 ? 1 : (n + (int64_t)size - 1) / (int64_t)size;
+  /* ceil(n / size) without forming n + size - 1, which overflows for a huge size */
+  int64_t count = n == 0 ? 1 : n / (int64_t)size + (n % (int64_t)size != 0);
   t_pushpieces(L, ctx, t, dim, count, (int64_t)size, NULL, "split");
   return 1;
 }
@@ -238,7 +239,7 @@ static int t_chunk(lua_State *L) {
     return 1;
   }
   int64_t piece = n / (int64_t)chunks + (n % (int64_t)chunks != 0);
-  t_pushpieces(L, ctx, t, dim, (n + piece - 1) / piece, piece, NULL, "chunk");
+  t_pushpieces(L, ctx, t, dim, n / piece + (n % piece != 0), piece, NULL, "chunk");
   return 1;
 }
 
