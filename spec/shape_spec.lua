@@ -504,6 +504,10 @@ case("split gives views of a size (the last smaller) or of a list of sizes", fun
   assert.equal(1, #e:split(2))            -- one empty piece, as PyTorch
   T.assert_shape(e:split(2)[1], { 0, 2 })
   assert.equal(0, #qlua.zeros({ 0 }, { device = dev }):split({}))
+  -- a size near 2^63 is one whole piece (ceil(n / size) once overflowed forming n + size - 1)
+  assert.equal(1, #t:split(math.maxinteger))
+  T.assert_shape(t:split(math.maxinteger)[1], { 5 })
+  assert.equal(5, #t:chunk(math.maxinteger))
   T.assert_error(function() return t:split(0) end, "split", "size 0", ">= 1")
   T.assert_error(function() return t:split({ 2, 2 }) end, "split", "add up to 4", "size 5")
   T.assert_error(function() return t:split({ 2, 4 }) end, "split", "exceed size 5")
