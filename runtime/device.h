@@ -370,17 +370,44 @@ typedef struct qt_device_iface {
   ** are copied at the call. The core has checked cfg against the info's limits. */
   int (*launch)(qt_device *dev, void *kernel, const qt_launch_cfg *cfg, void **args,
                 qt_err *err);
+
+  /* ---- the 16-bit floats ---- */
+  /* copy and fill take float16 and bfloat16 like every dtype (converting exactly as
+  ** half.h says). Every other slot that reads or writes elements takes them only when
+  ** its bit is set here (QT_SLOT_BIT): for the others the registry (widen.c) passes
+  ** float32 copies of the 16-bit views, converted in and rounded back, so a device
+  ** may start with none and add native code slot by slot. */
+  uint64_t half_native;
 } qt_device_iface;
 
+/* The slots widen.c can stand in for, named for half_native. */
+typedef enum qt_slot {
+  QT_SLOT_BINARY, QT_SLOT_BINARY_SCALAR, QT_SLOT_UNARY, QT_SLOT_REDUCE,
+  QT_SLOT_GATHER, QT_SLOT_INDEX_SELECT, QT_SLOT_TAKE, QT_SLOT_SCATTER, QT_SLOT_INDEX_ADD,
+  QT_SLOT_SCATTER_ADD, QT_SLOT_INDEX_FILL, QT_SLOT_INDEX_COPY,
+  QT_SLOT_WHERE, QT_SLOT_MASKED_SELECT, QT_SLOT_NONZERO, QT_SLOT_MATMUL, QT_SLOT_RANDOM,
+  QT_SLOT_SCAN, QT_SLOT_SOFTMAX, QT_SLOT_SORT, QT_SLOT_TOPK, QT_SLOT_UNIQUE,
+  QT_SLOT_BINCOUNT, QT_SLOT_HISTC, QT_SLOT_SEARCHSORTED,
+  QT_NSLOTS
+} qt_slot;
+#define QT_SLOT_BIT(s) ((uint64_t)1 << (s))
+
 struct qt_device {
-  const qt_device_iface *iface;
+  const qt_device_iface *iface;   /* what the core calls: `native`, widened (widen.c) */
   void *context;         /* the device's own state */
   qt_device_kind kind;
   int ordinal;           /* 0 for the CPU; the CUDA ordinal for GPUs */
   char name[16];         /* "cpu", "gpu:0", ... as t:device() prints it */
+  const qt_device_iface *native;  /* the device's own table, which iface widens */
 };
 
 /* ---- the registry (device.c); process-wide and thread-safe ---- */
+
+/* The table the core calls for a device whose own table is `native`: native's slots,
+** with every element slot whose half_native bit is clear standing in through float32
+** copies for float16/bfloat16 views (widen.c). Made once per native table (a few
+** tables at most; past that, native itself); lives as long as the process. */
+const qt_device_iface *qt_widen_iface(const qt_device_iface *native);
 
 /* The host device; always there. */
 qt_device *qt_cpu_device(void);

@@ -23,6 +23,9 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "half.h"
+#include "tensor.h"
+
 #ifndef QT_HD
 #ifdef __CUDACC__
 #define QT_HD __host__ __device__ __forceinline__
@@ -62,6 +65,60 @@ QT_HD int64_t qt_sat_int(double x, int64_t lo, int64_t hi) {
 #define QT_CONVERT_BOOL_BOOL(TD, UD, x) ((TD)(x))
 #define QT_CONVERT_FLOAT_BOOL(TD, UD, x) ((TD)(x))
 #define QT_CONVERT_INT_BOOL(TD, UD, x) ((TD)(x))
+
+/* The 16-bit floats (kind HALF): qt_half_to_f32(x) widens a qt_f16 or qt_bf16 exactly;
+** QT_HALF_FROM(TD, x) rounds a float, double, integer or bool (through double, exact
+** up to 2^53), or the other 16-bit type (through float32, exact), to TD once (half.h).
+** C picks by type with _Generic; C++ (the CUDA kernels) with overloads. */
+QT_HD float qt_half_to_f32_f16(qt_f16 h) { return qt_f16_bits_to_f32(h.bits); }
+QT_HD float qt_half_to_f32_bf16(qt_bf16 h) { return qt_bf16_bits_to_f32(h.bits); }
+QT_HD qt_f16 qt_f16_make(uint16_t bits) { qt_f16 h; h.bits = bits; return h; }
+QT_HD qt_bf16 qt_bf16_make(uint16_t bits) { qt_bf16 h; h.bits = bits; return h; }
+QT_HD qt_f16 qt_f16_from_f32(float f) { return qt_f16_make(qt_f32_to_f16_bits(f)); }
+QT_HD qt_f16 qt_f16_from_f64(double d) { return qt_f16_make(qt_f64_to_f16_bits(d)); }
+QT_HD qt_f16 qt_f16_from_f16(qt_f16 h) { return h; }
+QT_HD qt_f16 qt_f16_from_bf16(qt_bf16 b) { return qt_f16_from_f32(qt_half_to_f32_bf16(b)); }
+QT_HD qt_bf16 qt_bf16_from_f32(float f) { return qt_bf16_make(qt_f32_to_bf16_bits(f)); }
+QT_HD qt_bf16 qt_bf16_from_f64(double d) { return qt_bf16_make(qt_f64_to_bf16_bits(d)); }
+QT_HD qt_bf16 qt_bf16_from_bf16(qt_bf16 b) { return b; }
+QT_HD qt_bf16 qt_bf16_from_f16(qt_f16 h) { return qt_bf16_from_f32(qt_half_to_f32_f16(h)); }
+#ifdef __cplusplus
+QT_HD float qt_half_to_f32(qt_f16 h) { return qt_half_to_f32_f16(h); }
+QT_HD float qt_half_to_f32(qt_bf16 h) { return qt_half_to_f32_bf16(h); }
+template <typename TD> struct qt_half_from_;
+template <> struct qt_half_from_<qt_f16> {
+  static QT_HD qt_f16 from(float f) { return qt_f16_from_f32(f); }
+  static QT_HD qt_f16 from(double d) { return qt_f16_from_f64(d); }
+  static QT_HD qt_f16 from(qt_f16 h) { return h; }
+  static QT_HD qt_f16 from(qt_bf16 b) { return qt_f16_from_bf16(b); }
+  template <typename I> static QT_HD qt_f16 from(I i) { return qt_f16_from_f64((double)i); }
+};
+template <> struct qt_half_from_<qt_bf16> {
+  static QT_HD qt_bf16 from(float f) { return qt_bf16_from_f32(f); }
+  static QT_HD qt_bf16 from(double d) { return qt_bf16_from_f64(d); }
+  static QT_HD qt_bf16 from(qt_bf16 b) { return b; }
+  static QT_HD qt_bf16 from(qt_f16 h) { return qt_bf16_from_f16(h); }
+  template <typename I> static QT_HD qt_bf16 from(I i) { return qt_bf16_from_f64((double)i); }
+};
+#define QT_HALF_FROM(TD, x) (qt_half_from_<TD>::from(x))
+#else
+#define qt_half_to_f32(x) _Generic((x), qt_f16: qt_half_to_f32_f16, qt_bf16: qt_half_to_f32_bf16)(x)
+#define QT_HALF_FROM(TD, x) \
+  _Generic((TD *)0, qt_f16 *: QT_HALF_FROM_F16_(x), qt_bf16 *: QT_HALF_FROM_BF16_(x))(x)
+#define QT_HALF_FROM_F16_(x) _Generic((x), float: qt_f16_from_f32, qt_f16: qt_f16_from_f16, \
+  qt_bf16: qt_f16_from_bf16, default: qt_f16_from_f64)
+#define QT_HALF_FROM_BF16_(x) _Generic((x), float: qt_bf16_from_f32, qt_bf16: qt_bf16_from_bf16, \
+  qt_f16: qt_bf16_from_f16, default: qt_bf16_from_f64)
+#endif
+/* The conversions of kind HALF: to it from every kind, and from it (through its exact
+** float32 value, by the float rules: to an integer saturates, to bool is nonzero). */
+#define QT_CONVERT_HALF_FLOAT(TD, UD, x) QT_HALF_FROM(TD, x)
+#define QT_CONVERT_HALF_INT(TD, UD, x) QT_HALF_FROM(TD, x)
+#define QT_CONVERT_HALF_BOOL(TD, UD, x) QT_HALF_FROM(TD, (int)(x))
+#define QT_CONVERT_HALF_HALF(TD, UD, x) QT_HALF_FROM(TD, x)
+#define QT_CONVERT_FLOAT_HALF(TD, UD, x) ((TD)qt_half_to_f32(x))
+#define QT_CONVERT_INT_HALF(TD, UD, x) QT_CONVERT_INT_FLOAT(TD, UD, qt_half_to_f32(x))
+#define QT_CONVERT_BOOL_HALF(TD, UD, x) ((TD)(qt_half_to_f32(x) != 0))
 
 /* ------------------------------------------------------------------ integer helpers */
 

@@ -54,6 +54,13 @@ extern "C" {
 #endif
 
 #define QT_MAXDIM 16   /* most dimensions a tensor may have */
+
+/* The 16-bit float dtypes' element types: the bits, in a struct so that each is a type of
+** its own (C's _Generic and C++'s overloads tell them apart, and no code does arithmetic
+** on the bits by mistake). half.h converts them; scalar.h's QT_HALF_* macros pick the
+** conversion by type. */
+typedef struct qt_f16 { uint16_t bits; } qt_f16;    /* IEEE binary16 (NumPy's float16) */
+typedef struct qt_bf16 { uint16_t bits; } qt_bf16;  /* bfloat16: float32's top half */
 #define QT_ERRLEN 320  /* longest error message, with its terminating NUL */
 
 /* ------------------------------------------------------------------ dtypes */
@@ -71,9 +78,13 @@ extern "C" {
 **   sfx   a short token for generated names (cpu_copy_f32_i64);
 **   name  the Lua API's spelling;
 **   T     the C type of one element; U its unsigned twin (integers wrap through it);
-**   kind  FLOAT, INT or BOOL: which expression of an op (scalar.h) and which conversion
-**         rule (QT_CONVERT_*) the dtype takes. BOOL takes the integer expressions, and
-**         every value stored in a bool is 0 or 1 (the cast to C's bool makes it so).
+**   kind  FLOAT, INT, BOOL or HALF: which expression of an op (scalar.h) and which
+**         conversion rule (QT_CONVERT_*) the dtype takes. BOOL takes the integer
+**         expressions, and every value stored in a bool is 0 or 1 (the cast to C's bool
+**         makes it so). HALF is a 16-bit float stored as its bits: it computes the float
+**         expressions in float32 (QT_HALF_COMPUTE) and rounds the result back, as
+**         PyTorch does; a device slot that has no HALF code of its own is given float32
+**         copies by the registry (device.c, "widening").
 ** New dtypes go at the end: the enum's values are part of the C API (qlua.h).
 ** The enum, qt_dtypes and every device's per-dtype tables and switches are made from it
 ** (docs/ARCHITECTURE.md, "adding a dtype"). */
@@ -83,14 +94,22 @@ extern "C" {
   X(P, QT_I32, i32, "int32", int32_t, uint32_t, 4, INT)        \
   X(P, QT_I64, i64, "int64", int64_t, uint64_t, 8, INT)        \
   X(P, QT_BOOL, b8, "bool", bool, uint8_t, 1, BOOL)            \
-  X(P, QT_U8, u8, "uint8", uint8_t, uint8_t, 1, INT)
+  X(P, QT_U8, u8, "uint8", uint8_t, uint8_t, 1, INT)          \
+  X(P, QT_F16, f16, "float16", qt_f16, uint16_t, 2, HALF)      \
+  X(P, QT_BF16, bf16, "bfloat16", qt_bf16, uint16_t, 2, HALF)
 
 #define QT_KIND_IS_FLOAT_FLOAT 1
 #define QT_KIND_IS_FLOAT_INT 0
 #define QT_KIND_IS_FLOAT_BOOL 0
+#define QT_KIND_IS_FLOAT_HALF 1
 #define QT_KIND_IS_BOOL_FLOAT 0
 #define QT_KIND_IS_BOOL_INT 0
 #define QT_KIND_IS_BOOL_BOOL 1
+#define QT_KIND_IS_BOOL_HALF 0
+#define QT_KIND_IS_HALF_FLOAT 0
+#define QT_KIND_IS_HALF_INT 0
+#define QT_KIND_IS_HALF_BOOL 0
+#define QT_KIND_IS_HALF_HALF 1
 /* QT_PICK_<kind>(float expression, integer expression): the one a dtype of that kind
 ** computes. A bool takes the integer expression's nonzero (add is logical or, mul
 ** logical and), written as a comparison so that compilers do not read `x * y` stored
@@ -98,6 +117,14 @@ extern "C" {
 #define QT_PICK_FLOAT(f, i) f
 #define QT_PICK_INT(f, i) i
 #define QT_PICK_BOOL(f, i) ((i) != 0)
+#define QT_PICK_HALF(f, i) f
+/* QT_UNLESS_HALF_<kind>(...): its arguments, or nothing for kind HALF: for code that
+** computes in the dtype's own C type, which the 16-bit floats reach only as float32
+** copies (a slot without its half_native bit, device.h). */
+#define QT_UNLESS_HALF_FLOAT(...) __VA_ARGS__
+#define QT_UNLESS_HALF_INT(...) __VA_ARGS__
+#define QT_UNLESS_HALF_BOOL(...) __VA_ARGS__
+#define QT_UNLESS_HALF_HALF(...)
 
 /* Every ordered pair of dtypes: X(dst ENUM, sfx, name, T, U, bytes, kind, src ENUM, sfx,
 ** name, T, U, bytes, kind), for tables indexed by two dtypes (the CPU's conversions).
@@ -118,8 +145,9 @@ typedef enum qt_dtype { QT_DTYPE_LIST(QT_DTYPE_ENUM_, ~) QT_NDTYPES } qt_dtype;
 typedef struct qt_dtype_info {
   const char *name;  /* "float32" ... as the Lua API spells it */
   size_t size;       /* bytes per element */
-  bool is_float;
+  bool is_float;     /* float32, float64 and the 16-bit floats */
   bool is_bool;
+  bool is_half;      /* float16, bfloat16: stored as bits, computed in float32 */
   int64_t min, max;  /* integer and bool dtypes: the values they hold (0, 0 for floats) */
 } qt_dtype_info;
 
@@ -130,10 +158,12 @@ int qt_dtype_from_name(const char *name);
 static inline size_t qt_elsize(qt_dtype d) { return qt_dtypes[d].size; }
 static inline bool qt_is_float(qt_dtype d) { return qt_dtypes[d].is_float; }
 static inline bool qt_is_bool(qt_dtype d) { return qt_dtypes[d].is_bool; }
+static inline bool qt_is_half(qt_dtype d) { return qt_dtypes[d].is_half; }
 /* NumPy's promotion: bool with anything gives the other; two integers or two floats give
 ** the wider (uint8 with int32 gives int32); a float with an integer gives the narrowest
 ** float that holds every value of both (float32 with bool or uint8, float64 with int32
-** or int64). */
+** or int64). The 16-bit floats follow PyTorch instead: with any integer or bool they
+** stay 16-bit; float16 with bfloat16 gives float32; with float32 or float64, that. */
 qt_dtype qt_promote(qt_dtype a, qt_dtype b);
 
 /* A number crossing the C/device boundary: both fields always filled, so a device

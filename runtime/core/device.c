@@ -22,6 +22,7 @@ static qt_device device_cpu = {
   /* .kind    = */ QT_DEV_CPU,
   /* .ordinal = */ 0,
   /* .name    = */ "cpu",
+  /* .native  = */ NULL,  /* with .iface */
 };
 static pthread_once_t device_cpu_once = PTHREAD_ONCE_INIT;
 
@@ -48,7 +49,8 @@ static void device_cpu_init(void) {
 #ifdef QLUA_CUDA
   qt_cpu_set_host_allocator(&device_host_allocator);
 #endif
-  device_cpu.iface = qt_cpu_iface();
+  device_cpu.native = qt_cpu_iface();
+  device_cpu.iface = qt_widen_iface(device_cpu.native);
 }
 
 int64_t qt_cpu_allocated(void) { return qt_cpu_device_allocated(); }
@@ -112,8 +114,10 @@ qt_device *qt_gpu_device(int ordinal, qt_err *err) {
   if (device_gpu_open[ordinal]) {
     dev = &device_gpus[ordinal];
   } else if (qt_cuda_device_open(ordinal, &device_gpus[ordinal], err) == 0) {
-    device_gpu_open[ordinal] = true;
     dev = &device_gpus[ordinal];
+    dev->native = dev->iface;  /* the 16-bit floats through widen.c where it has no code */
+    dev->iface = qt_widen_iface(dev->native);
+    device_gpu_open[ordinal] = true;
   }
   pthread_mutex_unlock(&device_gpu_lock);
   return dev;

@@ -23,9 +23,11 @@
 #define TENSOR_MAX_INT(T, U) QT_INT_MAX(T, U)
 #define TENSOR_MIN_BOOL(T, U) 0
 #define TENSOR_MAX_BOOL(T, U) 1
+#define TENSOR_MIN_HALF(T, U) 0
+#define TENSOR_MAX_HALF(T, U) 0
 #define TENSOR_DTYPE_INFO(P, E, sfx, name, T, U, size, kind)                            \
-  [E] = { name, size, QT_KIND_IS_FLOAT_##kind, QT_KIND_IS_BOOL_##kind, TENSOR_MIN_##kind(T, U), \
-          TENSOR_MAX_##kind(T, U) },
+  [E] = { name, size, QT_KIND_IS_FLOAT_##kind, QT_KIND_IS_BOOL_##kind,                  \
+          QT_KIND_IS_HALF_##kind, TENSOR_MIN_##kind(T, U), TENSOR_MAX_##kind(T, U) },
 const qt_dtype_info qt_dtypes[QT_NDTYPES] = { QT_DTYPE_LIST(TENSOR_DTYPE_INFO, ~) };
 #undef TENSOR_DTYPE_INFO
 #define TENSOR_DTYPE_SIZE(P, E, sfx, name, T, U, size, kind)                      \
@@ -44,11 +46,14 @@ qt_scalar qt_scalar_from_double(double f) {
 static qt_scalar tensor_load_FLOAT(double f) { return qt_scalar_from_double(f); }
 static qt_scalar tensor_load_INT(int64_t i) { return qt_scalar_i(i); }
 static qt_scalar tensor_load_BOOL(bool b) { return qt_scalar_i(b ? 1 : 0); }
+#define tensor_load_HALF(h) qt_scalar_from_double(qt_half_to_f32(h))
 #define TENSOR_STORE_FLOAT(T, U, s) ((T)(s).f)
 #define TENSOR_STORE_INT(T, U, s) ((T)(U)(uint64_t)(s).i)
 /* Nonzero is true; .f is the one field that is nonzero for every nonzero number (a
 ** fraction has .i == 0) and it is NaN for NaN, which is true as in NumPy. */
 #define TENSOR_STORE_BOOL(T, U, s) ((T)((s).f != 0))
+/* A 16-bit float rounds the double once (half.h). */
+#define TENSOR_STORE_HALF(T, U, s) QT_HALF_FROM(T, (s).f)
 
 qt_scalar qt_scalar_load(qt_dtype d, const void *src) {
   switch (d) {
@@ -77,12 +82,17 @@ int qt_dtype_from_name(const char *name) {
   return -1;
 }
 
-/* NumPy's table for our four dtypes: a float with an integer of any width goes to
-** float64 (float32 cannot hold every int32), two floats to the wider, two integers
-** to the wider. */
+/* NumPy's table: a float with an integer of any width goes to float64 (float32 cannot
+** hold every int32), two floats to the wider, two integers to the wider. The 16-bit
+** floats take PyTorch's rules (tensor.h). */
 qt_dtype qt_promote(qt_dtype a, qt_dtype b) {
   if (a == b || qt_is_bool(b)) return a;
   if (qt_is_bool(a)) return b;
+  if (qt_is_half(a) || qt_is_half(b)) {
+    if (qt_is_half(a) && qt_is_half(b)) return QT_F32;  /* float16 with bfloat16 */
+    qt_dtype h = qt_is_half(a) ? a : b, o = qt_is_half(a) ? b : a;
+    return qt_is_float(o) ? o : h;                       /* float32/64 win; integers don't */
+  }
   bool fa = qt_is_float(a), fb = qt_is_float(b);
   if (fa == fb) return qt_elsize(a) >= qt_elsize(b) ? a : b;  /* two floats, two integers */
   qt_dtype f = fa ? a : b, i = fa ? b : a;

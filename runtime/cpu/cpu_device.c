@@ -183,6 +183,12 @@ int cpu_histc(qt_device *dev, const qt_view *dst, const qt_view *src, double lo,
 int cpu_searchsorted(qt_device *dev, const qt_view *dst, const qt_view *sorted,
                      const qt_view *values, bool right, qt_err *err);
 
+/* The slots with float16/bfloat16 code of their own; the registry widens the rest
+** (device.h, half_native). */
+#define CPU_HALF_NATIVE                                                            \
+  (QT_SLOT_BIT(QT_SLOT_BINARY) | QT_SLOT_BIT(QT_SLOT_BINARY_SCALAR) |               \
+   QT_SLOT_BIT(QT_SLOT_UNARY))
+
 static const qt_device_iface cpu_iface = {
   /* .alloc         = */ cpu_alloc,
   /* .free          = */ cpu_free,
@@ -227,6 +233,7 @@ static const qt_device_iface cpu_iface = {
   /* .module_kernels= */ NULL,
   /* .kernel_get    = */ NULL,
   /* .launch        = */ NULL,
+  /* .half_native   = */ CPU_HALF_NATIVE,
 };
 
 const qt_device_iface *qt_cpu_iface(void) { return &cpu_iface; }

@@ -66,9 +66,19 @@ int cpu_copy(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err
     return qt_errorf(err, "copy: unsupported dtype");
   int64_t numel = cpu_view_numel(dst);
   if (numel == 0) return 0;
-  if (dst->dtype == src->dtype && cpu_view_contiguous(dst) && cpu_view_contiguous(src)) {
+  bool contiguous = cpu_view_contiguous(dst) && cpu_view_contiguous(src);
+  if (dst->dtype == src->dtype && contiguous) {
     if (dst->data != src->data)
       memmove(dst->data, src->data, (size_t)numel * qt_elsize(dst->dtype));
+    return 0;
+  }
+  /* float32 <-> float16/bfloat16, contiguous: the vector conversions (cpu_half.c) */
+  if (contiguous && (dst->dtype == QT_F32) != (src->dtype == QT_F32) &&
+      (qt_is_half(dst->dtype) || qt_is_half(src->dtype))) {
+    if (dst->dtype == QT_F16) cpu_f16_store((qt_f16 *)dst->data, 1, numel, (const float *)src->data);
+    else if (dst->dtype == QT_BF16) cpu_bf16_store((qt_bf16 *)dst->data, 1, numel, (const float *)src->data);
+    else if (src->dtype == QT_F16) cpu_f16_load((const qt_f16 *)src->data, 1, numel, (float *)dst->data);
+    else cpu_bf16_load((const qt_bf16 *)src->data, 1, numel, (float *)dst->data);
     return 0;
   }
   const qt_view *views[2] = { dst, src };
@@ -134,6 +144,31 @@ int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
 #define CPU_BINARY_GEN_INT1(NAME, T, U, R, expr) CPU_BINARY_ROW(NAME, T, U, R, expr)
 #define CPU_BINARY_GEN_BOOL0(NAME, T, U, R, expr)
 #define CPU_BINARY_GEN_BOOL1(NAME, T, U, R, expr) CPU_BINARY_ROW(NAME, T, U, R, expr)
+#define CPU_BINARY_GEN_HALF0(NAME, T, U, R, expr) CPU_HALF_BINARY_ROW(NAME, T, R, expr)
+#define CPU_BINARY_GEN_HALF1(NAME, T, U, R, expr) CPU_HALF_BINARY_ROW(NAME, T, R, expr)
+
+/* A 16-bit row (kind HALF) works a block at a time: the operands converted to float32
+** (cpu_half.c, vector instructions), the float expression computed on them with T
+** float, the block rounded into the result (or stored as bool). With args->scalar_side
+** set, that operand is the float32 param_f[0] (binary_scalar: PyTorch computes a
+** 16-bit tensor with a number in float32, the number not rounded to 16 bits first). */
+#define CPU_HALF_BLOCK 256
+#define CPU_HALF_BINARY_ROW(NAME, TH, ER, EXPR)                                          \
+  static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
+    typedef float T;                                                                     \
+    typedef ER R;                                                                        \
+    float xa[CPU_HALF_BLOCK], xb[CPU_HALF_BLOCK], r[CPU_HALF_BLOCK];                     \
+    int side = args != NULL ? args->scalar_side : 0;                                     \
+    for (int64_t i0 = 0; i0 < n; i0 += CPU_HALF_BLOCK) {                                 \
+      int64_t m = n - i0 < CPU_HALF_BLOCK ? n - i0 : CPU_HALF_BLOCK;                     \
+      if (side == 1) for (int64_t k = 0; k < m; k++) xa[k] = (float)args->param_f[0];    \
+      else CPU_HALF_LOAD((const TH *)p[1] + i0 * s[1], s[1], m, xa);                     \
+      if (side == 2) for (int64_t k = 0; k < m; k++) xb[k] = (float)args->param_f[0];    \
+      else CPU_HALF_LOAD((const TH *)p[2] + i0 * s[2], s[2], m, xb);                     \
+      for (int64_t k = 0; k < m; k++) { T x = xa[k], y = xb[k]; r[k] = (float)(EXPR); }  \
+      CPU_HALF_STORE((R *)p[0] + i0 * s[0], s[0], m, r);                                 \
+    }                                                                                    \
+  }
 QT_DTYPE_LIST(CPU_BINARY_FNS_, ~)
 
 /* [dtype][op]; NULL: a float-only op on an integer dtype. */
@@ -148,13 +183,23 @@ QT_DTYPE_LIST(CPU_BINARY_FNS_, ~)
 #define CPU_BINARY_ENTRY_INT1(OP, sfx) cpu_binary_##OP##_##sfx
 #define CPU_BINARY_ENTRY_BOOL0(OP, sfx) NULL
 #define CPU_BINARY_ENTRY_BOOL1(OP, sfx) cpu_binary_##OP##_##sfx
+#define CPU_BINARY_ENTRY_HALF0(OP, sfx) cpu_binary_##OP##_##sfx
+#define CPU_BINARY_ENTRY_HALF1(OP, sfx) cpu_binary_##OP##_##sfx
 static const cpu_row_fn cpu_binary_rows[QT_NDTYPES][QT_NBINOPS] = {
   QT_DTYPE_LIST(CPU_BINARY_TABLE_ROW_, ~)
 };
 
+static int cpu_binary_walk(qt_binop op, const qt_view *dst, const qt_view *a,
+                           const qt_view *b, const cpu_args *args, qt_err *err);
+
 int cpu_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
                const qt_view *b, qt_err *err) {
   (void)dev;
+  return cpu_binary_walk(op, dst, a, b, NULL, err);
+}
+
+static int cpu_binary_walk(qt_binop op, const qt_view *dst, const qt_view *a,
+                           const qt_view *b, const cpu_args *args, qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NBINOPS) return qt_errorf(err, "binary: unknown op %d", (int)op);
   qt_dtype result = qt_binop_gives_bool(op) ? QT_BOOL : a->dtype;
   if (!cpu_dtype_ok(a->dtype) || b->dtype != a->dtype || dst->dtype != result)
@@ -165,7 +210,7 @@ int cpu_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a
     return qt_errorf(err, "%s: not defined for %s tensors (cast to a float dtype first)",
                      qt_binop_name(op), qt_dtypes[a->dtype].name);
   const qt_view *views[3] = { dst, a, b };
-  cpu_walk(views, 3, row, NULL);
+  cpu_walk(views, 3, row, args);
   return 0;
 }
 
@@ -178,6 +223,15 @@ int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_
   cpu_value_set(&v, a->dtype, s);
   qt_view scalar;
   cpu_view_make(&scalar, dst, &v, a->dtype, NULL);
+  if (qt_is_half(a->dtype)) {
+    /* the number stays float32: the row reads it from args (CPU_HALF_BINARY_ROW) */
+    cpu_args args;
+    memset(&args, 0, sizeof args);
+    args.param_f[0] = (float)s.f;
+    args.scalar_side = scalar_first ? 1 : 2;
+    return cpu_binary_walk(op, dst, scalar_first ? &scalar : a, scalar_first ? a : &scalar,
+                           &args, err);
+  }
   return scalar_first ? cpu_binary(dev, op, dst, &scalar, a, err)
                       : cpu_binary(dev, op, dst, a, &scalar, err);
 }
@@ -230,6 +284,23 @@ int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_
 #define CPU_UNARY_GEN_INT1(NAME, T, U, R, expr) CPU_UNARY_ROW(NAME, T, U, R, expr)
 #define CPU_UNARY_GEN_BOOL0(NAME, T, U, R, expr)
 #define CPU_UNARY_GEN_BOOL1(NAME, T, U, R, expr) CPU_UNARY_ROW(NAME, T, U, R, expr)
+#define CPU_UNARY_GEN_HALF0(NAME, T, U, R, expr) CPU_HALF_UNARY_ROW(NAME, T, R, expr)
+#define CPU_UNARY_GEN_HALF1(NAME, T, U, R, expr) CPU_HALF_UNARY_ROW(NAME, T, R, expr)
+/* As CPU_HALF_BINARY_ROW, with the parameters as floats. */
+#define CPU_HALF_UNARY_ROW(NAME, TH, ER, EXPR)                                           \
+  static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
+    typedef float T;                                                                     \
+    typedef ER R;                                                                        \
+    float xa[CPU_HALF_BLOCK], r[CPU_HALF_BLOCK];                                         \
+    const T p0 = (T)args->param_f[0], p1 = (T)args->param_f[1], p2 = (T)args->param_f[2]; \
+    (void)p0; (void)p1; (void)p2;                                                        \
+    for (int64_t i0 = 0; i0 < n; i0 += CPU_HALF_BLOCK) {                                 \
+      int64_t m = n - i0 < CPU_HALF_BLOCK ? n - i0 : CPU_HALF_BLOCK;                     \
+      CPU_HALF_LOAD((const TH *)p[1] + i0 * s[1], s[1], m, xa);                          \
+      for (int64_t k = 0; k < m; k++) { T x = xa[k]; (void)x; r[k] = (float)(EXPR); }    \
+      CPU_HALF_STORE((R *)p[0] + i0 * s[0], s[0], m, r);                                 \
+    }                                                                                    \
+  }
 QT_DTYPE_LIST(CPU_UNARY_FNS_, ~)
 
 /* exp, log, tanh and sigmoid through glibc's libmvec (x86-64; the Makefile defines
@@ -326,6 +397,8 @@ static const cpu_row_fn cpu_unary_vmath_rows[QT_NDTYPES][QT_NUNOPS] = {
 #define CPU_UNARY_ENTRY_INT1(OP, sfx) cpu_unary_##OP##_##sfx
 #define CPU_UNARY_ENTRY_BOOL0(OP, sfx) NULL
 #define CPU_UNARY_ENTRY_BOOL1(OP, sfx) cpu_unary_##OP##_##sfx
+#define CPU_UNARY_ENTRY_HALF0(OP, sfx) cpu_unary_##OP##_##sfx
+#define CPU_UNARY_ENTRY_HALF1(OP, sfx) cpu_unary_##OP##_##sfx
 static const cpu_row_fn cpu_unary_rows[QT_NDTYPES][QT_NUNOPS] = {
   QT_DTYPE_LIST(CPU_UNARY_TABLE_ROW_, ~)
 };

@@ -13,6 +13,7 @@
 **   cpu_index.c        gather, index_select, take, scatter, index_add, scatter_add,
 **                      index_fill, index_copy
 **   cpu_matmul.c       batched matmul through BLAS
+**   cpu_half.c         float16/bfloat16 rows to and from float32 (F16C, AVX2, AVX-512)
 **   cpu_random.c       rand, randn, randint (Philox, the same numbers as the GPU)
 **
 ** How the loops are organised: a slot copies the views it gets (they are the core's),
@@ -44,6 +45,7 @@ typedef struct cpu_args {
   double param_f[3];         /* a unary op's parameters (qt_unop_params), for float dtypes */
   int64_t param_i[3];        /* the same for integer dtypes */
   const qt_view *take_src;   /* take: the source, collapsed alone */
+  int scalar_side;           /* 16-bit binary_scalar: operand 1 or 2 is param_f[0], a float32 */
 } cpu_args;
 
 /* One row: n elements; p[v] points at view v's first element of the row, s[v] is its
@@ -66,6 +68,22 @@ static inline void cpu_walk(const qt_view *const *views, int nviews, cpu_row_fn 
   qt_views_collapse(ptrs, nviews);
   cpu_walk_collapsed(ptrs, nviews, row, args);
 }
+
+/* ====================================================================== 16-bit floats */
+
+/* cpu_half.c: n elements of a float16/bfloat16 row with the given stride, to or from
+** floats, with the vector instructions the CPU has (cpu_half_isa() names the build
+** chosen). CPU_HALF_LOAD/CPU_HALF_STORE pick by the pointer's type. */
+void cpu_f16_load(const qt_f16 *src, int64_t stride, int64_t n, float *out);
+void cpu_bf16_load(const qt_bf16 *src, int64_t stride, int64_t n, float *out);
+void cpu_f16_store(qt_f16 *dst, int64_t stride, int64_t n, const float *in);
+void cpu_bf16_store(qt_bf16 *dst, int64_t stride, int64_t n, const float *in);
+void cpu_bool_store(bool *dst, int64_t stride, int64_t n, const float *in);
+const char *cpu_half_isa(void);
+#define CPU_HALF_LOAD(src, stride, n, out) \
+  _Generic((src), const qt_f16 *: cpu_f16_load, const qt_bf16 *: cpu_bf16_load)(src, stride, n, out)
+#define CPU_HALF_STORE(dst, stride, n, in) \
+  _Generic((dst), qt_f16 *: cpu_f16_store, qt_bf16 *: cpu_bf16_store, bool *: cpu_bool_store)(dst, stride, n, in)
 
 /* ====================================================================== views */
 
