@@ -45,7 +45,8 @@ static bool npy_host_is_little_endian(void) {
   return first == 1;
 }
 
-/* Each dtype's .npy code (a format fact, so it is here and not in the dtype list). */
+/* Each dtype's .npy code (a format fact, so it is here and not in the dtype list); NULL
+** for bfloat16, which NumPy has no code for (safetensors files carry it). */
 static const char *const npy_descr[QT_NDTYPES] = {
   [QT_F32] = "<f4",
   [QT_F64] = "<f8",
@@ -53,6 +54,8 @@ static const char *const npy_descr[QT_NDTYPES] = {
   [QT_I64] = "<i8",
   [QT_BOOL] = "|b1",
   [QT_U8] = "|u1",
+  [QT_F16] = "<f2",
+  [QT_BF16] = NULL,
 };
 
 /* A message from a core function that npy.c called ("empty: cpu: out of memory ...")
@@ -360,6 +363,9 @@ int qt_npy_save(qt_ctx *ctx, const char *path, const qt_tensor *t) {
     return qt_errorf(&ctx->err, "save: .npy files are little-endian; this host is not");
   if ((int)t->dtype < 0 || (int)t->dtype >= QT_NDTYPES)
     return qt_errorf(&ctx->err, "save: unknown dtype %d", (int)t->dtype);
+  if (npy_descr[t->dtype] == NULL)
+    return qt_errorf(&ctx->err, "save: .npy has no code for %s (qlua.save_safetensors keeps it)",
+                     qt_dtypes[t->dtype].name);
 
   char header[2048];
   int major;
@@ -526,6 +532,7 @@ static int npy_parse_header(npy_scan *s, npy_header *h) {
 
 static int npy_dtype_of(qt_ctx *ctx, const char *shown, const char *descr, qt_dtype *dtype) {
   for (int d = 0; d < QT_NDTYPES; d++) {
+    if (npy_descr[d] == NULL) continue;
     /* one byte has no order: '|' is NumPy's mark, and '<', '>', '=' mean the same */
     bool any_order = qt_elsize((qt_dtype)d) == 1 && descr[0] != '\0' &&
                      strchr("<>=|", descr[0]) != NULL;
@@ -537,17 +544,20 @@ static int npy_dtype_of(qt_ctx *ctx, const char *shown, const char *descr, qt_dt
   }
   if (descr[0] == '>') {
     for (int d = 0; d < QT_NDTYPES; d++)
-      if (strcmp(descr + 1, npy_descr[d] + 1) == 0)
+      if (npy_descr[d] != NULL && strcmp(descr + 1, npy_descr[d] + 1) == 0)
         return qt_errorf(&ctx->err,
                          "load: '%s' is big-endian ('%s'); only little-endian data is supported"
                          " (in NumPy: a.astype(a.dtype.newbyteorder('<')))",
                          shown, descr);
   }
-  char names[128] = "";  /* "float32, float64, ... and uint8" */
-  for (int d = 0; d < QT_NDTYPES; d++) {
+  char names[160] = "";  /* "float32, float64, ... and float16" */
+  int last = QT_NDTYPES - 1;
+  while (npy_descr[last] == NULL) last--;
+  for (int d = 0; d <= last; d++) {
+    if (npy_descr[d] == NULL) continue;
     size_t used = strlen(names);
     snprintf(names + used, sizeof names - used, "%s%s",
-             d == 0 ? "" : d == QT_NDTYPES - 1 ? " and " : ", ", qt_dtypes[d].name);
+             d == 0 ? "" : d == last ? " and " : ", ", qt_dtypes[d].name);
   }
   return qt_errorf(&ctx->err, "load: unsupported dtype '%s' in '%s' (%s are supported)", descr,
                    shown, names);
