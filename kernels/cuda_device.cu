@@ -66,6 +66,17 @@ extern "C" int qt_cuda_device_name(int ordinal, char *buf, size_t len, qt_err *e
   return 0;
 }
 
+/* The slots with float16/bfloat16 code of their own (elementwise math in float32; the
+** index and mask slots move elements by size, and store numbers through qt_scalar_store
+** or qt_scalar_as, which round once); the registry widens the rest (device.h). */
+#define CUDA_HALF_NATIVE                                                           \
+  (QT_SLOT_BIT(QT_SLOT_BINARY) | QT_SLOT_BIT(QT_SLOT_BINARY_SCALAR) |               \
+   QT_SLOT_BIT(QT_SLOT_UNARY) | QT_SLOT_BIT(QT_SLOT_MATMUL) | \
+   QT_SLOT_BIT(QT_SLOT_GATHER) | QT_SLOT_BIT(QT_SLOT_INDEX_SELECT) | QT_SLOT_BIT(QT_SLOT_TAKE) | \
+   QT_SLOT_BIT(QT_SLOT_SCATTER) | QT_SLOT_BIT(QT_SLOT_INDEX_FILL) |                   \
+   QT_SLOT_BIT(QT_SLOT_INDEX_COPY) | QT_SLOT_BIT(QT_SLOT_WHERE) |                     \
+   QT_SLOT_BIT(QT_SLOT_MASKED_SELECT))
+
 static const qt_device_iface cuda_iface = {
   /* .alloc         = */ qt_cuda_alloc,
   /* .free          = */ qt_cuda_free,
@@ -109,6 +120,7 @@ static const qt_device_iface cuda_iface = {
   /* .module_kernels= */ qt_cuda_module_kernels,
   /* .kernel_get    = */ qt_cuda_kernel_get,
   /* .launch        = */ qt_cuda_launch,
+  /* .half_native   = */ CUDA_HALF_NATIVE,
 };
 
 /* Opens ordinal: stream, the mapped index-error record, staging, the allocator. A failure

@@ -29,6 +29,7 @@ struct qt_dtype_traits;
     static constexpr qt_dtype dtype = E;                              \
     static constexpr bool is_float = QT_KIND_IS_FLOAT_##kind;         \
     static constexpr bool is_bool = QT_KIND_IS_BOOL_##kind;           \
+    static constexpr bool is_half = QT_KIND_IS_HALF_##kind;           \
     typedef U unsigned_type;                                          \
   };
 QT_DTYPE_LIST(QT_DISPATCH_TRAITS_, ~)
@@ -41,11 +42,27 @@ constexpr bool qt_is_float_v = qt_dtype_traits<T>::is_float;
 ** read as nonzero (QT_PICK_BOOL). */
 template <typename T>
 constexpr bool qt_is_bool_v = qt_dtype_traits<T>::is_bool;
+/* Whether T is a 16-bit float's type (qt_f16, qt_bf16: bits, computed in float32). */
+template <typename T>
+constexpr bool qt_is_half_v = qt_dtype_traits<T>::is_half;
 
 /* Calls f(T()) with T the C type of dtype d; false (f not called) for a value outside
-** the list. */
+** the list, and for the 16-bit floats, which a slot takes only when it has code for
+** them (device.h, half_native: the registry gives the others float32 copies). */
 template <typename F>
 inline bool qt_dtype_switch(qt_dtype d, F &&f) {
+  switch (d) {
+#define QT_DISPATCH_CASE_(P, E, sfx, name, T, U, size, kind) \
+    QT_UNLESS_HALF_##kind(case E: f(T()); return true;)
+    QT_DTYPE_LIST(QT_DISPATCH_CASE_, ~)
+#undef QT_DISPATCH_CASE_
+    default: return false;
+  }
+}
+
+/* qt_dtype_switch with the 16-bit floats too, for the slots that take them. */
+template <typename F>
+inline bool qt_dtype_switch_all(qt_dtype d, F &&f) {
   switch (d) {
 #define QT_DISPATCH_CASE_(P, E, sfx, name, T, ...) \
     case E: f(T()); return true;
@@ -56,10 +73,11 @@ inline bool qt_dtype_switch(qt_dtype d, F &&f) {
 }
 
 /* A qt_scalar as T, as qt_scalar_store writes it: floats from .f, integers from .i,
-** wrapping, bool from .f's nonzero. */
+** wrapping, bool from .f's nonzero; a 16-bit float rounds .f once. */
 template <typename T>
 inline T qt_scalar_as(qt_scalar s) {
-  if constexpr (qt_is_float_v<T>) return (T)s.f;
+  if constexpr (qt_is_half_v<T>) return QT_HALF_FROM(T, s.f);
+  else if constexpr (qt_is_float_v<T>) return (T)s.f;
   else if constexpr (qt_is_bool_v<T>) return s.f != 0;
   else return (T)(typename qt_dtype_traits<T>::unsigned_type)(uint64_t)s.i;
 }

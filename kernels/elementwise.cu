@@ -45,6 +45,12 @@ __device__ __forceinline__ TD ew_convert(TS x) {
   typedef typename qt_dtype_traits<TD>::unsigned_type UD;
   constexpr bool fd = qt_is_float_v<TD>, fs = qt_is_float_v<TS>;
   if constexpr (std::is_same<TD, TS>::value) return x;
+  else if constexpr (qt_is_half_v<TD>) return QT_HALF_FROM(TD, x);    /* QT_CONVERT_HALF_* */
+  else if constexpr (qt_is_half_v<TS>) {                              /* QT_CONVERT_*_HALF */
+    if constexpr (qt_is_bool_v<TD>) return qt_half_to_f32(x) != 0;
+    else if constexpr (fd) return (TD)qt_half_to_f32(x);
+    else return QT_CONVERT_INT_FLOAT(TD, UD, qt_half_to_f32(x));
+  }
   else if constexpr (qt_is_bool_v<TD> || qt_is_bool_v<TS>) return (TD)(x);  /* QT_CONVERT_*_BOOL */
   else if constexpr (fd && fs) return QT_CONVERT_FLOAT_FLOAT(TD, UD, x);
   else if constexpr (fd) return QT_CONVERT_FLOAT_INT(TD, UD, x);
@@ -57,6 +63,22 @@ __device__ __forceinline__ TD ew_convert(TS x) {
 ** op, so that one kernel serves each family. */
 template <typename T, bool BOOLOUT>
 using ew_out_t = typename std::conditional<BOOLOUT, bool, T>::type;
+
+/* The type an element is computed in: float for the 16-bit floats (kind HALF: loaded
+** exactly, computed in float32, rounded once when stored, as PyTorch does), else T. */
+template <typename T>
+using ew_calc_t = typename std::conditional<qt_is_half_v<T>, float, T>::type;
+template <typename T>
+__device__ __forceinline__ ew_calc_t<T> ew_up(T x) {
+  if constexpr (qt_is_half_v<T>) return qt_half_to_f32(x);
+  else return x;
+}
+/* A result r (computed as ew_calc_t) stored as R: rounded for a 16-bit R. */
+template <typename R, typename C>
+__device__ __forceinline__ R ew_down(C r) {
+  if constexpr (qt_is_half_v<R>) return QT_HALF_FROM(R, r);
+  else return (R)r;
+}
 
 /* One case per op of the list, with the expression of T's kind (QT_PICK_<kind>). The
 ** expressions name x, y, T and U (and the unary parameters), so they are in scope here.
@@ -77,6 +99,12 @@ __device__ __forceinline__ ew_out_t<T, BOOLOUT> ew_binop(int op, T x, T y) {
     QT_BINOP_LIST(EW_BINOP_CASE_, ~)
     default: return R(0);
   }
+}
+
+/* ew_binop for every T: a 16-bit T computes in float32 and rounds the result. */
+template <typename T, bool BOOLOUT>
+__device__ __forceinline__ ew_out_t<T, BOOLOUT> ew_binop_at(int op, ew_calc_t<T> x, ew_calc_t<T> y) {
+  return ew_down<ew_out_t<T, BOOLOUT>>(ew_binop<ew_calc_t<T>, BOOLOUT>(op, x, y));
 }
 
 /* A unary op's parameters (qt_unop_params): as T for float dtypes, as int64_t for the
@@ -108,6 +136,13 @@ __device__ __forceinline__ ew_out_t<T, BOOLOUT> ew_unop(int op, T x, const ew_un
     QT_UNOP_LIST(EW_UNOP_CASE_, ~)
     default: return R(0);
   }
+}
+
+/* ew_unop for every T (the parameters as ew_calc_t). */
+template <typename T, bool BOOLOUT>
+__device__ __forceinline__ ew_out_t<T, BOOLOUT> ew_unop_at(int op, T x,
+                                                           const ew_unary_params<ew_calc_t<T>> &p) {
+  return ew_down<ew_out_t<T, BOOLOUT>>(ew_unop<ew_calc_t<T>, BOOLOUT>(op, ew_up(x), p));
 }
 
 /* ------------------------------------------------------------------ geometry */
@@ -179,12 +214,13 @@ __global__ void ew_binary_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T 
       ew_pack<T> x = pa[k], y = pb[k];
       ew_vec<R, W> r;
 #pragma unroll
-      for (int j = 0; j < W; j++) r.v[j] = ew_binop<T, BOOLOUT>(op, x.v[j], y.v[j]);
+      for (int j = 0; j < W; j++) r.v[j] = ew_binop_at<T, BOOLOUT>(op, ew_up(x.v[j]), ew_up(y.v[j]));
       pd[k] = r;
     }
     done = packs * W;
   }
-  for (int64_t i = done + start; i < n; i += step) dst[i] = ew_binop<T, BOOLOUT>(op, a[i], b[i]);
+  for (int64_t i = done + start; i < n; i += step)
+    dst[i] = ew_binop_at<T, BOOLOUT>(op, ew_up(a[i]), ew_up(b[i]));
 }
 
 template <typename T, bool BOOLOUT, typename IndexT>
@@ -193,14 +229,14 @@ __global__ void ew_binary_strided(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
   for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
     int64_t off[3];
     ew_offsets<IndexT, 3>(g, i, off);
-    dst[off[0]] = ew_binop<T, BOOLOUT>(op, a[off[1]], b[off[2]]);
+    dst[off[0]] = ew_binop_at<T, BOOLOUT>(op, ew_up(a[off[1]]), ew_up(b[off[2]]));
   }
 }
 
 /* dst = a op s, or s op a (scalar_first). */
 template <typename T, bool BOOLOUT, bool PACKED>
-__global__ void ew_scalar_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T *a, T s,
-                                     bool scalar_first, int64_t n) {
+__global__ void ew_scalar_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
+                                     ew_calc_t<T> s, bool scalar_first, int64_t n) {
   typedef ew_out_t<T, BOOLOUT> R;
   int64_t start = ew_thread_index(), step = ew_thread_count();
   int64_t done = 0;
@@ -214,30 +250,31 @@ __global__ void ew_scalar_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T 
       ew_vec<R, W> r;
 #pragma unroll
       for (int j = 0; j < W; j++)
-        r.v[j] = scalar_first ? ew_binop<T, BOOLOUT>(op, s, x.v[j])
-                              : ew_binop<T, BOOLOUT>(op, x.v[j], s);
+        r.v[j] = scalar_first ? ew_binop_at<T, BOOLOUT>(op, s, ew_up(x.v[j]))
+                              : ew_binop_at<T, BOOLOUT>(op, ew_up(x.v[j]), s);
       pd[k] = r;
     }
     done = packs * W;
   }
   for (int64_t i = done + start; i < n; i += step)
-    dst[i] = scalar_first ? ew_binop<T, BOOLOUT>(op, s, a[i]) : ew_binop<T, BOOLOUT>(op, a[i], s);
+    dst[i] = scalar_first ? ew_binop_at<T, BOOLOUT>(op, s, ew_up(a[i]))
+                          : ew_binop_at<T, BOOLOUT>(op, ew_up(a[i]), s);
 }
 
 template <typename T, bool BOOLOUT, typename IndexT>
-__global__ void ew_scalar_strided(int op, ew_out_t<T, BOOLOUT> *dst, const T *a, T s,
+__global__ void ew_scalar_strided(int op, ew_out_t<T, BOOLOUT> *dst, const T *a, ew_calc_t<T> s,
                                   bool scalar_first, ew_geometry<2> g, int64_t n) {
   for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
     int64_t off[2];
     ew_offsets<IndexT, 2>(g, i, off);
-    T x = a[off[1]];
-    dst[off[0]] = scalar_first ? ew_binop<T, BOOLOUT>(op, s, x) : ew_binop<T, BOOLOUT>(op, x, s);
+    ew_calc_t<T> x = ew_up(a[off[1]]);
+    dst[off[0]] = scalar_first ? ew_binop_at<T, BOOLOUT>(op, s, x) : ew_binop_at<T, BOOLOUT>(op, x, s);
   }
 }
 
 template <typename T, bool BOOLOUT, bool PACKED>
 __global__ void ew_unary_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
-                                    ew_unary_params<T> p, int64_t n) {
+                                    ew_unary_params<ew_calc_t<T>> p, int64_t n) {
   typedef ew_out_t<T, BOOLOUT> R;
   int64_t start = ew_thread_index(), step = ew_thread_count();
   int64_t done = 0;
@@ -250,21 +287,21 @@ __global__ void ew_unary_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T *
       ew_pack<T> x = pa[k];
       ew_vec<R, W> r;
 #pragma unroll
-      for (int j = 0; j < W; j++) r.v[j] = ew_unop<T, BOOLOUT>(op, x.v[j], p);
+      for (int j = 0; j < W; j++) r.v[j] = ew_unop_at<T, BOOLOUT>(op, x.v[j], p);
       pd[k] = r;
     }
     done = packs * W;
   }
-  for (int64_t i = done + start; i < n; i += step) dst[i] = ew_unop<T, BOOLOUT>(op, a[i], p);
+  for (int64_t i = done + start; i < n; i += step) dst[i] = ew_unop_at<T, BOOLOUT>(op, a[i], p);
 }
 
 template <typename T, bool BOOLOUT, typename IndexT>
 __global__ void ew_unary_strided(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
-                                 ew_unary_params<T> p, ew_geometry<2> g, int64_t n) {
+                                 ew_unary_params<ew_calc_t<T>> p, ew_geometry<2> g, int64_t n) {
   for (int64_t i = ew_thread_index(); i < n; i += ew_thread_count()) {
     int64_t off[2];
     ew_offsets<IndexT, 2>(g, i, off);
-    dst[off[0]] = ew_unop<T, BOOLOUT>(op, a[off[1]], p);
+    dst[off[0]] = ew_unop_at<T, BOOLOUT>(op, a[off[1]], p);
   }
 }
 
@@ -300,6 +337,31 @@ template <typename TD, typename TS>
 __global__ void ew_copy_contiguous(TD *dst, const TS *src, int64_t n) {
   int64_t start = ew_thread_index(), step = ew_thread_count();
   for (int64_t i = start; i < n; i += step) dst[i] = ew_convert<TD, TS>(src[i]);
+}
+
+/* Eight elements of T, loaded or stored at once (16 bytes at most per instruction). */
+template <typename T>
+struct alignas(sizeof(T) * 8 > 16 ? 16 : sizeof(T) * 8) ew_oct {
+  T v[8];
+};
+
+/* A contiguous conversion with both pointers aligned for ew_oct: eight elements per
+** thread per step, so a float32 -> bfloat16 pass moves 32 bytes in and 16 out per
+** thread in wide instructions (the one-element kernel above spends most of its issue
+** slots on 2- and 4-byte accesses). */
+template <typename TD, typename TS>
+__global__ void ew_copy_oct(TD *dst, const TS *src, int64_t n) {
+  int64_t start = ew_thread_index(), step = ew_thread_count(), octs = n / 8;
+  const ew_oct<TS> *s8 = (const ew_oct<TS> *)src;
+  ew_oct<TD> *d8 = (ew_oct<TD> *)dst;
+  for (int64_t k = start; k < octs; k += step) {
+    ew_oct<TS> x = s8[k];
+    ew_oct<TD> r;
+#pragma unroll
+    for (int j = 0; j < 8; j++) r.v[j] = ew_convert<TD, TS>(x.v[j]);
+    d8[k] = r;
+  }
+  for (int64_t i = octs * 8 + start; i < n; i += step) dst[i] = ew_convert<TD, TS>(src[i]);
 }
 
 template <typename TD, typename TS, typename IndexT>
@@ -463,7 +525,7 @@ extern "C" int qt_cuda_binary(qt_device *dev, qt_binop op, const qt_view *dst, c
   ew_plan<3> plan;
   ew_plan_make<3>(&plan, views);
   const bool bool_out = qt_binop_gives_bool(op);
-  qt_dtype_switch(a->dtype, [&](auto zero) {
+  qt_dtype_switch_all(a->dtype, [&](auto zero) {
     using T = decltype(zero);
     if (bool_out) ew_binary_launch<T, true>(dev, op, plan);
     else ew_binary_launch<T, false>(dev, op, plan);
@@ -474,7 +536,8 @@ extern "C" int qt_cuda_binary(qt_device *dev, qt_binop op, const qt_view *dst, c
 /* ---- binary with a scalar */
 
 template <typename T, bool BOOLOUT>
-static void ew_scalar_launch(qt_device *dev, int op, const ew_plan<2> &p, T s, bool first) {
+static void ew_scalar_launch(qt_device *dev, int op, const ew_plan<2> &p, ew_calc_t<T> s,
+                             bool first) {
   cudaStream_t stream = qt_cuda_context(dev)->stream;
   ew_out_t<T, BOOLOUT> *d = (ew_out_t<T, BOOLOUT> *)p.view[0].data;
   const T *a = (const T *)p.view[1].data;
@@ -509,10 +572,14 @@ extern "C" int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view 
   ew_plan<2> plan;
   ew_plan_make<2>(&plan, views);
   const bool bool_out = qt_binop_gives_bool(op);
-  qt_dtype_switch(a->dtype, [&](auto zero) {
+  /* a 16-bit tensor computes with the number in float32, as PyTorch does (not rounded to
+  ** 16 bits first) */
+  qt_dtype_switch_all(a->dtype, [&](auto zero) {
     using T = decltype(zero);
-    if (bool_out) ew_scalar_launch<T, true>(dev, op, plan, qt_scalar_as<T>(s), scalar_first);
-    else ew_scalar_launch<T, false>(dev, op, plan, qt_scalar_as<T>(s), scalar_first);
+    using C = ew_calc_t<T>;
+    C sc = qt_is_half_v<T> ? (C)(float)s.f : (C)qt_scalar_as<C>(s);
+    if (bool_out) ew_scalar_launch<T, true>(dev, op, plan, sc, scalar_first);
+    else ew_scalar_launch<T, false>(dev, op, plan, sc, scalar_first);
   });
   return qt_cuda_check_launch(dev, name, err);
 }
@@ -523,10 +590,11 @@ template <typename T, bool BOOLOUT>
 static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p,
                             const qt_unop_params *given) {
   cudaStream_t stream = qt_cuda_context(dev)->stream;
-  ew_unary_params<T> params;
+  typedef ew_calc_t<T> C;
+  ew_unary_params<C> params;
   for (int k = 0; k < 3; k++) {
-    params.f[k] = T(0);
-    if constexpr (qt_is_float_v<T>) params.f[k] = (T)given->v[k].f;  /* others use .i */
+    params.f[k] = C(0);
+    if constexpr (qt_is_float_v<T>) params.f[k] = (C)given->v[k].f;  /* others use .i */
     params.i[k] = given->v[k].i;
   }
   ew_out_t<T, BOOLOUT> *d = (ew_out_t<T, BOOLOUT> *)p.view[0].data;
@@ -567,7 +635,7 @@ extern "C" int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, con
   const qt_view *views[2] = {dst, src};
   ew_plan<2> plan;
   ew_plan_make<2>(&plan, views);
-  qt_dtype_switch(src->dtype, [&](auto z) {
+  qt_dtype_switch_all(src->dtype, [&](auto z) {
     using T = decltype(z);
     if (bool_out) ew_unary_launch<T, true>(dev, op, plan, params);
     else ew_unary_launch<T, false>(dev, op, plan, params);
@@ -601,7 +669,7 @@ extern "C" int qt_cuda_fill(qt_device *dev, const qt_view *dst, qt_scalar value,
   const qt_view *views[1] = {dst};
   ew_plan<1> plan;
   ew_plan_make<1>(&plan, views);
-  qt_dtype_switch(dst->dtype, [&](auto zero) {
+  qt_dtype_switch_all(dst->dtype, [&](auto zero) {
     using T = decltype(zero);
     ew_fill_launch<T>(dev, plan, qt_scalar_as<T>(value));
   });
@@ -640,7 +708,11 @@ static void ew_copy_launch(qt_device *dev, const ew_plan<2> &p) {
   TD *d = (TD *)p.view[0].data;
   const TS *s = (const TS *)p.view[1].data;
   ew_transpose_geometry t;
-  if (p.contiguous) {
+  if (p.contiguous && (uintptr_t)d % alignof(ew_oct<TD>) == 0 &&
+      (uintptr_t)s % alignof(ew_oct<TS>) == 0) {
+    unsigned blocks = qt_cuda_blocks(dev, (p.n + 7) / 8, EW_THREADS);
+    ew_copy_oct<TD, TS><<<blocks, EW_THREADS, 0, stream>>>(d, s, p.n);
+  } else if (p.contiguous) {
     unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
     ew_copy_contiguous<TD, TS><<<blocks, EW_THREADS, 0, stream>>>(d, s, p.n);
   } else if (ew_transpose_plan(p, &t)) {
@@ -692,8 +764,8 @@ extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *s
         width16, rows);
     return qt_cuda_check_launch(dev, "copy", err);
   }
-  qt_dtype_switch(dst->dtype, [&](auto dst_zero) {
-    qt_dtype_switch(src->dtype, [&](auto src_zero) {
+  qt_dtype_switch_all(dst->dtype, [&](auto dst_zero) {
+    qt_dtype_switch_all(src->dtype, [&](auto src_zero) {
       ew_copy_launch<decltype(dst_zero), decltype(src_zero)>(dev, plan);
     });
   });

@@ -309,7 +309,7 @@ static int gat_check_elsize(const qt_view *v, const char *op, qt_err *err) {
 /* The raw bits of `value` in dtype d (scatter of a number). */
 static gat_u64 gat_value_bits(qt_dtype d, qt_scalar value) {
   gat_u64 bits = 0;  /* the low bytes hold the element (little-endian) */
-  qt_dtype_switch(d, [&](auto zero) {
+  qt_dtype_switch_all(d, [&](auto zero) {
     auto v = qt_scalar_as<decltype(zero)>(value);
     memcpy(&bits, &v, sizeof v);
   });

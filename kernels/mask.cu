@@ -4,7 +4,7 @@
 ** DeviceSelect::Flagged). The CPU twins are in runtime/cpu/cpu_mask.c; the core
 ** (runtime/core/ops_mask.c) makes every mask bool and counts it first.
 **
-** Values are moved, never converted, so every kernel is per element size (1, 4 or 8
+** Values are moved, never converted, so every kernel is per element size (1, 2, 4 or 8
 ** bytes: every dtype of the list is one of those), not per dtype.
 **
 ** where: the views (dst, cond, a, b) are collapsed together on the host; a or b missing is
@@ -38,12 +38,14 @@ template <int BYTES> struct mask_word;
 template <> struct mask_word<1> { typedef uint8_t type; };
 template <> struct mask_word<4> { typedef uint32_t type; };
 template <> struct mask_word<8> { typedef uint64_t type; };
+template <> struct mask_word<2> { typedef uint16_t type; };
 
 /* Calls f(W()) with the word type of dtype d's size; false for another size. */
 template <typename F>
 static bool mask_width_switch(qt_dtype d, F &&f) {
   switch (qt_elsize(d)) {
     case 1: f(mask_word<1>::type()); return true;
+    case 2: f(mask_word<2>::type()); return true;
     case 4: f(mask_word<4>::type()); return true;
     case 8: f(mask_word<8>::type()); return true;
     default: return false;

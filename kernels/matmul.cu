@@ -25,7 +25,10 @@
 ** typed from the header's declaration, so a call cannot disagree with cuBLAS.
 ** float32 uses cublasGemmEx / cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F, or
 ** CUBLAS_COMPUTE_32F_FAST_TF32 when TF32 is allowed (qlua.set_tf32); float64 uses
-** CUBLAS_COMPUTE_64F.
+** CUBLAS_COMPUTE_64F; float16 and bfloat16 (CUDA_R_16F, CUDA_R_16BF) use CUBLAS_COMPUTE_32F,
+** which runs on the tensor cores and accumulates in float32, the result rounded into the
+** input dtype. The 16-bit types never take the small-product kernel: cuBLAS's tensor-core
+** kernels are what they are for, and their alpha and beta are float32.
 */
 #include <dlfcn.h>
 #include <limits.h>
@@ -33,6 +36,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <type_traits>
+
+#include "dispatch.cuh"
 #include "kernels.h"
 
 /* ------------------------------------------------------------------ cuBLAS, loaded on use */
@@ -124,15 +130,28 @@ __global__ void mm_copy_kernel(T *__restrict__ dst, const T *__restrict__ src, i
     const int64_t t = i / cols;
     const int64_t r = t % rows;
     const int64_t b = t / rows;
-    dst[b * dsb + r * dsr + j * dsc] = src ? src[b * ssb + r * ssr + j * ssc] : T(0);
+    dst[b * dsb + r * dsr + j * dsc] = src ? src[b * ssb + r * ssr + j * ssc] : T();
   }
 }
 
 /* c = beta * c over a (B, R, C) box with arbitrary strides (K == 0); beta == 0 writes
 ** zeros without reading c, as GEMM does. */
+/* The type of alpha and beta for T's GEMM: float for the 16-bit types (compute 32F). */
+template <typename T>
+using mm_scalar_t = typename std::conditional<qt_is_half_v<T>, float, T>::type;
+
+/* T's cuBLAS data type. */
+template <typename T>
+static cudaDataType_t mm_data_type() {
+  if constexpr (std::is_same<T, float>::value) return CUDA_R_32F;
+  else if constexpr (std::is_same<T, double>::value) return CUDA_R_64F;
+  else if constexpr (std::is_same<T, qt_f16>::value) return CUDA_R_16F;
+  else return CUDA_R_16BF;
+}
+
 template <typename T>
 __global__ void mm_scale_kernel(T *__restrict__ c, int64_t rows, int64_t cols, int64_t n,
-                                int64_t sb, int64_t sr, int64_t sc, T beta) {
+                                int64_t sb, int64_t sr, int64_t sc, mm_scalar_t<T> beta) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t j = i % cols;
@@ -140,7 +159,8 @@ __global__ void mm_scale_kernel(T *__restrict__ c, int64_t rows, int64_t cols, i
     const int64_t r = t % rows;
     const int64_t b = t / rows;
     T *p = c + b * sb + r * sr + j * sc;
-    *p = beta == T(0) ? T(0) : beta * *p;
+    if constexpr (qt_is_half_v<T>) *p = QT_HALF_FROM(T, beta == 0 ? 0.0f : beta * qt_half_to_f32(*p));
+    else *p = beta == T(0) ? T(0) : beta * *p;
   }
 }
 
@@ -336,8 +356,8 @@ static int mm_gemm(qt_device *dev, qt_cuda_ctx *c, const qt_view *cv, const qt_v
                    const qt_view *bv, double alpha_d, double beta_d, bool allow_tf32,
                    qt_err *err) {
   const int64_t nb = cv->size[0], M = cv->size[1], N = cv->size[2], K = av->size[2];
-  const bool is_f32 = sizeof(T) == 4;
-  const T alpha = (T)alpha_d, beta = (T)beta_d;
+  const bool is_f64 = std::is_same<T, double>::value;
+  const mm_scalar_t<T> alpha = (mm_scalar_t<T>)alpha_d, beta = (mm_scalar_t<T>)beta_d;
 
   /* K == 0: the products are empty sums, c = beta * c. */
   if (K == 0) {
@@ -347,7 +367,8 @@ static int mm_gemm(qt_device *dev, qt_cuda_ctx *c, const qt_view *cv, const qt_v
         (T *)cv->data, M, N, n, cv->stride[0], cv->stride[1], cv->stride[2], beta);
     return qt_cuda_check_launch(dev, "matmul", err);
   }
-  if (mm_is_small(nb, M, N, K)) return mm_small<T>(dev, cv, av, bv, alpha, beta, err);
+  if constexpr (!qt_is_half_v<T>)
+    if (mm_is_small(nb, M, N, K)) return mm_small<T>(dev, cv, av, bv, alpha, beta, err);
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
     return qt_errorf(err, "matmul: dimension too large for cuBLAS (%lld x %lld x %lld)",
                      (long long)M, (long long)N, (long long)K);
@@ -393,10 +414,10 @@ static int mm_gemm(qt_device *dev, qt_cuda_ctx *c, const qt_view *cv, const qt_v
     /* C^T (N x M) = op(B) (N x K) * op(A) (K x M), column-major. */
     const cublasOperation_t opb = B.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t opa = A.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cudaDataType_t dt = is_f32 ? CUDA_R_32F : CUDA_R_64F;
-    const cublasComputeType_t ct = !is_f32     ? CUBLAS_COMPUTE_64F
-                                   : allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                : CUBLAS_COMPUTE_32F;
+    const cudaDataType_t dt = mm_data_type<T>();
+    const cublasComputeType_t ct = is_f64                                  ? CUBLAS_COMPUTE_64F
+                                   : allow_tf32 && !qt_is_half_v<T>       ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                          : CUBLAS_COMPUTE_32F;
     cublasStatus_t st;
     if (nb == 1) {
       st = mm_cublas.gemm(c->cublas, opb, opa, (int)N, (int)M, (int)K, &alpha, B.data, dt,
@@ -453,8 +474,10 @@ extern "C" int qt_cuda_matmul(qt_device *dev, const qt_view *c, const qt_view *a
   switch (a->dtype) {
     case QT_F32: return mm_gemm<float>(dev, ctx, c, a, b, alpha, beta, allow_tf32, err);
     case QT_F64: return mm_gemm<double>(dev, ctx, c, a, b, alpha, beta, false, err);
+    case QT_F16: return mm_gemm<qt_f16>(dev, ctx, c, a, b, alpha, beta, false, err);
+    case QT_BF16: return mm_gemm<qt_bf16>(dev, ctx, c, a, b, alpha, beta, false, err);
     default:
-      return qt_errorf(err, "matmul: %s tensors are not supported (float32 or float64)",
+      return qt_errorf(err, "matmul: %s tensors are not supported (a float dtype only)",
                        qt_dtypes[a->dtype].name);
   }
 }

@@ -27,6 +27,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>  /* on the device, the hardware conversions for every non-NaN */
+#endif
 
 #ifndef QT_HD
 #ifdef __CUDACC__
@@ -84,6 +87,11 @@ QT_HD uint16_t qt_f64_to_f16_bits(double d) {
 }
 
 QT_HD uint16_t qt_f32_to_f16_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  /* cvt.rn.f16.f32 rounds to nearest even like the code below (subnormals, overflow to
+  ** inf); only its NaN (always 0x7fff) differs from NumPy's */
+  if (f == f) return __half_as_ushort(__float2half_rn(f));
+#endif
   uint32_t u = qt_f32_bits(f);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
   uint32_t e = (u >> 23) & 0xff, m = u & 0x7fffff;
@@ -98,6 +106,9 @@ QT_HD uint16_t qt_f32_to_f16_bits(float f) {
 }
 
 QT_HD float qt_f16_bits_to_f32(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  if ((h & 0x7fff) <= 0x7c00) return __half2float(__ushort_as_half(h));  /* exact */
+#endif
   uint32_t sign = (uint32_t)(h & 0x8000) << 16;
   uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
   if (e == 0x1f) return qt_f32_from_bits(sign | 0x7f800000u | (m << 13));

@@ -371,8 +371,8 @@ static int es_check_operands(es_state *s, const qt_tensor *const *operands) {
   for (int k = 0; k < s->n; k++) {
     if (ops_live(s->ctx, op, operands[k])) return -1;
     qt_dtype dt = operands[k]->dtype;
-    if (dt != QT_F32 && dt != QT_F64)
-      return es_error(s, "operand %d: dtype %s is not supported (float32 or float64 only)",
+    if (!qt_is_float(dt))
+      return es_error(s, "operand %d: dtype %s is not supported (a float dtype only)",
                       k + 1, qt_dtypes[dt].name);
     if (k > 0 && dt != operands[0]->dtype)
       return es_error(s, "operands 1 and %d have dtypes %s and %s", k + 1,

@@ -104,8 +104,7 @@ static int ops_matmul_operand(qt_ctx *ctx, const char *op, qt_view *v, qt_tensor
   return 0;
 }
 
-/* What every product checks first: live operands on one device, float32 or float64 of
-** one dtype (integer products are refused, as PyTorch refuses them on CUDA: BLAS has no
+/* What every product checks first: live operands on one device, of one float dtype (integer products are refused, as PyTorch refuses them on CUDA: BLAS has no
 ** integer GEMM), no 0-d operand. */
 static int ops_product_check(qt_ctx *ctx, const char *op, const qt_tensor *a,
                              const qt_tensor *b) {
@@ -114,9 +113,9 @@ static int ops_product_check(qt_ctx *ctx, const char *op, const qt_tensor *a,
   const qt_tensor *operands[2] = { a, b };
   for (int i = 0; i < 2; i++) {
     qt_dtype dt = operands[i]->dtype;
-    if (dt != QT_F32 && dt != QT_F64)
-      return qt_errorf(&ctx->err, "%s: dtype %s is not supported (float32 or float64 only)", op,
-                       qt_dtypes[dt].name);
+    if (!qt_is_float(dt))
+      return qt_errorf(&ctx->err, "%s: dtype %s is not supported (float32, float64, float16 "
+                       "or bfloat16 only)", op, qt_dtypes[dt].name);
   }
   if (a->dtype != b->dtype)
     return qt_errorf(&ctx->err, "%s: dtypes %s and %s differ", op, qt_dtypes[a->dtype].name,

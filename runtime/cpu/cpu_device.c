@@ -183,11 +183,16 @@ int cpu_histc(qt_device *dev, const qt_view *dst, const qt_view *src, double lo,
 int cpu_searchsorted(qt_device *dev, const qt_view *dst, const qt_view *sorted,
                      const qt_view *values, bool right, qt_err *err);
 
-/* The slots with float16/bfloat16 code of their own; the registry widens the rest
-** (device.h, half_native). */
+/* The slots with float16/bfloat16 code of their own (elementwise math in float32; the
+** index and mask slots move elements by size, and store numbers through qt_scalar_store
+** or qt_scalar_as, which round once); the registry widens the rest (device.h). */
 #define CPU_HALF_NATIVE                                                            \
   (QT_SLOT_BIT(QT_SLOT_BINARY) | QT_SLOT_BIT(QT_SLOT_BINARY_SCALAR) |               \
-   QT_SLOT_BIT(QT_SLOT_UNARY))
+   QT_SLOT_BIT(QT_SLOT_UNARY) | \
+   QT_SLOT_BIT(QT_SLOT_GATHER) | QT_SLOT_BIT(QT_SLOT_INDEX_SELECT) | QT_SLOT_BIT(QT_SLOT_TAKE) | \
+   QT_SLOT_BIT(QT_SLOT_SCATTER) | QT_SLOT_BIT(QT_SLOT_INDEX_FILL) |                   \
+   QT_SLOT_BIT(QT_SLOT_INDEX_COPY) | QT_SLOT_BIT(QT_SLOT_WHERE) |                     \
+   QT_SLOT_BIT(QT_SLOT_MASKED_SELECT))
 
 static const qt_device_iface cpu_iface = {
   /* .alloc         = */ cpu_alloc,

@@ -24,13 +24,15 @@
 #endif
 
 /* The widths: X(P, name, word type). */
-#define CPU_MASK_WIDTHS(X, P) X(P, 8bit, uint8_t) X(P, 32bit, uint32_t) X(P, 64bit, uint64_t)
+#define CPU_MASK_WIDTHS(X, P) \
+  X(P, 8bit, uint8_t) X(P, 16bit, uint16_t) X(P, 32bit, uint32_t) X(P, 64bit, uint64_t)
 
 static int cpu_mask_width(qt_dtype d) {
   switch (qt_elsize(d)) {
     case 1: return 0;
-    case 4: return 1;
-    case 8: return 2;
+    case 2: return 1;
+    case 4: return 2;
+    case 8: return 3;
     default: return -1;
   }
 }
@@ -62,7 +64,7 @@ static int cpu_mask_width(qt_dtype d) {
 #define CPU_WHERE_FN_(P, w, W) CPU_WHERE_ROW(cpu_where_##w, W)
 CPU_MASK_WIDTHS(CPU_WHERE_FN_, ~)
 #define CPU_WHERE_ENTRY_(P, w, W) cpu_where_##w,
-static const cpu_row_fn cpu_where_rows[3] = { CPU_MASK_WIDTHS(CPU_WHERE_ENTRY_, ~) };
+static const cpu_row_fn cpu_where_rows[4] = { CPU_MASK_WIDTHS(CPU_WHERE_ENTRY_, ~) };
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
@@ -159,7 +161,7 @@ typedef struct cpu_select_state {
 #define CPU_SELECT_FN_(P, w, W) CPU_SELECT_ROW(cpu_select_##w, W)
 CPU_MASK_WIDTHS(CPU_SELECT_FN_, ~)
 #define CPU_SELECT_ENTRY_(P, w, W) cpu_select_##w,
-static const cpu_mask_row_fn cpu_select_rows[3] = { CPU_MASK_WIDTHS(CPU_SELECT_ENTRY_, ~) };
+static const cpu_mask_row_fn cpu_select_rows[4] = { CPU_MASK_WIDTHS(CPU_SELECT_ENTRY_, ~) };
 
 int cpu_masked_select(qt_device *dev, const qt_view *dst, const qt_view *src,
                       const qt_view *mask, qt_err *err) {
