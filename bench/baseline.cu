@@ -15,8 +15,13 @@
 // element per thread, 256 threads; compile_cold is NVRTC's own cost for add16 (create,
 // compile for this GPU's sm, get the cubin, destroy), with NVRTC loaded by dlopen as qlua
 // loads it, so this program links nothing more than cuBLAS.
+//
+// 16-bit floats (issue 14): matmul_{bf16,f16}_{4096,8192} are cublasGemmEx on CUDA_R_16BF /
+// CUDA_R_16F operands and result with CUBLAS_COMPUTE_32F, the call PyTorch makes.
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nvrtc.h>
@@ -112,6 +117,13 @@ extern "C" __global__ void add16(float *y, const float *x, int n) {
 }
 
 // z = x*x + y, one element per thread
+// Rounds n floats into 16-bit ones (the matmul inputs; not timed).
+template <typename H>
+__global__ void to_half(H *out, const float *in, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = (H)in[i];
+}
+
 __global__ void square_add(float *z, const float *x, const float *y, long long n) {
   long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (i < n) z[i] = x[i] * x[i] + y[i];
@@ -302,6 +314,32 @@ int main(int argc, char **argv) {
     }, calls, reps));
     cudaFree(a); cudaFree(b); cudaFree(c);
   };
+  // A 16-bit product: dt for the operands and the result, float32 accumulation.
+  auto gemm16_case = [&](const char *name, int n, cudaDataType_t dt, int calls, int reps) {
+    size_t count = (size_t)n * n;
+    float *f;
+    void *a, *b, *c;
+    CHECK(cudaMalloc(&f, count * sizeof(float)));
+    CHECK(cudaMalloc(&a, count * 2)); CHECK(cudaMalloc(&b, count * 2)); CHECK(cudaMalloc(&c, count * 2));
+    unsigned blocks = (unsigned)((count + 255) / 256);
+    for (void *m : {a, b}) {
+      fill_random(f, count);
+      if (dt == CUDA_R_16BF) to_half<__nv_bfloat16><<<blocks, 256>>>((__nv_bfloat16 *)m, f, (long long)count);
+      else to_half<__half><<<blocks, 256>>>((__half *)m, f, (long long)count);
+      CHECK(cudaGetLastError());
+    }
+    CHECK(cudaDeviceSynchronize());
+    const float one = 1.0f, zero = 0.0f;
+    report(name, time_calls([&] {
+      CHECK_BLAS(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b, dt, n, a, dt, n,
+                              &zero, c, dt, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }, calls, reps));
+    cudaFree(f); cudaFree(a); cudaFree(b); cudaFree(c);
+  };
+  if (wanted(argc, argv, "matmul_bf16_4096")) gemm16_case("matmul_bf16_4096", 4096, CUDA_R_16BF, 10, 9);
+  if (wanted(argc, argv, "matmul_f16_4096")) gemm16_case("matmul_f16_4096", 4096, CUDA_R_16F, 10, 9);
+  if (wanted(argc, argv, "matmul_bf16_8192")) gemm16_case("matmul_bf16_8192", 8192, CUDA_R_16BF, 5, 9);
+  if (wanted(argc, argv, "matmul_f16_8192")) gemm16_case("matmul_f16_8192", 8192, CUDA_R_16F, 5, 9);
   if (wanted(argc, argv, "matmul_4096")) gemm_case("matmul_4096", 4096, false, 5, 7);
   if (wanted(argc, argv, "matmul_8192")) gemm_case("matmul_8192", 8192, false, 3, 5);
   if (wanted(argc, argv, "matmul_tf32_8192")) gemm_case("matmul_tf32_8192", 8192, true, 5, 7);

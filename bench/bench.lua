@@ -117,6 +117,25 @@ do
   case {name = "matmul_tf32_8192", size = "8192^3 tf32", kind = "ratio", target = 1 / 0.97,
         flops = 2 * 8192 ^ 3, calls = 5, runs = 7, tf32 = true,
         fn = function() local m = mat(8192); return m[1]:matmul(m[2]) end}
+  -- issue 14: 16-bit products on the tensor cores, against cublasGemmEx with the same
+  -- types (PyTorch on the H200: bfloat16 8192^3 770 TFLOP/s, float16 720; 4096^3 689 and 642).
+  local mats16 = {}
+  local function mat16(n, dtype)
+    local key = dtype .. n
+    if not mats16[key] then
+      local a, b = qlua.rand(n, n, {device = "gpu"}), qlua.rand(n, n, {device = "gpu"})
+      mats16[key] = {a:to(dtype), b:to(dtype)}
+      a:free(); b:free()
+    end
+    return mats16[key]
+  end
+  for _, m16 in ipairs({{"bf16", "bfloat16"}, {"f16", "float16"}}) do
+    for _, n in ipairs({4096, 8192}) do
+      case {name = "matmul_" .. m16[1] .. "_" .. n, size = n .. "^3 " .. m16[2], kind = "ratio",
+            target = 1 / 0.97, flops = 2 * n ^ 3, calls = n == 4096 and 10 or 5, runs = 9,
+            fn = function() local m = mat16(n, m16[2]); return m[1]:matmul(m[2]) end}
+    end
+  end
   case {name = "matmul_64", size = "64^3 f32, from Lua", kind = "max_seconds", target = 10e-6,
         flops = 2 * 64 ^ 3, calls = 2000, runs = 9,
         fn = function() local m = mat(64); return m[1]:matmul(m[2]) end}
@@ -188,6 +207,27 @@ do
   end
   compare_case.fn = function() mask_v:gt(0.5):free() end
   case(compare_case)
+  -- issue 14: float32 -> bfloat16 of 64Mi (PyTorch's v.to(torch.bfloat16) on the H200:
+  -- 0.109 ms; the target is 1.1x that), and a + b on 64Mi bfloat16 as a share of the copy
+  -- bandwidth (measured in setup as compare_64m does; 6 bytes an element: two read, one
+  -- written).
+  local bf_a, bf_b
+  case {name = "to_bf16_64m", size = "64Mi f32 :to('bfloat16')", kind = "max_seconds",
+        target = 1.1 * 0.109e-3, bytes = N64M * 6, calls = 20, runs = 9, setup = mask_input,
+        fn = function() mask_v:to("bfloat16"):free() end}
+  local add_bf16_case = {name = "add_bf16_64m", size = "64Mi bfloat16 a + b, vs copy",
+                         kind = "min_rate", target = 0.9 * 4000, bytes = N64M * 6, calls = 20,
+                         runs = 9}
+  add_bf16_case.setup = function()
+    mask_input()
+    mask_copy = mask_copy or qlua.empty(N64M, {device = "gpu"})
+    bf_a = bf_a or mask_v:to("bfloat16")
+    bf_b = bf_b or (mask_v * 0.5):to("bfloat16")
+    local copy = qlua.bench(function() mask_copy:copy_(mask_v) end, {calls = 20, runs = 9, warmup = 1})
+    add_bf16_case.target = 0.9 * (N64M * 8) / copy.median / 1e9
+  end
+  add_bf16_case.fn = function() (bf_a + bf_b):free() end
+  case(add_bf16_case)
   -- issue 13, sorting and selection, float32 from rand (PyTorch on the H200: torch.sort of
   -- 64Mi 3.03 ms, sort of each row of 8192x8192 5.06 ms, topk(5) of each row 0.951 ms,
   -- topk(100) of 64Mi 1.36 ms; the targets are 1.1x those). bytes: the input read once and
