@@ -309,6 +309,12 @@ static int cg_bind(qt_ctx *ctx, const char *op, const qt_codegen *g, int nargs,
       return qt_errorf(&ctx->err, "%s '%s': argument %d, '%s', wants a %s tensor, got %s", op,
                        g->name, k + 1, g->params[k].name, qt_dtypes[dtypes[k]].name,
                        qt_dtypes[args[k].tensor->dtype].name);
+  /* generated code computes in the parameters' C types; the 16-bit floats have none here */
+  for (int k = 0; k < nparams; k++)
+    if (dtypes[k] >= 0 && cg_ctype(dtypes[k]) == NULL)
+      return qt_errorf(&ctx->err, "%s '%s': parameter '%s' is %s, which generated kernels do "
+                       "not take (convert with :to(\"float32\") first)", op, g->name,
+                       g->params[k].name, qt_dtypes[dtypes[k]].name);
   if (rdtype != NULL) {
     if (g->reduce_type.dtype >= 0) {
       *rdtype = g->reduce_type.dtype;
