@@ -218,7 +218,7 @@ describe("bad files", function()
   end)
 
   test("unsupported dtypes name the dtype", function()
-    for _, descr in ipairs({ "<f2", "|i1", "<u2", "<c8", ">f4", ">i8", "<u4" }) do
+    for _, descr in ipairs({ "|i1", "<u2", "<c8", ">f4", ">i8", "<u4", ">f2" }) do
       local p = path("dtype.npy")
       write_bytes(p, npy_header(descr, { 2 }) .. string.rep("\0", 16))
       local msg = T.assert_error(function() return qlua.load(p) end, "load")
@@ -596,8 +596,8 @@ describe("errors about long paths", function()
     write_bytes(p, npy_header(">f8", { 2 }) .. string.rep("\0", 16))
     check(T.assert_error(function() return qlua.load(p) end, "load", "big-endian"), p,
       "a.astype(a.dtype.newbyteorder('<')))")
-    write_bytes(p, npy_header("<f2", { 2 }) .. string.rep("\0", 4))
-    check(T.assert_error(function() return qlua.load(p) end, "load", "'<f2'"), p,
+    write_bytes(p, npy_header("<u2", { 2 }) .. string.rep("\0", 4))
+    check(T.assert_error(function() return qlua.load(p) end, "load", "'<u2'"), p,
       "are supported)")
     write_bytes(p, npy_header("<f4", { 2 }):gsub("False", "Maybe"))
     check(T.assert_error(function() return qlua.load(p) end, "load"), p,

@@ -243,7 +243,7 @@ describe("dot, outer, mv, bmm", function()
     for _, op in ipairs({ "dot", "outer" }) do
       T.assert_error(function() return qlua.ones(3, { dtype = "int64", device = dev })[op](
         qlua.ones(3, { dtype = "int64", device = dev }), qlua.ones(3, { dtype = "int64", device = dev })) end,
-        op .. ": dtype int64 is not supported (float32 or float64 only)")
+        op .. ": dtype int64 is not supported (float32, float64, float16 or bfloat16 only)")
       T.assert_error(function() return qlua.ones(3, o)[op](qlua.ones(3, o), qlua.ones(3, { dtype = "float64", device = dev })) end,
         op .. ": dtypes float32 and float64 differ")
       T.assert_error(function() return qlua.ones(3, o)[op](qlua.ones(3, o), 2) end, "qlua.Tensor expected")
@@ -529,7 +529,7 @@ describe("einsum", function()
     T.assert_error(function() return qlua.einsum("ij-i", a) end, "a '-' that is not part of '->'")
     T.assert_error(function() return qlua.einsum("ij->i,j", a) end, "the output has a ','")
     T.assert_error(function() return qlua.einsum("ij", qlua.ones(2, 3, { dtype = "int64", device = dev })) end,
-      "einsum: 'ij': operand 1: dtype int64 is not supported (float32 or float64 only)")
+      "einsum: 'ij': operand 1: dtype int64 is not supported (a float dtype only)")
     T.assert_error(function() return qlua.einsum("ij,jk", a, qlua.zeros(3, 2, { dtype = "float64", device = dev })) end,
       "einsum: 'ij,jk': operands 1 and 2 have dtypes float32 and float64")
     T.assert_error(function() return qlua.einsum("ij", 3) end, "qlua.Tensor expected")

@@ -128,7 +128,7 @@ describe("bad input", function()
   end)
 
   test("unknown dtypes and devices name them", function()
-    T.assert_error(function() return qlua.zeros(2, { dtype = "float16" }) end, "float16")
+    T.assert_error(function() return qlua.zeros(2, { dtype = "float8" }) end, "float8")
     T.assert_error(function() return qlua.tensor({ 1 }, { dtype = "complex" }) end, "complex")
     T.assert_error(function() return qlua.zeros(2, { device = "tpu" }) end, "tpu")
     T.assert_error(function() return qlua.rand(2, { device = "cuda" }) end, "cuda")

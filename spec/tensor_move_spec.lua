@@ -75,7 +75,7 @@ describe("to(dtype)", function()
 
   test("unknown names are errors naming them", function()
     local t = qlua.zeros(3)
-    T.assert_error(function() local _ = t:to("float16") end, "float16")
+    T.assert_error(function() local _ = t:to("float8") end, "float8")
     T.assert_error(function() local _ = t:to("tpu") end, "tpu")
     T.assert_error(function() local _ = t:to(5) end, "to")
   end)
