@@ -14,6 +14,7 @@
 ** The copies come from the device's allocator directly (not charged to a state: they
 ** live for one call). A number bound for a 16-bit view (scatter's value, where's a or b)
 ** is rounded to that type first, so that going through float32 does not round twice.
+** Uniform draws stay below 1 after rounding (wd_random).
 */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -227,7 +228,14 @@ static int wd_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, ui
                      uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err) {
   if (!wide_any(dst, NULL, NULL, NULL))
     return dev->native->random(dev, kind, dst, seed, offset, lo, hi, err);
-  WIDEN_BODY(1, OUT(0, dst), dev->native->random(dev, kind, V(0), seed, offset, lo, hi, err),
+  /* A uniform draw in [0, 1) would round up to 1 from the top 2^-12 (float16) or 2^-9
+  ** (bfloat16) of the range: those go to the largest 16-bit value below 1 instead. */
+  double below_one = dst->dtype == QT_F16 ? 1.0 - 0x1p-11 : 1.0 - 0x1p-8;
+  WIDEN_BODY(1, OUT(0, dst),
+             dev->native->random(dev, kind, V(0), seed, offset, lo, hi, err) ||
+                 (kind == QT_RAND_UNIFORM &&
+                  dev->native->binary_scalar(dev, QT_MINIMUM, V(0), V(0),
+                                             qt_scalar_from_double(below_one), false, err)),
              PUT(0))
 }
 
