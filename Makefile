@@ -22,13 +22,16 @@ LUA_LIBS   ?= $(shell $(PKG_CONFIG) --libs lua5.4 2>/dev/null || echo -llua5.4)
 BLAS_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags openblas 2>/dev/null)
 BLAS_LIBS   ?= $(shell $(PKG_CONFIG) --libs openblas 2>/dev/null || echo -lopenblas)
 READLINE_LIBS ?= -lreadline
+# jansson parses and writes the JSON header of .safetensors files (runtime/core/safetensors.c)
+JANSSON_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags jansson 2>/dev/null)
+JANSSON_LIBS   ?= $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
 
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 QCFLAGS  := -std=c11 -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L -Wall -Wextra -fPIC \
-            -Iruntime $(LUA_CFLAGS) $(BLAS_CFLAGS)
+            -Iruntime $(LUA_CFLAGS) $(BLAS_CFLAGS) $(JANSSON_CFLAGS)
 LDFLAGS  ?=
-LIBS     := $(BLAS_LIBS) -lm -lpthread -ldl
+LIBS     := $(BLAS_LIBS) $(JANSSON_LIBS) -lm -lpthread -ldl
 # glibc's vector math library (x86-64), when it has every function runtime/cpu.c calls
 # (the tanh ones arrived in glibc 2.35): the exp, log, tanh and sigmoid rows then run
 # 4 floats or 2 doubles per call. LIBMVEC=0 leaves it out.
@@ -149,7 +152,8 @@ bench: all $(BENCH_BASELINE)
 	  $(if $(PYTHON),--python $(PYTHON)) $(CASES)
 
 # ---- packages: Debian's, installed only when missing
-DEB_PACKAGES := lua5.4 liblua5.4-dev lua-busted libreadline-dev libopenblas-dev pkg-config
+DEB_PACKAGES := lua5.4 liblua5.4-dev lua-busted libreadline-dev libopenblas-dev libjansson-dev \
+                pkg-config
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

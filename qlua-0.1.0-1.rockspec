@@ -10,7 +10,8 @@
 -- own detection: with nvcc (on PATH or in /usr/local/cuda) the module has the CUDA
 -- device, and still loads and runs on the CPU on a machine without a GPU or driver;
 -- without nvcc it is CPU-only. `CUDA=0 luarocks make ...` forces a CPU-only build
--- (the Makefile reads CUDA from the environment). OpenBLAS (libopenblas-dev) is needed.
+-- (the Makefile reads CUDA from the environment). OpenBLAS (libopenblas-dev) and jansson
+-- (libjansson-dev, for .safetensors headers) are needed; the Makefile links both.
 rockspec_format = "3.0"
 package = "qlua"
 version = "0.1.0-1"
@@ -26,7 +27,7 @@ description = {
    detailed = [[
 qlua's runtime as a Lua C module: require "qlua" gives Tensor (float32, float64,
 int32, int64) on the CPU or a CUDA GPU, with gather, matmul (OpenBLAS / cuBLAS),
-broadcasting arithmetic, reductions and .npy files.
+broadcasting arithmetic, reductions, .npy and .safetensors files.
 ]]
 }
 

@@ -84,7 +84,7 @@ describe("user kernels in the core, through a fake device", function()
     local blas = words(capture("pkg-config --libs openblas"))
     if #blas == 0 then blas = { "-lopenblas" } end
     for _, flag in ipairs(blas) do argv[#argv + 1] = flag end
-    for _, arg in ipairs({ "-lm", "-lpthread", "-ldl", "-o", binary }) do argv[#argv + 1] = arg end
+    for _, arg in ipairs({ "-ljansson", "-lm", "-lpthread", "-ldl", "-o", binary }) do argv[#argv + 1] = arg end
 
     local build = P.run(argv, { timeout = 300 })
     if build.status ~= 0 then P.cleanup() end
