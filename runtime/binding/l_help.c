@@ -135,6 +135,10 @@ static const lh_entry lh_entries[] = {
   {"qlua.save(path, t)", "writes t to a NumPy .npy file, all or nothing"},
   {"qlua.load(path [, opts])", "reads a NumPy .npy file; a CPU tensor unless "
    "opts.device says"},
+  {"qlua.save_safetensors(path, tensors [, metadata])", "writes a table of name = tensor "
+   "(and string metadata) to a .safetensors file, all or nothing"},
+  {"qlua.load_safetensors(path [, opts])", "reads a .safetensors file: a table of name = "
+   "tensor (CPU unless opts.device says) and the metadata table"},
   {"qlua.clock()", "monotonic time in seconds (a float)"},
   {"qlua.bench(fn [, {calls =, runs =, warmup =}])", "times fn as make bench does: "
    "{median =, min =, max =, mean =, runs =, calls =}, seconds per call"},

@@ -14,6 +14,7 @@
 
 #include "lqlua.h"
 #include "core/npy.h"
+#include "core/safetensors.h"
 
 /* ================================================================ creation */
 
@@ -533,6 +534,116 @@ static int q_load(lua_State *L) {
   return 1;
 }
 
+/* ---- safetensors files (runtime/core/safetensors.c) */
+
+/* A loaded file waits in a box (a userdata whose __gc frees what it still holds) while
+** its tensors and metadata are handed to Lua one by one, so a Lua error midway (out of
+** memory) leaks nothing. */
+#define Q_ST_BOX "qlua.safetensors"
+
+static int q_st_box_gc(lua_State *L) {
+  qt_safetensors_free((qt_safetensors *)lua_touserdata(L, 1));
+  return 0;
+}
+
+static qt_safetensors *q_st_box(lua_State *L) {
+  if (luaL_newmetatable(L, Q_ST_BOX)) {
+    lua_pushcfunction(L, q_st_box_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  qt_safetensors *f = (qt_safetensors *)lua_newuserdatauv(L, sizeof *f, 0);
+  qt_safetensors_init(f);
+  lua_insert(L, -2);
+  lua_setmetatable(L, -2);
+  return f;
+}
+
+/* load_safetensors(path [, opts]) -> {name = tensor, ...}, {key = value, ...}: CPU
+** tensors unless opts.device says; opts.dtype converts them all. */
+static int q_load_safetensors(lua_State *L) {
+  const char *op = "load_safetensors";
+  qt_ctx *ctx = lq_ctx(L);
+  const char *path = q_checkpath(L, 1);
+  qt_dtype dtype = QT_NDTYPES;
+  qt_device *dev = NULL;
+  q_opts(L, 2, op, &dtype, &dev);
+  lua_settop(L, 2);
+  qt_safetensors *f = q_st_box(L);
+  if (qt_safetensors_load(ctx, f, path, dev) != 0) return lq_raise(L, ctx);
+  lua_createtable(L, 0, f->ntensors < 1000000 ? (int)f->ntensors : 1000000);
+  int tensors = lua_gettop(L);
+  for (size_t i = 0; i < f->ntensors; i++) {
+    lua_pushlstring(L, f->tensors[i].name.bytes, f->tensors[i].name.len);
+    qt_tensor *t = lq_newtensor(L);
+    *t = f->tensors[i].tensor;  /* moved: the box no longer holds it */
+    qt_tensor_init(&f->tensors[i].tensor);
+    if (dtype != QT_NDTYPES && dtype != t->dtype) {
+      qt_tensor *cast = lq_newtensor(L);
+      if (qt_to_dtype(ctx, cast, t, dtype) != 0) return lq_raise_as(L, ctx, "to", op);
+      qt_tensor_release(t);
+      lua_remove(L, -2);
+    }
+    lua_rawset(L, tensors);
+  }
+  lua_createtable(L, 0, f->nmeta < 1000000 ? (int)f->nmeta : 1000000);
+  for (size_t i = 0; i < f->nmeta; i++) {
+    lua_pushlstring(L, f->meta[i].key.bytes, f->meta[i].key.len);
+    lua_pushlstring(L, f->meta[i].value.bytes, f->meta[i].value.len);
+    lua_rawset(L, -3);
+  }
+  qt_safetensors_free(f);
+  return 2;
+}
+
+/* The string keys of the table at arg and their values, left on the stack (key, value,
+** key, value, ...: the tensors are then seen as held by this call); returns how many.
+** tensors: the values must be tensors, else strings. */
+static size_t q_st_pairs(lua_State *L, int arg, bool tensors, size_t most) {
+  const char *op = "save_safetensors", *what = tensors ? "tensors" : "metadata";
+  size_t n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, arg) != 0) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      luaL_error(L, "%s: %s: the keys must be strings (%s is a %s)", op, what,
+                 tensors ? "a name" : "a key", luaL_typename(L, -2));
+    if (tensors ? qlua_totensor(L, -1) == NULL : lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "%s: %s['%s'] is a %s, expected a %s", op, what, lua_tostring(L, -2),
+                 luaL_typename(L, -1), tensors ? "tensor" : "string");
+    if (++n > most) luaL_error(L, "%s: more than %d %s entries", op, (int)most, what);
+    if (!lua_checkstack(L, 4)) luaL_error(L, "%s: too many %s entries", op, what);
+    lua_pushvalue(L, -2);  /* the key again, for lua_next; the pair stays below */
+  }
+  return n;
+}
+
+/* save_safetensors(path, {name = tensor, ...} [, {key = value, ...}]) */
+static int q_save_safetensors(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  const char *path = q_checkpath(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  lua_settop(L, 3);
+  int base = lua_gettop(L);
+  size_t n = q_st_pairs(L, 2, true, 200000);
+  size_t nmeta = lua_isnil(L, 3) ? 0 : q_st_pairs(L, 3, false, 100000);
+  qt_st_entry *entries =
+      (qt_st_entry *)lua_newuserdatauv(L, (n > 0 ? n : 1) * sizeof *entries, 0);
+  qt_st_pair *meta = (qt_st_pair *)lua_newuserdatauv(L, (nmeta > 0 ? nmeta : 1) * sizeof *meta, 0);
+  for (size_t i = 0; i < n; i++) {
+    int at = base + 1 + 2 * (int)i;
+    entries[i].name.bytes = lua_tolstring(L, at, &entries[i].name.len);
+    qt_tensor_init(&entries[i].tensor);
+    entries[i].source = qlua_totensor(L, at + 1);
+  }
+  for (size_t i = 0; i < nmeta; i++) {
+    int at = base + 1 + 2 * (int)(n + i);
+    meta[i].key.bytes = lua_tolstring(L, at, &meta[i].key.len);
+    meta[i].value.bytes = lua_tolstring(L, at + 1, &meta[i].value.len);
+  }
+  if (qt_safetensors_save(ctx, path, n, entries, nmeta, meta) != 0) return lq_raise(L, ctx);
+  return 0;
+}
+
 
 static double q_now(void) {
   struct timespec ts;
@@ -631,6 +742,7 @@ static const lq_Reg q_funcs[] = {
   {"gpu_count", q_gpu_count, 0}, {"device_name", q_device_name, 1},
   {"set_device", q_set_device, 1}, {"sync", q_sync, 1}, {"memory", q_memory, 1},
   {"empty_cache", q_empty_cache, 0}, {"save", q_save, 2}, {"load", q_load, 2},
+  {"save_safetensors", q_save_safetensors, 3}, {"load_safetensors", q_load_safetensors, 2},
   {"clock", q_clock, 0}, {"bench", q_bench, 2 | LQ_UNCOUNTED}, {"is_tensor", q_is_tensor, 1},
   {"help", lq_help, 1 | LQ_UNCOUNTED},
   {NULL, NULL, 0}
