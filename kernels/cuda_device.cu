@@ -71,7 +71,7 @@ extern "C" int qt_cuda_device_name(int ordinal, char *buf, size_t len, qt_err *e
 ** or qt_scalar_as, which round once); the registry widens the rest (device.h). */
 #define CUDA_HALF_NATIVE                                                           \
   (QT_SLOT_BIT(QT_SLOT_BINARY) | QT_SLOT_BIT(QT_SLOT_BINARY_SCALAR) |               \
-   QT_SLOT_BIT(QT_SLOT_UNARY) | QT_SLOT_BIT(QT_SLOT_MATMUL) | \
+   QT_SLOT_BIT(QT_SLOT_UNARY) | QT_SLOT_BIT(QT_SLOT_MATMUL) | QT_SLOT_BIT(QT_SLOT_REDUCE) | \
    QT_SLOT_BIT(QT_SLOT_GATHER) | QT_SLOT_BIT(QT_SLOT_INDEX_SELECT) | QT_SLOT_BIT(QT_SLOT_TAKE) | \
    QT_SLOT_BIT(QT_SLOT_SCATTER) | QT_SLOT_BIT(QT_SLOT_INDEX_FILL) |                   \
    QT_SLOT_BIT(QT_SLOT_INDEX_COPY) | QT_SLOT_BIT(QT_SLOT_WHERE) |                     \

@@ -1,7 +1,8 @@
 /*
 ** reduce.cu — the reduce slot of the CUDA device: sum, mean, prod, max, min, argmax, argmin,
 ** var, std, norm, logsumexp over all elements (dim == -1) or along one dim, for every dtype
-** (the float-only ones: float32 and float64) and any strides. The CPU twin of every reducer
+** (the float-only ones: the float dtypes; float16 and bfloat16 through red_half, read as
+** float32 and folded by the float32 reducers) and any strides. The CPU twin of every reducer
 ** is runtime/cpu/cpu_reduce.c.
 **
 ** Results are those of the CPU device (runtime/cpu/): int sums wrap in int64, float sums and
@@ -28,6 +29,8 @@
 */
 #include <math.h>
 #include <string.h>
+
+#include <type_traits>
 
 #include "dispatch.cuh"
 #include "kernels.h"
@@ -292,6 +295,35 @@ struct red_norm : red_simple<red_norm<T, MODE>, double> {
     else return (Out)a;
   }
 };
+
+/* A 16-bit float's reducer (M is qt_f16 or qt_bf16): R of float, with each element read
+** as M and widened exactly, and a float result rounded once into M (arg ops keep their
+** int64 positions). R's accumulators are R's own, so float16 sums accumulate as float32
+** ones do (in double), never in 16 bits. */
+template <class R, typename M>
+struct red_half : R {
+  typedef M In;
+  typedef typename std::conditional<std::is_same<typename R::Out, float>::value, M,
+                                    typename R::Out>::type Out;
+  typedef typename R::Acc Acc;
+  typedef typename R::Local Local;
+  static __device__ __forceinline__ Local start(const M *first) {
+    const float f = qt_half_to_f32(*first);
+    return R::start(&f);
+  }
+  static __device__ __forceinline__ void fold(Local &l, M v, long long pos, double prm) {
+    R::fold(l, qt_half_to_f32(v), pos, prm);
+  }
+  static __device__ __forceinline__ Out finish(Acc a, long long count, double prm) {
+    if constexpr (std::is_same<Out, M>::value) return QT_HALF_FROM(M, R::finish(a, count, prm));
+    else return R::finish(a, count, prm);
+  }
+};
+
+/* R as it reads elements of type M: R itself, or its 16-bit adapter. */
+template <class R, typename M>
+using red_as = typename std::conditional<std::is_same<typename R::In, M>::value, R,
+                                         red_half<R, M>>::type;
 
 /* ------------------------------------------------------------------ tree helpers */
 
@@ -800,40 +832,42 @@ static qt_dtype red_result_dtype(qt_redop op, qt_dtype src) {
   }
 }
 
-/* The float-only reducers (the core has cast integers to float64): T is float or double. */
-template <typename T>
+/* The float-only reducers (the core has cast integers to float64): T is float or double;
+** M the element type (T, or a 16-bit float read through red_half with T float). */
+template <typename T, typename M = T>
 static int red_dispatch_float(qt_device *dev, qt_redop op, const char *name, const qt_view *dst,
                               const qt_view *src, int dim, double arg, qt_err *err) {
   switch (op) {
-    case QT_MEAN: return red_go<red_sum<T, true>>(dev, name, dst, src, dim, false, 0, err);
-    case QT_VAR: return red_go<red_var<T, false>>(dev, name, dst, src, dim, false, arg, err);
-    case QT_STD: return red_go<red_var<T, true>>(dev, name, dst, src, dim, false, arg, err);
-    case QT_LOGSUMEXP: return red_go<red_logsumexp<T>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_MEAN: return red_go<red_as<red_sum<T, true>, M>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_VAR: return red_go<red_as<red_var<T, false>, M>>(dev, name, dst, src, dim, false, arg, err);
+    case QT_STD: return red_go<red_as<red_var<T, true>, M>>(dev, name, dst, src, dim, false, arg, err);
+    case QT_LOGSUMEXP: return red_go<red_as<red_logsumexp<T>, M>>(dev, name, dst, src, dim, false, 0, err);
     case QT_NORM:
-      if (arg == 1) return red_go<red_norm<T, RED_NORM_1>>(dev, name, dst, src, dim, false, arg, err);
-      if (arg == 2) return red_go<red_norm<T, RED_NORM_2>>(dev, name, dst, src, dim, false, arg, err);
-      if (arg == 0) return red_go<red_norm<T, RED_NORM_0>>(dev, name, dst, src, dim, false, arg, err);
+      if (arg == 1) return red_go<red_as<red_norm<T, RED_NORM_1>, M>>(dev, name, dst, src, dim, false, arg, err);
+      if (arg == 2) return red_go<red_as<red_norm<T, RED_NORM_2>, M>>(dev, name, dst, src, dim, false, arg, err);
+      if (arg == 0) return red_go<red_as<red_norm<T, RED_NORM_0>, M>>(dev, name, dst, src, dim, false, arg, err);
       if (arg == INFINITY)
-        return red_go<red_norm<T, RED_NORM_INF>>(dev, name, dst, src, dim, false, arg, err);
+        return red_go<red_as<red_norm<T, RED_NORM_INF>, M>>(dev, name, dst, src, dim, false, arg, err);
       if (arg == -INFINITY)
-        return red_go<red_norm<T, RED_NORM_NEG_INF>>(dev, name, dst, src, dim, false, arg, err);
-      if (arg > 0) return red_go<red_norm<T, RED_NORM_P>>(dev, name, dst, src, dim, false, arg, err);
+        return red_go<red_as<red_norm<T, RED_NORM_NEG_INF>, M>>(dev, name, dst, src, dim, false, arg, err);
+      if (arg > 0) return red_go<red_as<red_norm<T, RED_NORM_P>, M>>(dev, name, dst, src, dim, false, arg, err);
       return qt_errorf(err, "norm: p must be >= 0 or +-inf, got %g", arg);
     default: return qt_errorf(err, "reduce: unknown op %d", (int)op);
   }
 }
 
-/* T is the element type of `dtype`; picks the reducer for `op`. */
-template <typename T>
+/* T is the element type of `dtype` (float for the 16-bit ones, M their type); picks the
+** reducer for `op`. */
+template <typename T, typename M = T>
 static int red_dispatch_op(qt_device *dev, qt_redop op, const char *name, const qt_view *dst,
                            const qt_view *src, int dim, qt_err *err) {
   switch (op) {
-    case QT_SUM: return red_go<red_sum<T, false>>(dev, name, dst, src, dim, false, 0, err);
-    case QT_PROD: return red_go<red_prod<T>>(dev, name, dst, src, dim, false, 0, err);
-    case QT_MAX: return red_go<red_extreme<T, true>>(dev, name, dst, src, dim, false, 0, err);
-    case QT_MIN: return red_go<red_extreme<T, false>>(dev, name, dst, src, dim, false, 0, err);
-    case QT_ARGMAX: return red_go<red_arg<T, true>>(dev, name, dst, src, dim, true, 0, err);
-    case QT_ARGMIN: return red_go<red_arg<T, false>>(dev, name, dst, src, dim, true, 0, err);
+    case QT_SUM: return red_go<red_as<red_sum<T, false>, M>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_PROD: return red_go<red_as<red_prod<T>, M>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_MAX: return red_go<red_as<red_extreme<T, true>, M>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_MIN: return red_go<red_as<red_extreme<T, false>, M>>(dev, name, dst, src, dim, false, 0, err);
+    case QT_ARGMAX: return red_go<red_as<red_arg<T, true>, M>>(dev, name, dst, src, dim, true, 0, err);
+    case QT_ARGMIN: return red_go<red_as<red_arg<T, false>, M>>(dev, name, dst, src, dim, true, 0, err);
     default: return qt_errorf(err, "reduce: unknown op %d", (int)op);
   }
 }
@@ -865,8 +899,12 @@ extern "C" int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, c
 
   if (float_only) {
     if (src->dtype == QT_F32) return red_dispatch_float<float>(dev, op, name, dst, src, dim, arg, err);
+    if (src->dtype == QT_F16) return red_dispatch_float<float, qt_f16>(dev, op, name, dst, src, dim, arg, err);
+    if (src->dtype == QT_BF16) return red_dispatch_float<float, qt_bf16>(dev, op, name, dst, src, dim, arg, err);
     return red_dispatch_float<double>(dev, op, name, dst, src, dim, arg, err);
   }
+  if (src->dtype == QT_F16) return red_dispatch_op<float, qt_f16>(dev, op, name, dst, src, dim, err);
+  if (src->dtype == QT_BF16) return red_dispatch_op<float, qt_bf16>(dev, op, name, dst, src, dim, err);
   int rc = -1;
   if (!qt_dtype_switch(src->dtype, [&](auto zero) {
         using T = typename qt_cuda_word<decltype(zero)>::type;
