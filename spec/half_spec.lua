@@ -80,6 +80,27 @@ local function assert_half_bits(result, expected, dtype, what, describe_input)
   end
 end
 
+-- The same with the expected results as 16-bit patterns (a NaN pattern takes any NaN).
+local function assert_op_bits(result, expected, dtype, what, describe_input)
+  assert.equal(dtype, result:dtype(), what .. ": dtype")
+  local got = T.tensor_bits(result)
+  assert(#got == #expected, string.format("%s: %d elements, expected %d", what, #got, #expected))
+  local bad, shown = 0, {}
+  for i = 1, #expected do
+    local e, g = expected[i], got[i]
+    if g ~= e and not (T.half_is_nan_bits(e, dtype) and T.half_is_nan_bits(g, dtype)) then
+      bad = bad + 1
+      if #shown < 6 then
+        shown[#shown + 1] = string.format("element %d%s: %s (%.9g), expected %s (%.9g)", i,
+          describe_input and (" " .. describe_input(i)) or "", hex(g), T.half_value(g, dtype), hex(e), T.half_value(e, dtype))
+      end
+    end
+  end
+  if bad > 0 then
+    error(string.format("%s: %d of %d elements wrong; %s", what, bad, #expected, table.concat(shown, "; ")), 2)
+  end
+end
+
 -- n random values a 16-bit dtype holds: a share of them from random bit patterns (every
 -- class: zeros, subnormals, normals, infinities, NaNs), the rest of moderate size.
 local function random_half_values(n, dtype, pattern_share, lo_exp, hi_exp)
@@ -209,6 +230,45 @@ local NAN64_BITS = {
 ------------------------------------------------------------------------ 1. conversions
 
 describe("float16 and bfloat16: conversions, bit for bit", function()
+  it("the plain-Lua references agree with each other (bits from float64, from float32, by arithmetic)", function()
+    math.randomseed(7)
+    for _, dt in ipairs(HALF) do
+      local function same(a, b) return a == b and (a ~= 0 or 1 / a == 1 / b) end
+      for _ = 1, 10000 do
+        local u = math.random(0, 0xffffffff)
+        local v = T.f32_from_bits(u)
+        if v == v then
+          local b32 = T.half_from_f32_bits(u, dt)
+          assert(b32 == T.half_from_f64_bits(T.f64_bits(v), dt), string.format("%s: float32 0x%08x", dt, u))
+          assert(same(T.half_value(b32, dt), T.round_half_fast(v, dt)), string.format("%s: float32 0x%08x by arithmetic", dt, u))
+        end
+        local x = (math.random() - 0.5) * 2.0 ^ math.random(-140, 130)
+        assert(same(T.round_half(x, dt), T.round_half_fast(x, dt)), string.format("%s: %.17g", dt, x))
+        assert(same(T.half_op(x, dt), T.half_value(T.half_op_bits(x, dt), dt)), string.format("%s: half_op %.17g", dt, x))
+      end
+      for h = 0, 0xffff do
+        if not T.half_is_nan_bits(h, dt) then
+          local v = T.half_value(h, dt)
+          assert(T.half_bits_of(v, dt) == h and T.half_from_f32_bits(T.half_to_f32_bits(h, dt), dt) == h, dt .. " " .. hex(h))
+          assert(T.f32_from_bits(T.half_to_f32_bits(h, dt)) == v, dt .. " widening " .. hex(h))
+        end
+      end
+    end
+    -- a few values by hand
+    assert.equal(0x3c00, T.half_bits_of(1.0, "float16"))
+    assert.equal(0x7bff, T.half_bits_of(65519.99, "float16"))
+    assert.equal(0x7c00, T.half_bits_of(65520, "float16"))
+    assert.equal(0x0001, T.half_bits_of(2.0 ^ -24, "float16"))
+    assert.equal(0x0000, T.half_bits_of(2.0 ^ -25, "float16"))
+    assert.equal(0x0002, T.half_bits_of(3 * 2.0 ^ -25, "float16"))
+    assert.equal(0x3f80, T.half_bits_of(1.0, "bfloat16"))
+    assert.equal(0x7f7f, T.half_bits_of(T.half_max("bfloat16"), "bfloat16"))
+    assert.equal(0x7f80, T.half_bits_of(3.4e38, "bfloat16"))
+    assert.equal(0x7c01, T.half_from_f32_bits(0x7f800001, "float16"))
+    assert.equal(0xffc0, T.half_from_f32_bits(0xff800001, "bfloat16"))
+    assert.equal(0x7f802000, T.half_to_f32_bits(0x7c01, "float16"))
+  end)
+
   both("float16: all 65536 patterns to float32 and back, contiguous and strided", function(dev)
     local h = T.tensor_from_bits(ALL16, "float16", dev)
     assert.equal("float16", h:dtype())
@@ -480,6 +540,42 @@ describe("float16 and bfloat16: arithmetic in float32, rounded once", function()
         assert.is_true(rawequal(c, c[method](c, tb)))
         assert_half_bits(c, want, dt, dt .. " " .. method .. " on a view", input)
       end
+    end
+  end)
+
+  both("every pattern against a shuffled one: + - * / and unary minus, bit for bit", function(dev)
+    for _, dt in ipairs(HALF) do
+      local a = map(ALL16, function(b) return T.half_value(b, dt) end)
+      local perm = T.permutation(65536)
+      local b = map(perm, function(k) return a[k] end)
+      local ta = T.tensor_from_bits(ALL16, dt, dev)
+      local tb = ta:index_select(1, qlua.tensor(perm, { device = dev }))
+      for _, op in ipairs(BINOPS) do
+        local name, lua_op, t_op = op[1], op[2], op[3]
+        assert_op_bits(t_op(ta, tb), map(a, function(x, i) return T.half_op_bits(lua_op(x, b[i]), dt) end), dt,
+          dt .. " every pattern " .. name .. " a shuffled pattern",
+          function(i) return string.format("(%s %s %s)", hex(ALL16[i]), name, hex(ALL16[perm[i]])) end)
+      end
+      assert_op_bits(-ta, map(a, function(x) return T.half_op_bits(-x, dt) end), dt, dt .. " unary minus of every pattern")
+      for _, u in ipairs({ { "sqrt", math.sqrt }, { "floor", floor }, { "round", rint }, { "square", function(x) return x * x end },
+                           { "abs", math.abs } }) do
+        assert_op_bits(ta[u[1]](ta), map(a, function(x) return T.half_op_bits(u[2](x), dt) end), dt, dt .. " " .. u[1] .. " of every pattern",
+          function(i) return "of " .. hex(ALL16[i]) end)
+      end
+    end
+  end)
+
+  both("% and // are Lua's floor modulo and division, in float32", function(dev)
+    for _, dt in ipairs(HALF) do
+      local a = range_list(200, function() return math.random(-100, 100) + 0.0 end)
+      local b = range_list(200, function() local v repeat v = math.random(-12, 12) until v ~= 0 return v + 0.0 end)
+      local ta = T.relayout(half_tensor(a, dt, dev, { 10, 20 }), "transposed")
+      local tb = half_tensor(b, dt, dev, { 10, 20 })
+      assert_half_bits(ta % tb, map(a, function(x, i) return T.half_op(x % b[i], dt) end), dt, dt .. " %")
+      assert_half_bits(ta // tb, map(a, function(x, i) return T.half_op(x // b[i], dt) end), dt, dt .. " //")
+      assert_half_bits(ta % 7, map(a, function(x) return T.half_op(x % 7.0, dt) end), dt, dt .. " % 7")
+      assert_half_bits(-30 // tb, map(b, function(y) return T.half_op(-30.0 // y, dt) end), dt, dt .. " -30 // t")
+      assert_half_bits(ta:fmod(tb), map(a, function(x, i) return T.half_op(math.fmod(x, b[i]), dt) end), dt, dt .. " fmod")
     end
   end)
 

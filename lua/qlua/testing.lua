@@ -1035,6 +1035,37 @@ local function half_round_magnitude(ax, f)
   return r
 end
 
+-- The same rounding for a finite float32 magnitude given as its bits (sign bit clear),
+-- in integer arithmetic only: float32's significand and exponent read off the bits.
+local function half_round_f32_magnitude(u, f)
+  local inf = ((1 << f.ebits) - 1) << f.mbits
+  local e, m = u >> 23, u & 0x7fffff
+  local sig, k, E
+  if e == 0 then
+    if m == 0 then return 0 end
+    sig, k, E = m, -149, -127  -- a float32 subnormal: below every 16-bit normal binade
+  else
+    sig, k, E = m | 0x800000, e - 150, e - 127
+  end
+  if E > f.bias then return inf end
+  local emin = 1 - f.bias
+  local qe = math.max(E, emin) - f.mbits
+  local shift = qe - k
+  local q
+  if shift <= 0 then
+    q = sig << -shift
+  elseif shift > 25 then
+    q = 0
+  else
+    q = sig >> shift
+    local rest, half = sig - (q << shift), 1 << (shift - 1)
+    if rest > half or (rest == half and q & 1 == 1) then q = q + 1 end
+  end
+  local r = ((math.max(E, emin) - emin) << f.mbits) + q
+  if r > inf then r = inf end
+  return r
+end
+
 -- float32 bits -> 16-bit bits. NaN: float16 keeps the sign and the top 10 fraction bits
 -- (1 when they are all 0, NumPy); bfloat16 makes it 0x7fc0 with its sign (ml_dtypes).
 function T.half_from_f32_bits(u, dtype)
@@ -1048,8 +1079,12 @@ function T.half_from_f32_bits(u, dtype)
     if p == 0 then p = 1 end
     return sign | 0x7c00 | p
   end
-  return sign | half_round_magnitude(math.abs(T.f32_from_bits(u)), f)
+  return sign | half_round_f32_magnitude(u & 0x7fffffff, f)
 end
+
+-- The bits of x, the result of a float32 computation, rounded into the 16-bit dtype:
+-- float32's rounding (string.pack's), then the 16-bit one on the bits.
+function T.half_op_bits(x, dtype) return T.half_from_f32_bits(T.f32_bits(x), dtype) end
 
 -- float64 bits -> 16-bit bits, rounded once (float64 converts directly).
 function T.half_from_f64_bits(u, dtype)
@@ -1087,14 +1122,41 @@ function T.round_half(x, dtype)
   return T.half_value(T.half_bits_of(x, dtype), dtype)
 end
 
+-- x rounded to nearest, ties to even, into a binary format with `mbits` fraction bits
+-- and exponent bias `bias` (subnormals, overflow to inf), by plain arithmetic on the
+-- value: the nearest multiple of the quantum 2^(max(e, emin) - mbits) of x's binade.
+-- A second, independent way to the rounding of T.half_bits_of (which works on bits),
+-- and much faster; the spec checks that the two agree.
+local FMT32 = { mbits = 23, bias = 127 }
+local function round_format(x, f)
+  if x ~= x or x == 0 or x == huge or x == -huge then return x end
+  local ax = math.abs(x)
+  local e = floor(math.log(ax, 2))
+  if 2.0 ^ e > ax then e = e - 1 elseif 2.0 ^ (e + 1) <= ax then e = e + 1 end
+  local qe = math.max(e, 1 - f.bias) - f.mbits
+  local r = ax * 2.0 ^ -qe  -- exact: a scaling by a power of two
+  local n = floor(r)
+  local d = r - n
+  if d > 0.5 or (d == 0.5 and n % 2 == 1) then n = n + 1 end
+  local v = n * 2.0 ^ qe
+  if v > (2 - 2.0 ^ -f.mbits) * 2.0 ^ f.bias then v = huge end
+  if x < 0 then return -v end
+  return v
+end
+function T.round_format(x, mbits, bias) return round_format(x, { mbits = mbits, bias = bias }) end
+
 -- The result of a float32 computation rounded into the 16-bit dtype: x (the exact or
 -- double result) rounded to float32 first, then to the 16-bit type (PyTorch's opmath).
--- A 16-bit dtype may also be "float32"/"float64" (then T.f32 / x itself).
+-- A 16-bit dtype may also be "float32"/"float64" (then float32's rounding / x itself).
 function T.half_op(x, dtype)
   if dtype == "float64" then return x end
-  if dtype == "float32" then return T.f32(x) end
-  return T.round_half(T.f32(x), dtype)
+  local r = round_format(x, FMT32)
+  if dtype == "float32" then return r end
+  return round_format(r, half_fmt(dtype))
 end
+
+-- x rounded once into the 16-bit dtype by round_format (T.round_half's value, faster).
+function T.round_half_fast(x, dtype) return round_format(x, half_fmt(dtype)) end
 
 -- The position of a 16-bit pattern on the ordered grid of values: consecutive values
 -- differ by 1, -0 and +0 are both 0, +inf is one above the largest finite value.
