@@ -1141,6 +1141,28 @@ describe("float16 and bfloat16: every other op family, against float32", functio
       same(qlua.searchsorted(sorted, q, true), qlua.searchsorted(sorted:to("float32"), q:to("float32"), true), dt .. " searchsorted right")
       local hv = half_tensor({ 0.1, 0.5, 0.9, 0.3, 0.3, 2 }, dt, dev)
       same(hv:histc(4, 0, 1), hv:to("float32"):histc(4, 0, 1), dt .. " histc")
+      -- multinomial: 16-bit weights widen exactly, so the same seed draws the same positions
+      local probs = half_tensor({ 0.1, 0.2, 0.05, 0.4, 0.25 }, dt, dev)
+      qlua.seed(11)
+      local m16 = qlua.multinomial(probs, 200, true)
+      qlua.seed(11)
+      local m32 = qlua.multinomial(probs:to("float32"), 200, true)
+      T.assert_equal(m16, m32, dt .. " multinomial with replacement")
+      qlua.seed(12)
+      local n16 = qlua.multinomial(probs, 4)
+      qlua.seed(12)
+      T.assert_equal(n16, qlua.multinomial(probs:to("float32"), 4), dt .. " multinomial without replacement")
+    end
+  end)
+
+  both("bincount with 16-bit weights: the weights' dtype (docs/API.md), sums in float32", function(dev)
+    for _, dt in ipairs(HALF) do
+      local bins = qlua.tensor({ 0, 3, 3, 1, 0, 3, 5 }, { device = dev })
+      local wv = { 0.25, 1.5, -0.75, 2, 0.5, 0.125, 3 }
+      local w = half_tensor(wv, dt, dev)
+      local bc = bins:bincount(w)
+      T.assert_equal(bc, { 0.75, 2, 0, 0.875, 0, 3 }, dt .. " bincount with weights: values")
+      assert.equal(dt, bc:dtype(), dt .. " bincount with " .. dt .. " weights gives the weights' dtype")
     end
   end)
 
@@ -1404,6 +1426,23 @@ describe("float16 and bfloat16: the GPU gives the CPU's bits", function()
       qlua.seed(32)
       local ng = qlua.randn(5000, { dtype = dt, device = "gpu" })
       T.assert_close_half(ng:cpu(), nc, dt, 1, dt .. " randn: the same seed on both devices (the two math libraries)")
+      local function fills(dev)
+        local opts = { dtype = dt, device = dev }
+        qlua.seed(33)
+        local u = qlua.empty(4000, opts):uniform_(-1, 3)
+        local n = qlua.empty({ 50, 80 }, opts):t():normal_(2, 0.5)
+        local e = qlua.empty(4000, opts):exponential_(1.5)
+        local b = qlua.bernoulli(qlua.full({ 4000 }, 0.3, opts))
+        local p = qlua.randperm(200, opts)
+        return u:cpu(), n:cpu(), e:cpu(), b:cpu(), p:cpu()
+      end
+      local cu, cn, ce, cb, cp = fills("cpu")
+      local gu, gn, ge, gb, gp = fills("gpu")
+      T.assert_bits_equal(T.tensor_bits(gu), T.tensor_bits(cu), dt .. " uniform_: the same seed on both devices")
+      T.assert_close_half(gn, cn, dt, 1, dt .. " normal_ on a view: the same seed on both devices")
+      T.assert_close_half(ge, ce, dt, 1, dt .. " exponential_: the same seed on both devices")
+      T.assert_bits_equal(T.tensor_bits(gb), T.tensor_bits(cb), dt .. " bernoulli: the same seed on both devices")
+      T.assert_bits_equal(T.tensor_bits(gp), T.tensor_bits(cp), dt .. " randperm: the same seed on both devices")
     end
   end)
 end)
