@@ -12,7 +12,10 @@
 
 /* The ops below are compositions of the elementwise ops above, so each device runs them
 ** with the kernels it already has (a few passes where one fused kernel could do; none of
-** them is on a hot path of the programs issue 13 measured). */
+** them is on a hot path of the programs issue 13 measured). A 16-bit float computes the
+** whole composition in float32 and rounds once at the end, as PyTorch's fused kernels
+** do (each step rounding to 16 bits would differ in the last bit in a fair share of
+** elements). */
 
 /* lerp: PyTorch's formula, exact at both ends: a + w (b - a) for |w| < 0.5, else
 ** b - (b - a)(1 - w). a, b and a tensor w broadcast together; float dtypes only (integer
@@ -27,6 +30,8 @@ int qt_lerp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b,
   qt_dtype dtype = qt_promote(a->dtype, b->dtype);
   if (w_tensor != NULL) dtype = qt_promote(dtype, w_tensor->dtype);
   if (!qt_is_float(dtype)) dtype = QT_F64;
+  qt_dtype result_dtype = dtype;
+  if (qt_is_half(dtype)) dtype = QT_F32;
   int rc = -1;
   /* d = b - a; near_a = a + w d; near_b = b - (1 - w) d; the result picks by |w| < 0.5 */
   qt_tensor fa, fb, fw, d, wd, omw, omwd, near_a, near_b, absw, mask, res;
@@ -54,8 +59,12 @@ int qt_lerp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b,
         qt_where(ctx, &res, &mask, &pick_a, &pick_b))
       goto cleanup;
   }
-  *out = res;
-  qt_tensor_init(&res);
+  if (result_dtype != dtype) {  /* a 16-bit result: rounded once from float32 */
+    if (ops_cast(ctx, "lerp", out, &res, result_dtype)) goto cleanup;
+  } else {
+    *out = res;
+    qt_tensor_init(&res);
+  }
   rc = 0;
 cleanup:
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qt_tensor_release(all[i]);
@@ -73,19 +82,34 @@ int qt_addc_(qt_ctx *ctx, qt_tensor *t, qt_binop op, const qt_tensor *a, const q
   const char *name = op == QT_MUL ? "addcmul_" : "addcdiv_";
   if (ops_live(ctx, name, t) || ops_live(ctx, name, a) || ops_live(ctx, name, b)) return -1;
   int rc = -1;
-  qt_tensor prod, scaled;
+  qt_tensor prod, scaled, ft, fa, fb;
   qt_tensor_init(&prod);
   qt_tensor_init(&scaled);
-  if (qt_binary(ctx, &prod, op, a, b) == 0 &&
-      qt_binary_scalar(ctx, &scaled, QT_MUL, &prod, value, value_is_float, false) == 0 &&
-      qt_binary_(ctx, QT_ADD, t, &scaled) == 0)
+  qt_tensor_init(&ft);
+  qt_tensor_init(&fa);
+  qt_tensor_init(&fb);
+  if (qt_is_half(t->dtype)) {
+    /* in float32: t's value, a and b widened; the sum rounded once into t */
+    if (ops_cast(ctx, name, &ft, t, QT_F32) == 0 && ops_cast(ctx, name, &fa, a, QT_F32) == 0 &&
+        ops_cast(ctx, name, &fb, b, QT_F32) == 0 && qt_binary(ctx, &prod, op, &fa, &fb) == 0 &&
+        qt_binary_scalar(ctx, &scaled, QT_MUL, &prod, value, value_is_float, false) == 0 &&
+        qt_binary_(ctx, QT_ADD, &ft, &scaled) == 0 && qt_copy_(ctx, t, &ft) == 0)
+      rc = 0;
+  } else if (qt_binary(ctx, &prod, op, a, b) == 0 &&
+             qt_binary_scalar(ctx, &scaled, QT_MUL, &prod, value, value_is_float, false) == 0 &&
+             qt_binary_(ctx, QT_ADD, t, &scaled) == 0) {
     rc = 0;
+  }
   if (rc != 0) {
     qt_err_rename(&ctx->err, qt_binop_name(op), name);
     qt_err_rename(&ctx->err, "mul", name);
     qt_err_rename(&ctx->err, "add_", name);
+    qt_err_rename(&ctx->err, "copy_", name);
   }
   qt_tensor_release(&prod);
   qt_tensor_release(&scaled);
+  qt_tensor_release(&ft);
+  qt_tensor_release(&fa);
+  qt_tensor_release(&fb);
   return rc;
 }
