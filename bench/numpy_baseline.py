@@ -4,6 +4,10 @@ Prints `case,seconds_per_call` lines; prints nothing (exit 0) when NumPy is miss
 
     python3 bench/numpy_baseline.py [case[:calls:runs] ...]    (no case: all of them)
 
+Where torch imports, each case is also timed on PyTorch's CPU backend, on all cores
+(torch.set_num_threads of os.cpu_count()) and on one, printed as `torch:case,seconds` and
+`torch1:case,seconds` (issue 15's other baseline).
+
 bench.lua owns the case list, the targets and each case's calls and runs (it passes them
 as case:calls:runs; the numbers below are the defaults for running this script alone);
 this file only mirrors each case's work with the same shapes and dtypes. Every call
@@ -55,6 +59,61 @@ MATRIX_CASES = [
 ]
 
 
+# The same cases on PyTorch's CPU tensors (values and indices for max(dim), as qlua).
+TORCH_CASES = {
+    "cpu_sum_all": lambda t, a, b, v, idx: a.sum(),
+    "cpu_sum_dim1": lambda t, a, b, v, idx: a.sum(0),
+    "cpu_sum_dim2": lambda t, a, b, v, idx: a.sum(1),
+    "cpu_max_dim1": lambda t, a, b, v, idx: a.max(0),
+    "cpu_max_dim2": lambda t, a, b, v, idx: a.max(1),
+    "cpu_argmax_dim2": lambda t, a, b, v, idx: a.argmax(1),
+    "cpu_add": lambda t, a, b, v, idx: a + b,
+    "cpu_mul_bcast": lambda t, a, b, v, idx: a * v,
+    "cpu_exp": lambda t, a, b, v, idx: t.exp(a),
+    "cpu_transpose_copy": lambda t, a, b, v, idx: a.t().contiguous(),
+    "cpu_index_select": lambda t, a, b, v, idx: a.index_select(0, idx),
+    "cpu_to_f64": lambda t, a, b, v, idx: a.to(t.float64),
+    "cpu_clone": lambda t, a, b, v, idx: a.clone(),
+}
+
+
+def torch_cases(wanted):
+    try:
+        import os
+        import torch
+    except ImportError:
+        return
+
+    def selected(name):
+        return not wanted or name in wanted
+
+    g = torch.Generator().manual_seed(3)
+    cores = os.cpu_count() or 1
+    for tag, threads in (("torch", cores), ("torch1", 1)):
+        torch.set_num_threads(threads)
+        with torch.no_grad():
+            if selected("cpu_matmul_1024"):
+                a = torch.rand(1024, 1024, generator=g)
+                b = torch.rand(1024, 1024, generator=g)
+                calls, runs = wanted.get("cpu_matmul_1024") or (5, 9)
+                report(tag + ":cpu_matmul_1024", lambda: torch.matmul(a, b), calls, runs)
+            if selected("cpu_gather_1m"):
+                src = torch.rand(16 << 20, generator=g)
+                idx = torch.randint(0, 16 << 20, (1 << 20,), generator=g)
+                calls, runs = wanted.get("cpu_gather_1m") or (20, 9)
+                report(tag + ":cpu_gather_1m", lambda: torch.take(src, idx), calls, runs)
+            todo = [c for c in MATRIX_CASES if selected(c[0])]
+            if todo:
+                a = torch.rand(N, N, generator=g)
+                b = torch.rand(N, N, generator=g)
+                v = torch.rand(N, generator=g)
+                idx = torch.randint(0, N, (N,), generator=g)
+                for name, calls, runs, _ in todo:
+                    calls, runs = wanted.get(name) or (calls, runs)
+                    op = TORCH_CASES[name]
+                    report(tag + ":" + name, lambda op=op: op(torch, a, b, v, idx), calls, runs)
+
+
 def parse_args(argv):
     """case[:calls:runs] arguments -> {case: (calls, runs) or None}; a malformed
     count is ignored (the case keeps its default) rather than failing the whole run."""
@@ -96,4 +155,6 @@ def main(wanted):
 
 
 if __name__ == "__main__":
-    main(parse_args(sys.argv[1:]))
+    wanted = parse_args(sys.argv[1:])
+    main(wanted)
+    torch_cases(wanted)
