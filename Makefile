@@ -19,8 +19,8 @@ PKG_CONFIG ?= pkg-config
 
 LUA_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
 LUA_LIBS   ?= $(shell $(PKG_CONFIG) --libs lua5.4 2>/dev/null || echo -llua5.4)
-BLAS_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags openblas 2>/dev/null)
-BLAS_LIBS   ?= $(shell $(PKG_CONFIG) --libs openblas 2>/dev/null || echo -lopenblas)
+# OpenBLAS is not linked: runtime/cpu/cpu_blas.c loads it on the first CPU product, after
+# choosing its kernel set for this CPU (OPENBLAS_CORETYPE), which it reads when it loads.
 READLINE_LIBS ?= -lreadline
 # jansson parses and writes the JSON header of .safetensors files (runtime/core/safetensors.c)
 JANSSON_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags jansson 2>/dev/null)
@@ -29,9 +29,9 @@ JANSSON_LIBS   ?= $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljan
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 QCFLAGS  := -std=c11 -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L -Wall -Wextra -fPIC \
-            -Iruntime $(LUA_CFLAGS) $(BLAS_CFLAGS) $(JANSSON_CFLAGS)
+            -Iruntime $(LUA_CFLAGS) $(JANSSON_CFLAGS)
 LDFLAGS  ?=
-LIBS     := $(BLAS_LIBS) $(JANSSON_LIBS) -lm -lpthread -ldl
+LIBS     := $(JANSSON_LIBS) -lm -lpthread -ldl
 # glibc's vector math library (x86-64), when it has every function runtime/cpu.c calls
 # (the tanh ones arrived in glibc 2.35): the exp, log, tanh and sigmoid rows then run
 # 4 floats or 2 doubles per call. LIBMVEC=0 leaves it out.

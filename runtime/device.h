@@ -414,6 +414,16 @@ qt_device *qt_cpu_device(void);
 /* Bytes the CPU device holds now (process-wide). A plain counter read, cheap enough for
 ** every allocation (the core's GC pacing); `memory` gives the full stats. */
 int64_t qt_cpu_allocated(void);
+/* The CPU device's threads (process-wide): how many run a large op, the calling thread
+** included (QLUA_NUM_THREADS, else the usable cores); set_ clamps n to 1 .. 256 and
+** returns what it set; OpenBLAS's pool follows (cpu_pool.c). */
+int qt_cpu_threads_get(void);
+int qt_cpu_threads_set(int n);
+/* What the CPU device runs on: the vector build its row functions picked ("avx512",
+** "avx2", "generic"), and OpenBLAS's kernel set (its name, or the one asked for before it
+** is loaded; NULL when neither is known). Static strings. */
+const char *qt_cpu_simd(void);
+const char *qt_cpu_blas_core(void);
 /* How many GPUs this process can use: 0 when qlua was built without CUDA, or there is
 ** no driver or no GPU. Never prints, never fails. */
 int qt_gpu_count(void);

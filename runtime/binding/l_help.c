@@ -106,13 +106,18 @@ static const lh_entry lh_entries[] = {
   {"qlua.stack(list [, dim])", "tensors of one shape joined along a new dim inserted at "
    "dim (default 1)"},
   {"qlua.matmul(a, b)", "matrix product: 1-D, 2-D and batched (batch dims broadcast); "
-   "float32 or float64"},
+   "any float dtype (float16/bfloat16 on the GPU's tensor cores)"},
   {"qlua.addmm(c, a, b [, {beta =, alpha =}])", "beta * c + alpha * (a @ b) for 2-D a and b, "
    "c broadcast to the product (beta and alpha 1 by default; beta 0 ignores c)"},
   {"qlua.einsum(spec, a [, b, ...])", "NumPy's einsum: \"ij,jk->ik\", implicit output, "
    "\"...\" broadcasting, repeated letters as diagonals; operands also as one list"},
   {"qlua.set_tf32(on)", "true allows TF32 tensor cores for float32 products on the GPU "
    "(off by default)"},
+  {"qlua.set_num_threads(n)", "threads for large CPU ops, the caller included (default: "
+   "QLUA_NUM_THREADS or the cores; OpenBLAS follows; 1: all on the calling thread)"},
+  {"qlua.get_num_threads()", "the CPU threads set_num_threads set"},
+  {"qlua.cpu_info()", "{threads =, simd =, blas =}: the CPU threads, the vector build "
+   "picked (avx512, avx2, generic) and OpenBLAS's kernel set"},
   {"qlua.searchsorted(sorted, values [, right])", "1-based insertion positions of values "
    "in the sorted last dim (PyTorch's + 1); right: after equal elements"},
   {"qlua.where(cond, a, b)", "a where cond is nonzero, else b (tensors or numbers, "

@@ -393,6 +393,36 @@ static int q_set_tf32(lua_State *L) {
 
 /* ================================================================ devices */
 
+/* set_num_threads(n): the CPU device's threads, the calling one included (process-wide,
+** as PyTorch's torch.set_num_threads; OpenBLAS's pool follows). get_num_threads(). */
+static int q_set_num_threads(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  if (n < 1 || n > 256)
+    return luaL_error(L, "set_num_threads: %I threads (1 to 256)", n);
+  qt_cpu_threads_set((int)n);
+  return 0;
+}
+
+static int q_get_num_threads(lua_State *L) {
+  lua_pushinteger(L, qt_cpu_threads_get());
+  return 1;
+}
+
+/* cpu_info() -> {threads =, simd =, blas =}: what the CPU device runs with. */
+static int q_cpu_info(lua_State *L) {
+  lua_createtable(L, 0, 3);
+  lua_pushinteger(L, qt_cpu_threads_get());
+  lua_setfield(L, -2, "threads");
+  lua_pushstring(L, qt_cpu_simd());
+  lua_setfield(L, -2, "simd");
+  const char *blas = qt_cpu_blas_core();
+  if (blas != NULL) {
+    lua_pushstring(L, blas);
+    lua_setfield(L, -2, "blas");
+  }
+  return 1;
+}
+
 static int q_gpu_count(lua_State *L) {
   lua_pushinteger(L, qt_gpu_count());
   return 1;
@@ -738,7 +768,8 @@ static const lq_Reg q_funcs[] = {
   {"randperm", q_randperm, 2}, {"cat", q_cat, 2}, {"stack", q_stack, 2},
   {"rand", q_rand, LQ_VARARGS}, {"randn", q_randn, LQ_VARARGS},
   {"randint", q_randint, LQ_VARARGS}, {"seed", q_seed, 1},
-  {"set_tf32", q_set_tf32, 1},
+  {"set_tf32", q_set_tf32, 1}, {"set_num_threads", q_set_num_threads, 1},
+  {"get_num_threads", q_get_num_threads, 0}, {"cpu_info", q_cpu_info, 0},
   {"gpu_count", q_gpu_count, 0}, {"device_name", q_device_name, 1},
   {"set_device", q_set_device, 1}, {"sync", q_sync, 1}, {"memory", q_memory, 1},
   {"empty_cache", q_empty_cache, 0}, {"save", q_save, 2}, {"load", q_load, 2},

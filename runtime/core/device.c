@@ -54,6 +54,10 @@ static void device_cpu_init(void) {
 }
 
 int64_t qt_cpu_allocated(void) { return qt_cpu_device_allocated(); }
+int qt_cpu_threads_get(void) { return qt_cpu_threads(); }
+int qt_cpu_threads_set(int n) { return qt_cpu_set_threads(n); }
+const char *qt_cpu_simd(void) { return qt_cpu_simd_name(); }
+const char *qt_cpu_blas_core(void) { return qt_cpu_blas_name(); }
 
 qt_device *qt_cpu_device(void) {
   pthread_once(&device_cpu_once, device_cpu_init);

@@ -31,5 +31,12 @@ const qt_device_iface *qt_cpu_iface(void);
 void qt_cpu_set_host_allocator(const qt_host_allocator *allocator);
 /* Bytes the CPU device holds now (process-wide, a relaxed atomic read). */
 int64_t qt_cpu_device_allocated(void);
+/* The thread pool's size, the caller included, and setting it (clamped to 1 .. 256;
+** returns the size set). */
+int qt_cpu_threads(void);
+int qt_cpu_set_threads(int n);
+/* The vector build picked at run time, and OpenBLAS's kernel set (device.h). */
+const char *qt_cpu_simd_name(void);
+const char *qt_cpu_blas_name(void);
 
 #endif

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cpu/cpu.h"
@@ -79,6 +80,9 @@ static void cpu_cache_init(void) {
   long page = sysconf(_SC_PAGESIZE), pages = sysconf(_SC_PHYS_PAGES);
   if (page > 0 && pages > 0) cap = (size_t)page * (size_t)pages / 4;
   if (cap > ((size_t)4 << 30)) cap = (size_t)4 << 30;
+  struct rlimit as;  /* an address-space limit bounds it too */
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && cap > as.rlim_cur / 4)
+    cap = (size_t)(as.rlim_cur / 4);
 #endif
   const char *env = getenv("QLUA_CPU_CACHE");
   if (env != NULL && *env != '\0') {
@@ -132,6 +136,8 @@ static bool cpu_cache_keep(void *base, size_t size) {
   return kept;
 }
 
+void cpu_cache_release(void);  /* cpu_internal.h */
+
 static void cpu_cache_empty(void) {
   pthread_mutex_lock(&cpu_cache.lock);
   for (int c = 0; c < CPU_CACHE_CLASSES; c++) {
@@ -146,6 +152,9 @@ static void cpu_cache_empty(void) {
   cpu_cache.held = 0;
   pthread_mutex_unlock(&cpu_cache.lock);
 }
+
+/* For the other files of the device: memory is short (matmul's room check). */
+void cpu_cache_release(void) { cpu_cache_empty(); }
 
 static size_t cpu_cache_held(void) {
   pthread_mutex_lock(&cpu_cache.lock);

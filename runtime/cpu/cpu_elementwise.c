@@ -33,7 +33,7 @@
 
 /* A copy row from TS to TD, converting by the pair's kinds: QT_CONVERT_<KD>_<KS>. */
 #define CPU_COPY_ROW(NAME, TD, UD, KD, TS, KS)                                           \
-  static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
+  CPU_MULTIVERSION static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
     (void)args;                                                                          \
     TD *d = (TD *)p[0];                                                                  \
     const TS *a = (const TS *)p[1];                                                      \
@@ -58,8 +58,42 @@ QT_DTYPE_PAIRS(CPU_COPY_PAIR_)
   [E][E2] = cpu_copy_##sfx##_##sfx2,
 static const cpu_row_fn cpu_copy_rows[QT_NDTYPES][QT_NDTYPES] = { QT_DTYPE_PAIRS(CPU_COPY_ENTRY_) };
 
-/* dst = src with dtype conversion. Same dtype and both contiguous: one memmove (memmove,
-** not memcpy: dst and src may be the same block). */
+/* A contiguous copy of `numel` elements on the pool: bytes, or a conversion between
+** float32 and a 16-bit float (cpu_half.c's vector code), in pieces of CPU_PAR_GRAIN
+** elements and up. */
+typedef struct cpu_dense_copy {
+  qt_dtype dd, sd;
+  char *dst;
+  const char *src;
+  int64_t numel, piece;
+} cpu_dense_copy;
+
+static void cpu_dense_copy_chunk(void *arg, int64_t chunk) {
+  const cpu_dense_copy *j = (const cpu_dense_copy *)arg;
+  int64_t begin = chunk * j->piece;
+  int64_t n = j->numel - begin < j->piece ? j->numel - begin : j->piece;
+  char *d = j->dst + begin * (int64_t)qt_elsize(j->dd);
+  const char *s = j->src + begin * (int64_t)qt_elsize(j->sd);
+  if (j->dd == j->sd) memcpy(d, s, (size_t)n * qt_elsize(j->dd));
+  else if (j->dd == QT_F16) cpu_f16_store((qt_f16 *)d, 1, n, (const float *)s);
+  else if (j->dd == QT_BF16) cpu_bf16_store((qt_bf16 *)d, 1, n, (const float *)s);
+  else if (j->sd == QT_F16) cpu_f16_load((const qt_f16 *)s, 1, n, (float *)d);
+  else cpu_bf16_load((const qt_bf16 *)s, 1, n, (float *)d);
+}
+
+static void cpu_dense_copy_run(qt_dtype dd, void *dst, qt_dtype sd, const void *src,
+                               int64_t numel) {
+  int threads = cpu_threads();
+  int64_t pieces = threads > 1 ? (int64_t)threads * 4 : 1;
+  if (pieces > numel / CPU_PAR_GRAIN) pieces = numel / CPU_PAR_GRAIN;
+  if (pieces < 1) pieces = 1;
+  int64_t piece = ((numel + pieces - 1) / pieces + 63) / 64 * 64;
+  cpu_dense_copy j = { dd, sd, (char *)dst, (const char *)src, numel, piece };
+  cpu_parallel((numel + piece - 1) / piece, cpu_dense_copy_chunk, &j);
+}
+
+/* dst = src with dtype conversion. Same dtype and both contiguous: memcpy in pieces on the
+** pool, or one memmove where the two blocks overlap. */
 int cpu_copy(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err) {
   (void)dev;
   if (!cpu_dtype_ok(dst->dtype) || !cpu_dtype_ok(src->dtype))
@@ -68,21 +102,21 @@ int cpu_copy(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err
   if (numel == 0) return 0;
   bool contiguous = cpu_view_contiguous(dst) && cpu_view_contiguous(src);
   if (dst->dtype == src->dtype && contiguous) {
-    if (dst->data != src->data)
-      memmove(dst->data, src->data, (size_t)numel * qt_elsize(dst->dtype));
+    size_t bytes = (size_t)numel * qt_elsize(dst->dtype);
+    const char *d = (const char *)dst->data, *s = (const char *)src->data;
+    if (d == s) return 0;
+    if (d < s + bytes && s < d + bytes) memmove(dst->data, src->data, bytes);
+    else cpu_dense_copy_run(dst->dtype, dst->data, src->dtype, src->data, numel);
     return 0;
   }
   /* float32 <-> float16/bfloat16, contiguous: the vector conversions (cpu_half.c) */
   if (contiguous && (dst->dtype == QT_F32) != (src->dtype == QT_F32) &&
       (qt_is_half(dst->dtype) || qt_is_half(src->dtype))) {
-    if (dst->dtype == QT_F16) cpu_f16_store((qt_f16 *)dst->data, 1, numel, (const float *)src->data);
-    else if (dst->dtype == QT_BF16) cpu_bf16_store((qt_bf16 *)dst->data, 1, numel, (const float *)src->data);
-    else if (src->dtype == QT_F16) cpu_f16_load((const qt_f16 *)src->data, 1, numel, (float *)dst->data);
-    else cpu_bf16_load((const qt_bf16 *)src->data, 1, numel, (float *)dst->data);
+    cpu_dense_copy_run(dst->dtype, dst->data, src->dtype, src->data, numel);
     return 0;
   }
   const qt_view *views[2] = { dst, src };
-  cpu_walk(views, 2, cpu_copy_rows[dst->dtype][src->dtype], NULL);
+  cpu_walk_par(views, 2, cpu_copy_rows[dst->dtype][src->dtype], NULL);
   return 0;
 }
 
@@ -95,7 +129,7 @@ int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
   qt_view scalar;
   cpu_view_make(&scalar, dst, &v, dst->dtype, NULL);
   const qt_view *views[2] = { dst, &scalar };
-  cpu_walk(views, 2, cpu_copy_rows[dst->dtype][dst->dtype], NULL);
+  cpu_walk_par(views, 2, cpu_copy_rows[dst->dtype][dst->dtype], NULL);
   return 0;
 }
 
@@ -104,7 +138,7 @@ int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
 /* T and U are typedefs in the row, because the op's expression names them; R is the
 ** result's type (T, or bool for comparisons and the logical ops). */
 #define CPU_BINARY_ROW(NAME, ET, EU, ER, EXPR)                                           \
-  static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
+  CPU_MULTIVERSION static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
     typedef ET T;                                                                        \
     typedef EU U;                                                                        \
     typedef ER R;                                                                        \
@@ -210,7 +244,7 @@ static int cpu_binary_walk(qt_binop op, const qt_view *dst, const qt_view *a,
     return qt_errorf(err, "%s: not defined for %s tensors (cast to a float dtype first)",
                      qt_binop_name(op), qt_dtypes[a->dtype].name);
   const qt_view *views[3] = { dst, a, b };
-  cpu_walk(views, 3, row, args);
+  cpu_walk_par(views, 3, row, args);
   return 0;
 }
 
@@ -246,7 +280,7 @@ int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_
 #endif
 
 #define CPU_UNARY_ROW(NAME, ET, EU, ER, EXPR)                                            \
-  static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
+  CPU_MULTIVERSION static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
     typedef ET T;                                                                        \
     typedef EU U;                                                                        \
     typedef ER R;                                                                        \
@@ -425,6 +459,6 @@ int cpu_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src
     args.param_i[k] = params->v[k].i;
   }
   const qt_view *views[2] = { dst, src };
-  cpu_walk(views, 2, row, &args);
+  cpu_walk_par(views, 2, row, &args);
   return 0;
 }

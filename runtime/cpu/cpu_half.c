@@ -198,6 +198,8 @@ const char *cpu_half_isa(void) {
   return cpu_half_fns.isa;
 }
 
+const char *qt_cpu_simd_name(void) { return cpu_half_isa(); }
+
 /* Strided rows gather into (or scatter from) a block and convert the block. */
 #define CPU_HALF_CHUNK 256
 

@@ -143,7 +143,7 @@ int cpu_gather(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
   memset(&args, 0, sizeof args);
   args.dim_stride = src->stride[dim];
   const qt_view *views[3] = { dst, &src_walk, index };
-  cpu_walk(views, 3, cpu_gather_row(src->dtype, index->dtype), &args);
+  cpu_walk_par(views, 3, cpu_gather_row(src->dtype, index->dtype), &args);
   return 0;
 }
 
@@ -190,7 +190,7 @@ int cpu_index_select(qt_device *dev, const qt_view *dst, const qt_view *src, int
   memset(&args, 0, sizeof args);
   args.dim_stride = src->stride[dim];
   const qt_view *views[3] = { dst, &src_walk, &index_walk };
-  cpu_walk(views, 3, cpu_gather_row(src->dtype, index->dtype), &args);
+  cpu_walk_par(views, 3, cpu_gather_row(src->dtype, index->dtype), &args);
   return 0;
 }
 
@@ -249,7 +249,7 @@ int cpu_take(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_vi
   args.take_src = &sv;
   cpu_row_fn row = cpu_take_rows[cpu_width_slot(src->dtype)][index->dtype == QT_I64];
   const qt_view *views[2] = { dst, index };
-  cpu_walk(views, 2, row, &args);
+  cpu_walk_par(views, 2, row, &args);
   return 0;
 }
 

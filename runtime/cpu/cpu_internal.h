@@ -13,6 +13,8 @@
 **   cpu_index.c        gather, index_select, take, scatter, index_add, scatter_add,
 **                      index_fill, index_copy
 **   cpu_matmul.c       batched matmul through BLAS
+**   cpu_blas.c         the BLAS, loaded on first use (OpenBLAS's kernel set from cpuid)
+**   cpu_pool.c         the thread pool (cpu_parallel)
 **   cpu_half.c         float16/bfloat16 rows to and from float32 (F16C, AVX2, AVX-512)
 **   cpu_random.c       rand, randn, randint (Philox, the same numbers as the GPU)
 **
@@ -56,6 +58,17 @@ typedef void (*cpu_row_fn)(char **p, const int64_t *s, int64_t n, const cpu_args
 ** sizes), in row-major order. */
 void cpu_walk_collapsed(qt_view *const *v, int nviews, cpu_row_fn row, const cpu_args *args);
 
+/* cpu_walk_collapsed for elements [begin, end) of the row-major order only (a row may
+** be cut: the row function gets the piece). */
+void cpu_walk_range(qt_view *const *v, int nviews, cpu_row_fn row, const cpu_args *args,
+                    int64_t begin, int64_t end);
+/* cpu_walk_collapsed on the thread pool: pieces of CPU_PAR_GRAIN elements and up. Only for
+** row functions whose every element is on its own (elementwise ops, copies, gathers):
+** never where two elements may write one place (scatter, index_add) or an output is
+** appended to (masked_select). */
+void cpu_walk_collapsed_par(qt_view *const *v, int nviews, cpu_row_fn row, const cpu_args *args);
+#define CPU_PAR_GRAIN ((int64_t)1 << 15)  /* elements: smaller ops stay on the caller */
+
 /* Copies the caller's views (they are the core's, and const), collapses and walks. */
 static inline void cpu_walk(const qt_view *const *views, int nviews, cpu_row_fn row,
                             const cpu_args *args) {
@@ -68,6 +81,67 @@ static inline void cpu_walk(const qt_view *const *views, int nviews, cpu_row_fn 
   qt_views_collapse(ptrs, nviews);
   cpu_walk_collapsed(ptrs, nviews, row, args);
 }
+
+/* cpu_walk on the thread pool (the same rules as cpu_walk_collapsed_par). */
+static inline void cpu_walk_par(const qt_view *const *views, int nviews, cpu_row_fn row,
+                                const cpu_args *args) {
+  qt_view copy[CPU_MAXVIEWS];
+  qt_view *ptrs[CPU_MAXVIEWS];
+  for (int k = 0; k < nviews; k++) {
+    copy[k] = *views[k];
+    ptrs[k] = &copy[k];
+  }
+  qt_views_collapse(ptrs, nviews);
+  cpu_walk_collapsed_par(ptrs, nviews, row, args);
+}
+
+/* ====================================================================== vector width */
+
+/* The hot row functions are compiled three times (GCC's target_clones): for the x86-64
+** baseline (SSE2), for AVX2 and for AVX-512F, and the loader picks the one this CPU runs
+** best (an ifunc, resolved once). They give the same bits on every path: the loops are
+** elementwise, C's rules keep the order of every float operation (the files are ISO C,
+** so GCC contracts no a*b+c into an FMA), and reductions keep their explicit
+** accumulator trees. QLUA_NO_MULTIVERSION (make CFLAGS=-DQLUA_NO_MULTIVERSION) builds
+** the baseline only. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(QLUA_NO_MULTIVERSION)
+#define CPU_MULTIVERSION __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define CPU_MULTIVERSION
+#endif
+
+/* ====================================================================== threads, BLAS */
+
+/* cpu_pool.c: fn(arg, c) for every chunk c in [0, nchunks), on the pool's threads and the
+** caller's; returns when all are done. Chunks run in any order, at once: the caller makes
+** them independent, and their boundaries must not depend on the thread count. */
+void cpu_parallel(int64_t nchunks, void (*fn)(void *arg, int64_t chunk), void *arg);
+int cpu_threads(void);
+
+/* cpu_blas.c: the BLAS, loaded on first use (NULL with a message when there is none). */
+enum { CPU_CBLAS_ROW_MAJOR = 101, CPU_CBLAS_NO_TRANS = 111, CPU_CBLAS_TRANS = 112 };
+typedef void (*cpu_sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha,
+                             const float *a, int lda, const float *b, int ldb, float beta,
+                             float *c, int ldc);
+typedef void (*cpu_dgemm_fn)(int order, int ta, int tb, int m, int n, int k, double alpha,
+                             const double *a, int lda, const double *b, int ldb, double beta,
+                             double *c, int ldc);
+typedef struct cpu_blas_api {
+  cpu_sgemm_fn sgemm;
+  cpu_dgemm_fn dgemm;
+  int (*get_num_threads)(void);      /* OpenBLAS's own; NULL for another BLAS */
+  void (*set_num_threads)(int);
+  char *(*corename)(void);
+} cpu_blas_api;
+const cpu_blas_api *cpu_blas_get(qt_err *err);
+/* cpu_device.c: gives the block cache's memory back (memory is short). */
+void cpu_cache_release(void);
+/* The BLAS if it is loaded already, else NULL (never loads it). */
+const cpu_blas_api *cpu_blas_loaded(void);
+void cpu_blas_set_threads(int n);
+/* The kernel set OpenBLAS runs (its own name for it), or the one asked for before it is
+** loaded, or NULL. */
+const char *cpu_blas_corename(void);
 
 /* ====================================================================== 16-bit floats */
 

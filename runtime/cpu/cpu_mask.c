@@ -43,7 +43,7 @@ static int cpu_mask_width(qt_dtype d) {
 ** branch is what where(cond, x, 0) and masked_fill_ run: dense dst and cond, each of a and
 ** b dense or one value. */
 #define CPU_WHERE_ROW(NAME, W)                                                           \
-  static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
+  CPU_MULTIVERSION static void NAME(char **p, const int64_t *s, int64_t n, const cpu_args *args) {        \
     (void)args;                                                                          \
     W *d = (W *)p[0];                                                                    \
     const uint8_t *c = (const uint8_t *)p[1];                                            \
@@ -93,7 +93,7 @@ int cpu_where(qt_device *dev, const qt_view *dst, const qt_view *cond, const qt_
     b = &bs;
   }
   const qt_view *views[4] = { dst, cond, a, b };
-  cpu_walk(views, 4, cpu_where_rows[w], NULL);
+  cpu_walk_par(views, 4, cpu_where_rows[w], NULL);
   return 0;
 }
 

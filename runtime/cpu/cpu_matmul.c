@@ -1,9 +1,8 @@
 /*
 ** cpu_matmul.c — the CPU device's matmul slot: batched c = alpha * a @ b + beta * c through
-** cblas_?gemm (OpenBLAS), with strided operands handed over as they are or packed, and the
+** cblas_?gemm (OpenBLAS, loaded by cpu_blas.c), with strided operands handed over as they are or packed, and the
 ** address space OpenBLAS needs checked first where running out of it would hang it.
 */
-#include <cblas.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -102,14 +101,17 @@ static int cpu_blas_room(qt_err *err) {
     __atomic_store_n(&cpu_overcommit_strict, strict, __ATOMIC_RELAXED);
   }
   if (!bounded && !strict) return 0;
-#ifdef OPENBLAS_VERSION
-  int threads = openblas_get_num_threads();
-#else
-  int threads = 1;
-#endif
+  /* OpenBLAS's threads, or (not loaded yet) the ones it will start with (cpu_blas.c) */
+  const cpu_blas_api *blas = cpu_blas_loaded();
+  int threads = blas != NULL ? (blas->get_num_threads != NULL ? blas->get_num_threads() : 1)
+                             : cpu_threads();
   if (threads < 1) threads = 1;
   size_t need = (size_t)threads * (CPU_BLAS_BUFFER + CPU_BLAS_BUFFER_SLACK);
   void *p = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {  /* the block cache may hold the room: give it back, try again */
+    cpu_cache_release();
+    p = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  }
   if (p != MAP_FAILED) {
     munmap(p, need);
     return 0;
@@ -167,7 +169,9 @@ int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view
     return qt_errorf(err, "matmul: out of memory packing an operand (%zu bytes)",
                      need_a ? bytes_a : bytes_b);
   }
-  if (cpu_blas_room(err) != 0) {
+  /* the room first: loading OpenBLAS with no room left would hang in its start-up */
+  const cpu_blas_api *blas = NULL;
+  if (cpu_blas_room(err) != 0 || (blas = cpu_blas_get(err)) == NULL) {
     free(pack_a);
     free(pack_b);
     return -1;
@@ -190,14 +194,14 @@ int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view
       packed_b_from = pb;
     }
     const void *ua = pack_a != NULL ? pack_a : pa, *ub = pack_b != NULL ? pack_b : pb;
-    enum CBLAS_TRANSPOSE ta = la.transposed ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = lb.transposed ? CblasTrans : CblasNoTrans;
+    int ta = la.transposed ? CPU_CBLAS_TRANS : CPU_CBLAS_NO_TRANS;
+    int tb = lb.transposed ? CPU_CBLAS_TRANS : CPU_CBLAS_NO_TRANS;
     if (dt == QT_F32)
-      cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, (float)alpha,
+      blas->sgemm(CPU_CBLAS_ROW_MAJOR, ta, tb, (int)M, (int)N, (int)K, (float)alpha,
                   (const float *)ua, (int)la.ld, (const float *)ub, (int)lb.ld, (float)beta,
                   (float *)pc, (int)lc.ld);
     else
-      cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, alpha, (const double *)ua,
+      blas->dgemm(CPU_CBLAS_ROW_MAJOR, ta, tb, (int)M, (int)N, (int)K, alpha, (const double *)ua,
                   (int)la.ld, (const double *)ub, (int)lb.ld, beta, (double *)pc, (int)lc.ld);
   }
   free(pack_a);

@@ -44,7 +44,7 @@ static inline void cpu_neumaier(cpu_acc *acc, double x) {
 ** The leaves sum 128 elements with 8 independent accumulators (also what keeps the
 ** floating-point pipeline busy). */
 #define CPU_PAIRWISE(NAME, T)                                                     \
-  static double NAME(const T *x, int64_t n, int64_t s) {                          \
+  CPU_MULTIVERSION static double NAME(const T *x, int64_t n, int64_t s) {                          \
     if (n <= 128) {                                                               \
       double p0 = 0, p1 = 0, p2 = 0, p3 = 0, p4 = 0, p5 = 0, p6 = 0, p7 = 0;      \
       int64_t i = 0;                                                              \
@@ -110,7 +110,7 @@ typedef void (*cpu_columns_fold_fn)(const char *p, int64_t n, int64_t pos,
     (void)base_pos;                                                                      \
     cpu_neumaier(acc, cpu_pairwise_##SFX((const T *)p, n, s));                           \
   }                                                                                      \
-  static void cpu_columns_sum_##SFX(const char *p, int64_t n, int64_t pos,               \
+  CPU_MULTIVERSION static void cpu_columns_sum_##SFX(const char *p, int64_t n, int64_t pos, \
                                     const cpu_columns_acc *columns) {                    \
     (void)pos;                                                                           \
     const T *x = (const T *)p;                                                           \
@@ -469,129 +469,277 @@ static void cpu_reduce_finish(const cpu_acc *acc, qt_redop op, qt_dtype src, int
   }
 }
 
+/* Merges part (a later run of the same reduction) into acc, as folding part's elements
+** after acc's would: sums add (compensated), max/min keep the first best, NaN wins. */
+static void cpu_acc_merge(cpu_acc *acc, const cpu_acc *part, qt_redop op, qt_dtype dtype) {
+  bool fl = qt_is_float(dtype);
+  switch (op) {
+    case QT_SUM: case QT_MEAN:
+      if (fl) {
+        cpu_neumaier(acc, part->f);
+        acc->c += part->c;
+      } else {
+        acc->u += part->u;
+      }
+      break;
+    case QT_MAX: case QT_MIN: case QT_ARGMAX: case QT_ARGMIN: {
+      bool is_max = op == QT_MAX || op == QT_ARGMAX, arg = op == QT_ARGMAX || op == QT_ARGMIN;
+      if (arg && part->pos == 0) break;
+      if (arg && acc->pos == 0) { *acc = *part; break; }
+      bool take;
+      if (fl) {
+        if (acc->f != acc->f) take = false;          /* the first NaN stays */
+        else if (part->f != part->f) take = true;
+        else take = is_max ? part->f > acc->f : part->f < acc->f;
+      } else {
+        take = is_max ? part->i > acc->i : part->i < acc->i;
+      }
+      if (take) { acc->f = part->f; acc->i = part->i; acc->pos = part->pos; }
+      break;
+    }
+    default: break;
+  }
+}
+
+/* Folds elements [begin, end) of the collapsed view v (row-major positions) into acc. */
+static void cpu_fold_range(const qt_view *v, cpu_strided_fold_fn fold, int64_t begin,
+                           int64_t end, cpu_acc *acc) {
+  int nd = v->ndim;
+  int64_t n = v->size[nd - 1], s = v->stride[nd - 1];
+  int64_t es = (int64_t)qt_elsize(v->dtype);
+  int64_t idx[QT_MAXDIM] = {0};
+  int64_t r = begin / n, col = begin % n;
+  for (int d = nd - 2; d >= 0; d--) {
+    idx[d] = r % v->size[d];
+    r /= v->size[d];
+  }
+  int64_t off = col * s;
+  for (int d = 0; d < nd - 1; d++) off += idx[d] * v->stride[d];
+  const char *p = (const char *)v->data + off * es;
+  int64_t at = begin;
+  while (at < end) {
+    int64_t len = n - col < end - at ? n - col : end - at;
+    fold(p, len, s, at, acc);
+    at += len;
+    if (at >= end) break;
+    p -= col * s * es;
+    col = 0;
+    for (int d = nd - 2; d >= 0; d--) {
+      p += v->stride[d] * es;
+      if (++idx[d] < v->size[d]) break;
+      idx[d] = 0;
+      p -= v->stride[d] * es * v->size[d];
+    }
+  }
+}
+
+/* Full reductions are folded in pieces of CPU_REDUCE_PIECE elements, on the pool, and the
+** pieces merged in order: the pieces are the same for every thread count, so the result
+** is too. (Below one piece, one fold, as before the pool.) */
+#define CPU_REDUCE_PIECE ((int64_t)1 << 16)
+
+typedef struct cpu_all_job {
+  const qt_view *v;
+  cpu_strided_fold_fn fold;
+  qt_redop op;
+  cpu_acc *parts;
+} cpu_all_job;
+
+static void cpu_all_chunk(void *arg, int64_t chunk) {
+  const cpu_all_job *j = (const cpu_all_job *)arg;
+  int64_t begin = chunk * CPU_REDUCE_PIECE;
+  int64_t end = begin + CPU_REDUCE_PIECE < j->v->numel ? begin + CPU_REDUCE_PIECE : j->v->numel;
+  cpu_acc_init(&j->parts[chunk], j->op);
+  cpu_fold_range(j->v, j->fold, begin, end, &j->parts[chunk]);
+}
+
 /* Everything into one element: rows of the collapsed source in row-major order, so
 ** positions count up across rows. */
-static void cpu_reduce_all(qt_redop op, const qt_view *dst, const qt_view *src) {
+static int cpu_reduce_all(qt_redop op, const qt_view *dst, const qt_view *src, qt_err *err) {
   qt_view v = *src;
   qt_view *vp = &v;
   qt_views_collapse(&vp, 1);
+  v.numel = cpu_view_numel(&v);
   cpu_acc acc;
   cpu_acc_init(&acc, op);
   cpu_strided_fold_fn fold = cpu_strided_folds[src->dtype][op];
-  int nd = v.ndim;
-  int64_t n = v.size[nd - 1], s = v.stride[nd - 1];
-  int64_t es = (int64_t)qt_elsize(v.dtype);
-  int64_t rows = v.numel / n;
-  int64_t idx[QT_MAXDIM] = {0};
-  const char *p = (const char *)v.data;
-  for (int64_t r = 0; r < rows; r++) {
-    fold(p, n, s, r * n, &acc);
-    for (int d = nd - 2; d >= 0; d--) {
-      p += v.stride[d] * es;
-      if (++idx[d] < v.size[d]) break;
-      idx[d] = 0;
-      p -= v.stride[d] * es * v.size[d];
-    }
+  int64_t pieces = (v.numel + CPU_REDUCE_PIECE - 1) / CPU_REDUCE_PIECE;
+  if (pieces <= 1) {
+    cpu_fold_range(&v, fold, 0, v.numel, &acc);
+  } else {
+    cpu_acc *parts = malloc((size_t)pieces * sizeof *parts);
+    if (parts == NULL) return qt_errorf(err, "%s: out of host memory", qt_redop_name(op));
+    cpu_all_job job = { &v, fold, op, parts };
+    cpu_parallel(pieces, cpu_all_chunk, &job);
+    acc = parts[0];
+    for (int64_t k = 1; k < pieces; k++) cpu_acc_merge(&acc, &parts[k], op, src->dtype);
+    free(parts);
   }
   cpu_reduce_finish(&acc, op, src->dtype, v.numel, (char *)dst->data);
+  return 0;
 }
 
-/* Along dim: the "outer" views (dst, and src without dim) are collapsed together and
-** walked; each outer element reduces a run of `len` elements with stride `rstride`.
-** When the outer innermost dimension is contiguous in src and the reduced dimension
-** is not, whole rows are folded at once into an array of accumulators (a columns fold). */
-static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, int dim,
-                          qt_err *err) {
-  int64_t len = src->size[dim], rstride = src->stride[dim];
-  qt_view outer_dst, outer_src;
-  memset(&outer_src, 0, sizeof outer_src);
+/* The "outer" views of a reduction along dim (dst, and src without dim), collapsed
+** together: each outer element reduces a run of `len` elements with stride `rstride`. */
+typedef struct cpu_outer {
+  qt_view dst, src;
+  int nd;
+  int64_t n, rows, s_in, d_in, len, rstride;
+} cpu_outer;
+
+static bool cpu_outer_make(cpu_outer *o, const qt_view *dst, const qt_view *src, int dim) {
+  o->len = src->size[dim];
+  o->rstride = src->stride[dim];
+  memset(&o->src, 0, sizeof o->src);
   int k = 0;
   for (int d = 0; d < src->ndim; d++) {
     if (d == dim) continue;
-    outer_src.size[k] = src->size[d];
-    outer_src.stride[k] = src->stride[d];
+    o->src.size[k] = src->size[d];
+    o->src.stride[k] = src->stride[d];
     k++;
   }
-  outer_src.ndim = k;
-  outer_src.dtype = src->dtype;
-  outer_src.data = src->data;
-  outer_src.numel = cpu_view_numel(&outer_src);
-  for (int d = k; d < QT_MAXDIM; d++) outer_src.size[d] = 1, outer_src.stride[d] = 0;
-  cpu_view_make(&outer_dst, &outer_src, dst->data, dst->dtype, dst->stride);
-  if (outer_src.numel == 0) return 0;
-
-  qt_view *views[2] = { &outer_dst, &outer_src };
+  o->src.ndim = k;
+  o->src.dtype = src->dtype;
+  o->src.data = src->data;
+  o->src.numel = cpu_view_numel(&o->src);
+  for (int d = k; d < QT_MAXDIM; d++) o->src.size[d] = 1, o->src.stride[d] = 0;
+  cpu_view_make(&o->dst, &o->src, dst->data, dst->dtype, dst->stride);
+  if (o->src.numel == 0) return false;
+  qt_view *views[2] = { &o->dst, &o->src };
   qt_views_collapse(views, 2);
-  int nd = outer_src.ndim;
-  int64_t n = outer_src.size[nd - 1];
-  int64_t es = (int64_t)qt_elsize(src->dtype), des = (int64_t)qt_elsize(dst->dtype);
-  int64_t rows = outer_src.numel / n;
-  int64_t s_in = outer_src.stride[nd - 1], d_in = outer_dst.stride[nd - 1];
+  o->nd = o->src.ndim;
+  o->n = o->src.size[o->nd - 1];
+  o->rows = o->src.numel / o->n;
+  o->s_in = o->src.stride[o->nd - 1];
+  o->d_in = o->dst.stride[o->nd - 1];
+  return true;
+}
 
-  void *columns_mem = NULL;
-  cpu_columns_acc columns;
-  bool by_columns = len > 1 && n > 1 && s_in == 1 && rstride != 1 && len <= INT32_MAX;
-  if (by_columns) {
-    columns_mem = (size_t)n <= SIZE_MAX / 44 ? malloc((size_t)n * 44) : NULL;
-    if (columns_mem == NULL) by_columns = false;  /* the strided folds need no memory */
-    else {
-      columns.f = (double *)columns_mem;
-      columns.c = columns.f + n;
-      columns.b = columns.c + n;
-      columns.u = (uint64_t *)(columns.b + n);
-      columns.best = columns.u + n;
-      columns.at = (int32_t *)((char *)columns.best + (size_t)n * 8);
+/* The byte offsets of outer row r's first element in src and dst. */
+static void cpu_outer_row(const cpu_outer *o, int64_t r, int64_t *src_off, int64_t *dst_off) {
+  int64_t so = 0, dof = 0;
+  for (int d = o->nd - 2; d >= 0; d--) {
+    int64_t i = r % o->src.size[d];
+    r /= o->src.size[d];
+    so += i * o->src.stride[d];
+    dof += i * o->dst.stride[d];
+  }
+  *src_off = so * (int64_t)qt_elsize(o->src.dtype);
+  *dst_off = dof * (int64_t)qt_elsize(o->dst.dtype);
+}
+
+/* Reductions along a dim run on the pool by blocks of outputs: (outer row, a block of
+** CPU_REDUCE_COLS columns) is one task, and a chunk is a run of tasks of about
+** CPU_PAR_GRAIN elements of input. Every output is computed exactly as on one thread. */
+#define CPU_REDUCE_COLS 1024
+
+typedef struct cpu_dim_job {
+  const cpu_outer *o;
+  qt_redop op;
+  cpu_strided_fold_fn fold_strided;
+  cpu_columns_fold_fn fold_columns;
+  bool by_columns;
+  int64_t blocks;          /* column blocks per row */
+  int64_t tasks_per_chunk;
+  int64_t tasks;
+  bool oom;
+} cpu_dim_job;
+
+/* Columns [j0, j1) of outer row r. cols: accumulators for CPU_REDUCE_COLS columns. */
+static void cpu_dim_task(const cpu_dim_job *jb, int64_t r, int64_t j0, int64_t j1,
+                         cpu_columns_acc *cols) {
+  const cpu_outer *o = jb->o;
+  qt_redop op = jb->op;
+  qt_dtype dt = o->src.dtype;
+  int64_t es = (int64_t)qt_elsize(dt), des = (int64_t)qt_elsize(o->dst.dtype);
+  int64_t so, dof;
+  cpu_outer_row(o, r, &so, &dof);
+  const char *ps = (const char *)o->src.data + so;
+  char *pd = (char *)o->dst.data + dof;
+  int64_t n = j1 - j0, len = o->len;
+  if (cols != NULL) {
+    bool float_sum = (op == QT_SUM || op == QT_MEAN) && qt_is_float(dt);
+    for (int64_t j = 0; j < n; j++) cols->f[j] = 0, cols->c[j] = 0, cols->b[j] = 0, cols->u[j] = 0;
+    for (int64_t i = 0; i < len; i++) {
+      jb->fold_columns(ps + (i * o->rstride + j0) * es, n, i, cols);
+      if (float_sum && ((i + 1) % CPU_COLUMNS_SUM_BLOCK == 0 || i + 1 == len))
+        cpu_columns_sum_flush(cols, n);
+    }
+    for (int64_t j = 0; j < n; j++) {
+      cpu_acc acc;
+      memset(&acc, 0, sizeof acc);
+      if (op == QT_SUM || op == QT_MEAN) {
+        /* Kahan's -c -> f + c */
+        acc.f = cols->f[j], acc.c = -cols->c[j], acc.u = cols->u[j];
+      } else {
+        /* floats into f, integers into i, as the strided folds */
+        qt_scalar best = qt_scalar_load(dt, (const char *)cols->best + j * qt_elsize(dt));
+        if (qt_is_float(dt)) acc.f = best.f;
+        else acc.i = best.i;
+        acc.pos = cols->at[j];
+      }
+      cpu_reduce_finish(&acc, op, dt, len, pd + (j0 + j) * o->d_in * des);
+    }
+  } else {
+    for (int64_t j = j0; j < j1; j++) {
+      cpu_acc acc;
+      cpu_acc_init(&acc, op);
+      if (len > 0) jb->fold_strided(ps + j * o->s_in * es, len, o->rstride, 0, &acc);
+      cpu_reduce_finish(&acc, op, dt, len, pd + j * o->d_in * des);
     }
   }
-  cpu_strided_fold_fn fold_strided = cpu_strided_folds[src->dtype][op];
-  cpu_columns_fold_fn fold_columns = cpu_columns_folds[src->dtype][op];
-  int64_t idx[QT_MAXDIM] = {0};
-  const char *ps = (const char *)outer_src.data;
-  char *pd = (char *)outer_dst.data;
-  for (int64_t r = 0; r < rows; r++) {
-    if (by_columns) {
-      bool float_sum = (op == QT_SUM || op == QT_MEAN) && qt_is_float(src->dtype);
-      for (int64_t j = 0; j < n; j++)
-        columns.f[j] = 0, columns.c[j] = 0, columns.b[j] = 0, columns.u[j] = 0;
-      for (int64_t i = 0; i < len; i++) {
-        fold_columns(ps + i * rstride * es, n, i, &columns);
-        if (float_sum && ((i + 1) % CPU_COLUMNS_SUM_BLOCK == 0 || i + 1 == len))
-          cpu_columns_sum_flush(&columns, n);
-      }
-      for (int64_t j = 0; j < n; j++) {
-        cpu_acc acc;
-        memset(&acc, 0, sizeof acc);
-        if (op == QT_SUM || op == QT_MEAN) {
-          /* Kahan's -c -> f + c */
-          acc.f = columns.f[j], acc.c = -columns.c[j], acc.u = columns.u[j];
-        } else {
-          /* floats into f, integers into i, as the strided folds */
-          qt_scalar best = qt_scalar_load(src->dtype, (const char *)columns.best + j * qt_elsize(src->dtype));
-          if (qt_is_float(src->dtype)) acc.f = best.f;
-          else acc.i = best.i;
-          acc.pos = columns.at[j];
-        }
-        cpu_reduce_finish(&acc, op, src->dtype, len, pd + j * d_in * des);
-      }
-    } else {
-      for (int64_t j = 0; j < n; j++) {
-        cpu_acc acc;
-        cpu_acc_init(&acc, op);
-        if (len > 0) fold_strided(ps + j * s_in * es, len, rstride, 0, &acc);
-        cpu_reduce_finish(&acc, op, src->dtype, len, pd + j * d_in * des);
-      }
+}
+
+static void cpu_dim_chunk(void *arg, int64_t chunk) {
+  cpu_dim_job *jb = (cpu_dim_job *)arg;
+  cpu_columns_acc cols, *colsp = NULL;
+  void *mem = NULL;
+  if (jb->by_columns) {
+    /* 44 bytes a column: f, c, b (doubles), u (uint64), best (8 bytes), at (int32) */
+    mem = malloc((size_t)CPU_REDUCE_COLS * 44);
+    if (mem == NULL) {
+      __atomic_store_n(&jb->oom, true, __ATOMIC_RELAXED);
+      return;
     }
-    for (int d = nd - 2; d >= 0; d--) {
-      ps += outer_src.stride[d] * es;
-      pd += outer_dst.stride[d] * des;
-      if (++idx[d] < outer_src.size[d]) break;
-      idx[d] = 0;
-      ps -= outer_src.stride[d] * es * outer_src.size[d];
-      pd -= outer_dst.stride[d] * des * outer_src.size[d];
-    }
+    cols.f = (double *)mem;
+    cols.c = cols.f + CPU_REDUCE_COLS;
+    cols.b = cols.c + CPU_REDUCE_COLS;
+    cols.u = (uint64_t *)(cols.b + CPU_REDUCE_COLS);
+    cols.best = cols.u + CPU_REDUCE_COLS;
+    cols.at = (int32_t *)((char *)cols.best + (size_t)CPU_REDUCE_COLS * 8);
+    colsp = &cols;
   }
-  free(columns_mem);
-  (void)err;
+  int64_t t0 = chunk * jb->tasks_per_chunk;
+  int64_t t1 = t0 + jb->tasks_per_chunk < jb->tasks ? t0 + jb->tasks_per_chunk : jb->tasks;
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t r = t / jb->blocks, b = t % jb->blocks;
+    int64_t j0 = b * CPU_REDUCE_COLS;
+    int64_t j1 = j0 + CPU_REDUCE_COLS < jb->o->n ? j0 + CPU_REDUCE_COLS : jb->o->n;
+    cpu_dim_task(jb, r, j0, j1, colsp);
+  }
+  free(mem);
+}
+
+/* Along dim. When the outer innermost dimension is contiguous in src and the reduced
+** dimension is not, whole rows are folded at once into an array of accumulators (a
+** columns fold). */
+static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, int dim,
+                          qt_err *err) {
+  cpu_outer o;
+  if (!cpu_outer_make(&o, dst, src, dim)) return 0;
+  cpu_dim_job jb;
+  jb.o = &o;
+  jb.op = op;
+  jb.fold_strided = cpu_strided_folds[src->dtype][op];
+  jb.fold_columns = cpu_columns_folds[src->dtype][op];
+  jb.by_columns = o.len > 1 && o.n > 1 && o.s_in == 1 && o.rstride != 1 && o.len <= INT32_MAX;
+  jb.blocks = (o.n + CPU_REDUCE_COLS - 1) / CPU_REDUCE_COLS;
+  jb.tasks = o.rows * jb.blocks;
+  int64_t per_task = (o.n < CPU_REDUCE_COLS ? o.n : CPU_REDUCE_COLS) * (o.len > 0 ? o.len : 1);
+  jb.tasks_per_chunk = CPU_PAR_GRAIN / per_task + 1;
+  jb.oom = false;
+  cpu_parallel((jb.tasks + jb.tasks_per_chunk - 1) / jb.tasks_per_chunk, cpu_dim_chunk, &jb);
+  if (jb.oom) return qt_errorf(err, "%s: out of host memory", qt_redop_name(op));
   return 0;
 }
 
@@ -792,11 +940,43 @@ static bool cpu_redop_streamed(qt_redop op) {
 
 /* The streamed ops along dim, or over everything (dim == -1), as cpu_reduce_dim and
 ** cpu_reduce_all walk them (each output's run read at its stride). */
+/* Along a dim, the outputs are streamed on the pool, a run of them per chunk; each is
+** computed as on one thread. */
+typedef struct cpu_stream_job {
+  const cpu_outer *o;
+  qt_redop op;
+  double arg;
+  int64_t per_chunk;  /* outputs */
+  bool oom;
+} cpu_stream_job;
+
+static void cpu_stream_chunk(void *argp, int64_t chunk) {
+  cpu_stream_job *jb = (cpu_stream_job *)argp;
+  const cpu_outer *o = jb->o;
+  cpu_stream *st = malloc(sizeof *st);
+  if (st == NULL) {
+    __atomic_store_n(&jb->oom, true, __ATOMIC_RELAXED);
+    return;
+  }
+  int64_t es = (int64_t)qt_elsize(o->src.dtype), des = (int64_t)qt_elsize(o->dst.dtype);
+  int64_t outputs = o->rows * o->n;
+  int64_t k0 = chunk * jb->per_chunk, k1 = k0 + jb->per_chunk < outputs ? k0 + jb->per_chunk : outputs;
+  for (int64_t k = k0; k < k1; k++) {
+    int64_t r = k / o->n, j = k % o->n, so, dof;
+    cpu_outer_row(o, r, &so, &dof);
+    cpu_stream_init(st, jb->op, jb->arg, o->src.dtype);
+    cpu_stream_feed(st, (const char *)o->src.data + so + j * o->s_in * es, o->len, o->rstride,
+                    o->src.dtype);
+    cpu_stream_finish(st, o->dst.dtype, (char *)o->dst.data + dof + j * o->d_in * des);
+  }
+  free(st);
+}
+
 static int cpu_reduce_streamed(qt_redop op, const qt_view *dst, const qt_view *src, int dim,
                                double arg, qt_err *err) {
   cpu_stream *st = malloc(sizeof *st);
   if (st == NULL) return qt_errorf(err, "%s: out of host memory", qt_redop_name(op));
-  int64_t es = (int64_t)qt_elsize(src->dtype), des = (int64_t)qt_elsize(dst->dtype);
+  int64_t es = (int64_t)qt_elsize(src->dtype);
   if (dim == -1) {
     qt_view v = *src;
     qt_view *vp = &v;
@@ -820,49 +1000,14 @@ static int cpu_reduce_streamed(qt_redop op, const qt_view *dst, const qt_view *s
     free(st);
     return 0;
   }
-  int64_t len = src->size[dim], rstride = src->stride[dim];
-  qt_view outer_dst, outer_src;
-  memset(&outer_src, 0, sizeof outer_src);
-  int k = 0;
-  for (int d = 0; d < src->ndim; d++) {
-    if (d == dim) continue;
-    outer_src.size[k] = src->size[d];
-    outer_src.stride[k] = src->stride[d];
-    k++;
-  }
-  outer_src.ndim = k;
-  outer_src.dtype = src->dtype;
-  outer_src.data = src->data;
-  outer_src.numel = cpu_view_numel(&outer_src);
-  for (int d = k; d < QT_MAXDIM; d++) outer_src.size[d] = 1, outer_src.stride[d] = 0;
-  cpu_view_make(&outer_dst, &outer_src, dst->data, dst->dtype, dst->stride);
-  if (outer_src.numel > 0) {
-    qt_view *views[2] = { &outer_dst, &outer_src };
-    qt_views_collapse(views, 2);
-    int nd = outer_src.ndim;
-    int64_t n = outer_src.size[nd - 1];
-    int64_t rows = outer_src.numel / n;
-    int64_t s_in = outer_src.stride[nd - 1], d_in = outer_dst.stride[nd - 1];
-    int64_t idx[QT_MAXDIM] = {0};
-    const char *ps = (const char *)outer_src.data;
-    char *pd = (char *)outer_dst.data;
-    for (int64_t r = 0; r < rows; r++) {
-      for (int64_t j = 0; j < n; j++) {
-        cpu_stream_init(st, op, arg, src->dtype);
-        cpu_stream_feed(st, ps + j * s_in * es, len, rstride, src->dtype);
-        cpu_stream_finish(st, dst->dtype, pd + j * d_in * des);
-      }
-      for (int d = nd - 2; d >= 0; d--) {
-        ps += outer_src.stride[d] * es;
-        pd += outer_dst.stride[d] * des;
-        if (++idx[d] < outer_src.size[d]) break;
-        idx[d] = 0;
-        ps -= outer_src.stride[d] * es * outer_src.size[d];
-        pd -= outer_dst.stride[d] * des * outer_src.size[d];
-      }
-    }
-  }
   free(st);
+  cpu_outer o;
+  if (!cpu_outer_make(&o, dst, src, dim)) return 0;
+  cpu_stream_job jb = { &o, op, arg, 0, false };
+  int64_t outputs = o.rows * o.n;
+  jb.per_chunk = CPU_PAR_GRAIN / (o.len > 0 ? o.len : 1) + 1;
+  cpu_parallel((outputs + jb.per_chunk - 1) / jb.per_chunk, cpu_stream_chunk, &jb);
+  if (jb.oom) return qt_errorf(err, "%s: out of host memory", qt_redop_name(op));
   return 0;
 }
 
@@ -897,8 +1042,7 @@ int cpu_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *s
       cpu_reduce_finish(&acc, op, src->dtype, 0, (char *)dst->data);
       return 0;
     }
-    cpu_reduce_all(op, dst, src);
-    return 0;
+    return cpu_reduce_all(op, dst, src, err);
   }
   return cpu_reduce_dim(op, dst, src, dim, err);
 }

@@ -38,3 +38,75 @@ void cpu_walk_collapsed(qt_view *const *v, int nviews, cpu_row_fn row, const cpu
     }
   }
 }
+
+void cpu_walk_range(qt_view *const *v, int nviews, cpu_row_fn row, const cpu_args *args,
+                    int64_t begin, int64_t end) {
+  int nd = v[0]->ndim;
+  if (begin >= end) return;
+  int64_t n = nd > 0 ? v[0]->size[nd - 1] : 1;
+  char *p[CPU_MAXVIEWS];
+  int64_t inner[CPU_MAXVIEWS], es[CPU_MAXVIEWS];
+  int64_t idx[QT_MAXDIM] = {0};
+  /* the position of element `begin`: its row's index along each outer dim, its column */
+  int64_t r = begin / n, col = begin % n;
+  for (int d = nd - 2; d >= 0; d--) {
+    idx[d] = r % v[0]->size[d];
+    r /= v[0]->size[d];
+  }
+  for (int k = 0; k < nviews; k++) {
+    es[k] = (int64_t)qt_elsize(v[k]->dtype);
+    inner[k] = nd > 0 ? v[k]->stride[nd - 1] : 0;
+    int64_t off = col * inner[k];
+    for (int d = 0; d < nd - 1; d++) off += idx[d] * v[k]->stride[d];
+    p[k] = (char *)v[k]->data + off * es[k];
+  }
+  int64_t at = begin;
+  while (at < end) {
+    int64_t len = n - col < end - at ? n - col : end - at;
+    row(p, inner, len, args);
+    at += len;
+    if (at >= end) break;
+    /* to the start of the next row */
+    for (int k = 0; k < nviews; k++) p[k] -= col * inner[k] * es[k];
+    col = 0;
+    for (int d = nd - 2; d >= 0; d--) {
+      for (int k = 0; k < nviews; k++) p[k] += v[k]->stride[d] * es[k];
+      if (++idx[d] < v[0]->size[d]) break;
+      idx[d] = 0;
+      for (int k = 0; k < nviews; k++) p[k] -= v[k]->stride[d] * es[k] * v[0]->size[d];
+    }
+  }
+}
+
+typedef struct cpu_par_walk {
+  qt_view *const *v;
+  int nviews;
+  cpu_row_fn row;
+  const cpu_args *args;
+  int64_t numel, piece;
+} cpu_par_walk;
+
+static void cpu_par_walk_chunk(void *arg, int64_t chunk) {
+  const cpu_par_walk *w = (const cpu_par_walk *)arg;
+  int64_t begin = chunk * w->piece, end = begin + w->piece < w->numel ? begin + w->piece : w->numel;
+  cpu_walk_range(w->v, w->nviews, w->row, w->args, begin, end);
+}
+
+void cpu_walk_collapsed_par(qt_view *const *v, int nviews, cpu_row_fn row, const cpu_args *args) {
+  int nd = v[0]->ndim;
+  int64_t numel = 1;
+  for (int d = 0; d < nd; d++) numel *= v[0]->size[d];
+  int threads = cpu_threads();
+  if (numel < 2 * CPU_PAR_GRAIN || threads <= 1) {
+    cpu_walk_collapsed(v, nviews, row, args);
+    return;
+  }
+  /* a few pieces per thread, so that uneven ones balance; a piece a multiple of 64
+  ** elements, so that every row function's vector body sees whole vectors */
+  int64_t pieces = (int64_t)threads * 4;
+  if (pieces > numel / CPU_PAR_GRAIN) pieces = numel / CPU_PAR_GRAIN;
+  int64_t piece = (numel + pieces - 1) / pieces;
+  piece = (piece + 63) / 64 * 64;
+  cpu_par_walk w = { v, nviews, row, args, numel, piece };
+  cpu_parallel((numel + piece - 1) / piece, cpu_par_walk_chunk, &w);
+}
