@@ -47,8 +47,11 @@ deliberately huge shapes are either larger than any machine (>= 2^46 elements, s
 allocation must fail) or overflow int64 — sizes in between are never asked for, since
 they would succeed slowly or exhaust the machine rather than find a bug.
 
-Files: qlua.save / qlua.load only ever see paths inside a fresh temporary directory
-(removed at the end), whatever the mutation put there.
+Files: qlua.save / qlua.load and qlua.save_safetensors / qlua.load_safetensors only ever
+see paths inside a fresh temporary directory (removed at the end), whatever the mutation
+put there. Most load_safetensors calls load a file their generator has just written: a
+valid .safetensors file with a few mutations (header text, dtypes, offsets, the length
+field, the data's length, raw bytes), left as mut.safetensors when the process dies.
 ]=]
 
 local M = {}
@@ -379,9 +382,131 @@ function M.run(opts)
                        "bad_dict", "short_ok", "scalar", "zero_len", "long_header" }) do
     LOAD_PATHS[#LOAD_PATHS + 1] = tmpdir .. "/" .. f .. ".npy"
   end
+
+  -- .safetensors: a valid file (every 16-bit float, bool, scalar and metadata part of it),
+  -- and mutations of it that each load_safetensors call writes just before it loads
+  -- ST_MUTATED (left in the directory when the process dies, for the reproducer)
+  local function st_file(header, data, len)
+    return string.pack("<I8", len or #header) .. header .. (data or "")
+  end
+  local ST_HEADER = '{"__metadata__":{"format":"pt"},'
+    .. '"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},'
+    .. '"b":{"dtype":"I64","shape":[2],"data_offsets":[24,40]},'
+    .. '"h":{"dtype":"F16","shape":[3],"data_offsets":[40,46]},'
+    .. '"m":{"dtype":"BOOL","shape":[2],"data_offsets":[46,48]},'
+    .. '"e":{"dtype":"U8","shape":[0,4],"data_offsets":[48,48]},'
+    .. '"s":{"dtype":"BF16","shape":[],"data_offsets":[48,50]}}'
+  local ST_DATA = string.rep("\0\0\128\63", 6) .. string.pack("<i8<i8", 7, -3)
+    .. "\0\60\0\192\0\56" .. "\1\0" .. "\128\63"
+  local ST_VALID = st_file(ST_HEADER, ST_DATA)
+  local ST_MUTATED = tmpdir .. "/mut.safetensors"
+  local ST_TOKENS = { "-1", "0", "1", "8", "24", "50", "1e3", "2.5", "99999999999999999999",
+    "4611686018427387904", "18446744073709551615", "9223372036854775807", "null", "true",
+    '"x"', "[]", "{}", "[0,0]", "[1,2,3]", '"F32"', '"I8"', '"BF16"', '"__metadata__"' }
+  local ST_DTYPES = { "F32", "F64", "I32", "I64", "U8", "BOOL", "F16", "BF16", "I8", "U16",
+    "F8_E4M3", "float32", "", "bogus" }
+  local ST_BYTES = { "{", "}", "[", "]", ",", ":", '"', "\\", "\0", "\255", "\192\128", " ",
+    "\n", "-", "e", "\\u0000" }
+  -- A random header: entries with random dtypes, shapes and offsets (gaps, overlaps,
+  -- huge sizes), sometimes metadata, sometimes a duplicate key.
+  local function st_random_header()
+    local items, offset = {}, 0
+    for k = 1, R:int(0, 4) do
+      local dt = R:pick(ST_DTYPES)
+      local shape = {}
+      for d = 1, R:weighted({ { 3, 0 }, { 5, 1 }, { 4, 2 }, { 1, 17 } }) do
+        shape[d] = R:chance(0.9) and R:int(0, 4) or R:pick({ 1 << 40, 1 << 62, -1 })
+      end
+      local n = 1
+      for _, v in ipairs(shape) do n = n * v end
+      local size = ({ F32 = 4, F64 = 8, I32 = 4, I64 = 8, U8 = 1, BOOL = 1, F16 = 2, BF16 = 2 })[dt] or 1
+      local b = R:chance(0.8) and offset or R:int(0, 60)
+      local e = R:chance(0.9) and b + n * size or R:int(0, 60)
+      offset = e
+      local name = R:chance(0.9) and ("t" .. k) or R:pick({ "t1", "", "__metadata__", "a\\u0000" })
+      items[#items + 1] = string.format('"%s":{"dtype":"%s","shape":[%s],"data_offsets":[%d,%d]}',
+        name, dt, table.concat(shape, ","), b, e)
+    end
+    if R:chance(0.3) then
+      items[#items + 1] = R:pick({ '"__metadata__":{"a":"b"}', '"__metadata__":{"a":1}',
+        '"__metadata__":null', '"__metadata__":[]', '"__metadata__":{"a":"b","a":"c"}' })
+    end
+    return "{" .. table.concat(items, ",") .. "}", offset
+  end
+  -- The valid file with one to three mutations: bytes, the length field, the header's
+  -- text (tokens, dtypes, punctuation), the data's length, or a random header.
+  local function st_mutate()
+    local header, data, len = ST_HEADER, ST_DATA, nil
+    for _ = 1, R:int(1, 3) do
+      local r = R:float()
+      if r < 0.15 then             -- a random header over random data
+        local n
+        header, n = st_random_header()
+        local fits = math.type(n) == "integer" and n >= 0 and n <= 4096
+        data = string.rep("\1", (fits and R:chance(0.7)) and n or R:int(0, 64))
+      elseif r < 0.35 then         -- a number, a string or a value replaced by a token
+        local spots = {}
+        for pos, tok in header:gmatch("()(%-?%d+)") do spots[#spots + 1] = { pos, #tok } end
+        for pos, tok in header:gmatch('()("[^"]*")') do spots[#spots + 1] = { pos, #tok } end
+        if #spots > 0 then
+          local sp = R:pick(spots)
+          header = header:sub(1, sp[1] - 1) .. R:pick(ST_TOKENS) .. header:sub(sp[1] + sp[2])
+        end
+      elseif r < 0.45 then         -- a dtype replaced
+        header = header:gsub('"dtype":"%w*"', function(m)
+          return R:chance(0.3) and '"dtype":"' .. R:pick(ST_DTYPES) .. '"' or m
+        end)
+      elseif r < 0.6 then          -- punctuation inserted or a byte deleted
+        local at = R:int(1, #header + 1)
+        if R:chance(0.5) then header = header:sub(1, at - 1) .. R:pick(ST_BYTES) .. header:sub(at)
+        else header = header:sub(1, at - 1) .. header:sub(at + 1) end
+      elseif r < 0.64 then         -- an entry duplicated
+        local first = header:match('^{("[^"]*":%b{})')
+        if first then header = "{" .. first .. "," .. header:sub(2) end
+      elseif r < 0.7 then          -- one tensor's offsets moved, its size kept (gaps, overlaps)
+        local shift = R:pick({ -8, -2, -1, 1, 2, 8, 24 })
+        local k, target = 0, R:int(1, 6)
+        header = header:gsub('"data_offsets":%[(%d+),(%d+)%]', function(b, e)
+          k = k + 1
+          if k ~= target then return nil end
+          return string.format('"data_offsets":[%d,%d]', b + shift, e + shift)
+        end)
+      elseif r < 0.78 then         -- the length field
+        len = R:pick({ 0, 1, 7, #header - 1, #header + 1, #header + #data + 1, 100000001,
+                       -1, 1 << 62, math.maxinteger, R:int(0, 200) })
+      elseif r < 0.9 then          -- the data cut or grown
+        if R:chance(0.5) then data = data:sub(1, R:int(0, #data)) else data = data .. string.rep("\0", R:int(1, 9)) end
+      else                         -- header padding (valid) or junk after the JSON
+        header = header .. R:pick({ "    ", "\t\n", "x", "\0", "}" })
+      end
+    end
+    local bytes = st_file(header, data, len)
+    if R:chance(0.1) then          -- raw byte flips over the whole file
+      local t = { bytes:byte(1, -1) }
+      for _ = 1, R:int(1, 4) do
+        if #t > 0 then t[R:int(1, #t)] = R:int(0, 255) end
+      end
+      bytes = string.char(table.unpack(t))
+    end
+    if R:chance(0.05) then bytes = bytes:sub(1, R:int(0, 12)) end   -- shorter than a length
+    return bytes
+  end
+  if made_dir then
+    write_file("valid.safetensors", ST_VALID)
+    write_file("empty.safetensors", "")
+  end
+  local ST_SAVE_PATHS = { tmpdir .. "/a.safetensors", tmpdir .. "/b.safetensors", tmpdir,
+                          tmpdir .. "/no/such/dir/x.safetensors",
+                          tmpdir .. "/" .. ("x"):rep(300) .. ".safetensors", "" }
+  local ST_LOAD_PATHS = { tmpdir .. "/a.safetensors", tmpdir .. "/b.safetensors",
+                          tmpdir .. "/valid.safetensors", tmpdir .. "/empty.safetensors",
+                          ST_MUTATED, tmpdir, tmpdir .. "/missing.safetensors",
+                          tmpdir .. "/short_ok.npy", "" }
   local function cleanup_files()
     for _, p in ipairs(SAVE_PATHS) do if p ~= tmpdir and p ~= "" then os.remove(p) end end
     for _, p in ipairs(LOAD_PATHS) do if p ~= tmpdir and p ~= "" then os.remove(p) end end
+    for _, p in ipairs(ST_SAVE_PATHS) do if p ~= tmpdir and p ~= "" then os.remove(p) end end
+    for _, p in ipairs(ST_LOAD_PATHS) do if p ~= tmpdir and p ~= "" then os.remove(p) end end
     os.remove(tmpdir)
   end
 
@@ -420,9 +545,11 @@ function M.run(opts)
     1 << 31, (1 << 31) - 1, 1 << 32, -(1 << 31), 1 << 50, 2.0 ^ 50, 1e300, -1e300, 1e-300,
     5e-324, 16, 17, 64, 100, math.pi,
   }
-  local DTYPES = { "float32", "float64", "int32", "int64", "bool", "uint8" }
+  local DTYPES = { "float32", "float64", "int32", "int64", "bool", "uint8", "float16", "bfloat16" }
+  local FLOAT_DTYPES = { "float32", "float64", "float16", "bfloat16" }
+  local FLOAT_SET = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
   local DEVICES = has_gpu and { "cpu", "gpu", "gpu:0" } or { "cpu" }
-  local BAD_NAMES = { "", "x", "float16", "bfloat16", "bool", "gpu:1", "gpu:99", "gpu:-1",
+  local BAD_NAMES = { "", "x", "float8", "half", "bool", "gpu:1", "gpu:99", "gpu:-1",
                       "gpu:", "gpu:0x1", "gpu:99999999999", "cuda", "CPU", "cpu ", "gpu:0\0",
                       "3", "-1", "1e300", "nan", " 0x10 ", "%s%n%d", ("x"):rep(1000) }
   local CYCLE = {}
@@ -529,7 +656,7 @@ function M.run(opts)
     if r < 0.35 then return nil end
     local o = {}
     if R:chance(0.8) then
-      o.dtype = float_only and R:pick({ "float32", "float64" }) or R:pick(DTYPES)
+      o.dtype = float_only and R:pick(FLOAT_DTYPES) or R:pick(DTYPES)
     end
     if R:chance(0.4) then o.device = R:pick(DEVICES) end
     return o
@@ -589,10 +716,25 @@ function M.run(opts)
   }
   GUARDS.zeros, GUARDS.ones, GUARDS.rand, GUARDS.randn =
     any_shape_ok, any_shape_ok, any_shape_ok, any_shape_ok
+  -- the creation functions that take a count: a mutated count of 2^31 (a float32 tensor
+  -- of 8 GiB, which ASan's 8192 MB cap lets through) would run for minutes
+  local function count_ok(v)
+    local c = as_integer(v)
+    return c == nil or elems_ok(c)
+  end
+  GUARDS.linspace = function(a) return count_ok(a[3]) end
+  GUARDS.logspace = function(a) return count_ok(a[3]) end
+  GUARDS.randperm = function(a) return count_ok(a[1]) end
+  GUARDS.eye = function(a)
+    local r, c = as_integer(a[1]), as_integer(a[2])
+    if r == nil then return true end
+    return elems_ok((r + 0.0) * (c or r))
+  end
+  GUARDS.arange = GUARDS.range
 
   -- ------------------------------------------------------------- result checks
   local DTYPE_SET = { float32 = true, float64 = true, int32 = true, int64 = true, bool = true,
-                      uint8 = true }
+                      uint8 = true, float16 = true, bfloat16 = true }
 
   local DEFERRED = { "gather", "take", "index_select", "scatter_", "index_add_", "scatter_add_",
                      "index_fill_", "index_copy_" }
@@ -1270,7 +1412,7 @@ function M.run(opts)
   end
   local function g_matmul_other(a, shape, self)
     local dt = tdtype(self)
-    if dt ~= "float32" and dt ~= "float64" then dt = "float32" end
+    if not FLOAT_SET[dt] then dt = "float32" end
     if R:chance(0.2) then dt = R:pick(DTYPES) end
     local k = shape[#shape] or 2
     local s
@@ -1301,7 +1443,7 @@ function M.run(opts)
   -- dtype mostly (integers must be refused), sometimes a shape that cannot fit
   local function g_float_of(self)
     local dt = tdtype(self)
-    if dt ~= "float32" and dt ~= "float64" then dt = "float32" end
+    if not FLOAT_SET[dt] then dt = "float32" end
     if R:chance(0.15) then dt = R:pick(DTYPES) end
     return dt
   end
@@ -1375,7 +1517,7 @@ function M.run(opts)
                 return op .. " gave shape " .. list_str(geom(res[1])) .. " for " .. list_str(shape)
               end
               local d = tdtype(res[1])
-              if SCAN_RESULT[op] and d ~= "float32" and d ~= "float64" and d ~= SCAN_RESULT[op] then
+              if SCAN_RESULT[op] and not FLOAT_SET[d] and d ~= SCAN_RESULT[op] then
                 return op .. " gave " .. tostring(d)
               end
               if op == "cummax" or op == "cummin" then
@@ -1405,7 +1547,7 @@ function M.run(opts)
             elseif r < 0.7 then
               a[2] = make_tensor_shaped(#shape == 2 and { n } or {}, R:pick({ "int64", "int32", "uint8", "bool" }), tdevice(logits))
             else
-              a[2] = make_tensor_shaped(shape, R:pick({ "float32", "float64" }), tdevice(logits))
+              a[2] = make_tensor_shaped(shape, R:pick(FLOAT_DTYPES), tdevice(logits))
             end
             if R:chance(0.5) then
               a.n = 3
@@ -1752,6 +1894,61 @@ function M.run(opts)
           gen = function(a)
             a.n = 1; a[1] = R:pick(LOAD_PATHS)
             if R:chance(0.3) then a.n = 2; a[2] = g_opts() end
+          end }
+  -- safetensors: saves of pool tensors under odd names with odd metadata (sometimes junk
+  -- keys and values), loads of saved, valid, missing and freshly mutated files
+  local ST_NAMES = { "w", "layer.0.weight", "", "é", "x", ("n"):rep(300), "q\"uote\n" }
+  local ST_BAD_NAMES = { "__metadata__", "a\0b", "\255", "\192\128" }
+  local function g_st_metadata()
+    local r = R:float()
+    if r < 0.5 then return { format = R:pick({ "pt", "", "\0", "é", ("v"):rep(200) }) } end
+    if r < 0.7 then
+      return { [R:pick(R:chance(0.8) and ST_NAMES or ST_BAD_NAMES)] = R:pick({ "v", "\255", "a\0b" }) }
+    end
+    local m = {}
+    local k, v = g_junk(), g_junk()
+    if k ~= nil and k == k then m[k] = v end
+    return m
+  end
+  entry { name = "save_safetensors", kind = "module", ret = "any", weight = 2,
+          gen = function(a)
+            a.n = 2; a[1] = R:pick(R:chance(0.7) and { ST_SAVE_PATHS[1], ST_SAVE_PATHS[2] } or ST_SAVE_PATHS)
+            local t = {}
+            for _ = 1, R:int(0, 4) do
+              local r = R:float()
+              local name = r < 0.9 and R:pick(ST_NAMES) or r < 0.95 and R:pick(ST_BAD_NAMES) or g_junk()
+              local v = R:chance(0.85) and pool_pick() or g_junk()
+              if name ~= nil and name == name then t[name] = v end
+            end
+            a[2] = R:chance(0.9) and t or g_junk()
+            if R:chance(0.5) then a.n = 3; a[3] = R:chance(0.85) and g_st_metadata() or g_junk() end
+          end }
+  entry { name = "load_safetensors", kind = "module", ret = "any", weight = 6,
+          gen = function(a)
+            a.n = 1
+            if R:chance(0.75) then
+              write_file("mut.safetensors", st_mutate())
+              a[1] = ST_MUTATED
+            else
+              a[1] = R:pick(ST_LOAD_PATHS)
+            end
+            if R:chance(0.3) then a.n = 2; a[2] = g_opts() end
+          end,
+          expect = function(_, _, res)
+            local t, m = res[1], res[2]
+            if res.n ~= 2 or type(t) ~= "table" or type(m) ~= "table" then
+              return "returned " .. res.n .. " values: " .. type(t) .. ", " .. type(m)
+            end
+            for k, v in pairs(t) do
+              if type(k) ~= "string" then return "a tensor name is a " .. type(k) end
+              local p = tensor_problem(v) or read_problem(v)
+              if p then return "tensor '" .. k .. "': " .. p end
+            end
+            for k, v in pairs(m) do
+              if type(k) ~= "string" or type(v) ~= "string" then
+                return "metadata maps a " .. type(k) .. " to a " .. type(v)
+              end
+            end
           end }
   -- issue 12: slicing, shape ops, splitting, creation and joining (their results are
   -- checked for a sane geometry; the errors must name the function)
@@ -2268,10 +2465,10 @@ function M.run(opts)
                                { 1, "empty" }, { 1, "range" } })
     local args
     if maker == "rand" then
-      if dtype ~= "float32" and dtype ~= "float64" then maker = "randn"; o.dtype = "float64" end
+      if not FLOAT_SET[dtype] then maker = "randn"; o.dtype = "float64" end
       args = pack(shape, o)
     elseif maker == "randint" then
-      if dtype == "float32" or dtype == "float64" then o.dtype = "int64" end
+      if FLOAT_SET[dtype] then o.dtype = "int64" end
       if dtype == "bool" then args = pack(0, 1, shape, o)
       elseif dtype == "uint8" then args = pack(0, 255, shape, o)
       else args = pack(-3, 9, shape, o) end
@@ -2399,6 +2596,11 @@ function M.run(opts)
       -- save/load only ever get paths in the temporary directory
       if e.name == "save" or e.name == "load" then
         if type(args[1]) == "string" or type(args[1]) == "number" then args[1] = R:pick(LOAD_PATHS) end
+      end
+      if (e.name == "save_safetensors" or e.name == "load_safetensors")
+         and (type(args[1]) == "number" or (type(args[1]) == "string" and args[1] ~= ""
+              and args[1] ~= tmpdir and args[1]:sub(1, #tmpdir + 1) ~= tmpdir .. "/")) then
+        args[1] = R:pick(ST_LOAD_PATHS)
       end
       local guard = e.kind == "module" and GUARDS[e.name]
       if ok_gen ~= false and (not guard or guard(args)) then attempt(e, form, args) end
