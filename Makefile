@@ -289,11 +289,16 @@ embed: $(EMBED)
 # state uses, frees and collects the tensors, some held past lua_close. Any report fails.
 tsan-build:
 	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) CUDA=0 CFLAGS="-O1 -g $(TSAN_FLAGS)" \
-	  LDFLAGS="$(TSAN_FLAGS)" $(TSAN_BUILD)/embed
+	  LDFLAGS="$(TSAN_FLAGS)" $(TSAN_BUILD)/embed $(TSAN_BUILD)/qlua
 
+# Then the CPU thread pool (issue 15) under TSan: its spec runs every pooled op family on
+# 1, 2, 3 and 8 threads, with 4 threads by default.
 tsan: tsan-build
 	@echo "make tsan: $(TSAN_BUILD)/embed --threads $(TSAN_N) under ThreadSanitizer"; \
 	$(TSAN_ENV) $(TSAN_BUILD)/embed --threads $(TSAN_N); rc=$$?; \
+	echo "make tsan: the CPU thread pool (spec/cpu_threads_spec.lua) under ThreadSanitizer"; \
+	$(TSAN_ENV) QLUA_NUM_THREADS=4 QLUA=$(abspath $(TSAN_BUILD))/qlua $(TSAN_BUILD)/qlua \
+	  spec/run.lua spec/cpu_threads_spec.lua || rc=$$?; \
 	echo "make tsan: $$([ $$rc = 0 ] && echo clean || echo "FAILED (status $$rc)")"; exit $$rc
 # ==== end of reliability ==================================================================
 

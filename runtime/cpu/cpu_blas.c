@@ -15,9 +15,9 @@
 ** libopenblas.so.0, then libblas.so.3 (any CBLAS). Loading also keeps the library's own
 ** start-up cost (its thread pool) out of processes that never multiply.
 **
-** Threads: OpenBLAS's pool is sized to qlua's (OPENBLAS_NUM_THREADS for the load, unless
-** the user set it or OMP_NUM_THREADS; then cpu_blas_set_threads, from
-** qlua.set_num_threads), so the two never ask for more threads than cores between them.
+** Threads: OpenBLAS's pool is sized to qlua's (OPENBLAS_NUM_THREADS for the load, then
+** cpu_blas_set_threads, from qlua.set_num_threads), so the two never ask for more threads
+** than cores between them; a user's OPENBLAS_NUM_THREADS or OMP_NUM_THREADS wins.
 */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -32,6 +32,7 @@ static cpu_blas_api cpu_blas;
 static pthread_once_t cpu_blas_once = PTHREAD_ONCE_INIT;
 static char cpu_blas_error[256];
 static const char *cpu_blas_core = NULL;  /* the kernel set asked for, or NULL */
+static bool cpu_blas_user_threads = false;  /* OPENBLAS_NUM_THREADS/OMP_NUM_THREADS given */
 
 /* OpenBLAS's name for this CPU's best kernel set that 0.3.21 has, or NULL. */
 static const char *cpu_blas_coretype(void) {
@@ -52,7 +53,8 @@ static void cpu_blas_load(void) {
   bool set_core = getenv("OPENBLAS_CORETYPE") == NULL && (cpu_blas_core = cpu_blas_coretype()) != NULL;
   if (set_core) setenv("OPENBLAS_CORETYPE", cpu_blas_core, 0);
   /* OpenBLAS starts its pool at load: with qlua's size (unless the user sized it) */
-  bool set_threads = getenv("OPENBLAS_NUM_THREADS") == NULL && getenv("OMP_NUM_THREADS") == NULL;
+  cpu_blas_user_threads = getenv("OPENBLAS_NUM_THREADS") != NULL || getenv("OMP_NUM_THREADS") != NULL;
+  bool set_threads = !cpu_blas_user_threads;
   if (set_threads) {
     char n[16];
     snprintf(n, sizeof n, "%d", cpu_threads());
@@ -103,9 +105,10 @@ const cpu_blas_api *cpu_blas_get(qt_err *err) {
   return &cpu_blas;
 }
 
-/* Sizes OpenBLAS's pool to n when it is loaded (else the load does, from cpu_threads). */
+/* Sizes OpenBLAS's pool to n when it is loaded (else the load does, from cpu_threads),
+** unless the user sized it with OPENBLAS_NUM_THREADS or OMP_NUM_THREADS. */
 void cpu_blas_set_threads(int n) {
-  if (cpu_blas.set_num_threads != NULL) cpu_blas.set_num_threads(n);
+  if (cpu_blas.set_num_threads != NULL && !cpu_blas_user_threads) cpu_blas.set_num_threads(n);
 }
 
 const char *cpu_blas_corename(void) {

@@ -103,7 +103,11 @@ static inline void cpu_walk_par(const qt_view *const *views, int nviews, cpu_row
 ** elementwise, C's rules keep the order of every float operation (the files are ISO C,
 ** so GCC contracts no a*b+c into an FMA), and reductions keep their explicit
 ** accumulator trees. QLUA_NO_MULTIVERSION (make CFLAGS=-DQLUA_NO_MULTIVERSION) builds
-** the baseline only. */
+** the baseline only, as the sanitizer builds do (an ifunc resolver runs while the program
+** is relocated, before the sanitizer's runtime is up, and crashes under TSan). */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define QLUA_NO_MULTIVERSION 1
+#endif
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(QLUA_NO_MULTIVERSION)
 #define CPU_MULTIVERSION __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
