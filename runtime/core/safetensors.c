@@ -296,9 +296,9 @@ static int st_parse_metadata(const st_reader *r, const json_t *meta, qt_safetens
   out->meta = calloc(n, sizeof *out->meta);
   if (out->meta == NULL) return st_fail(r, "out of host memory");
   const char *key;
-  size_t key_len;
   json_t *value;
-  json_object_keylen_foreach((json_t *)meta, key, key_len, value) {
+  json_object_foreach((json_t *)meta, key, value) {
+    size_t key_len = strlen(key);  /* jansson refuses a NUL in a key */
     st_shown sk;
     if (!json_is_string(value))
       return st_fail(r, "__metadata__ value of '%s' is not a string",
@@ -343,9 +343,9 @@ static int st_parse_header(const st_reader *r, const char *text, size_t n, uint6
   *items_out = items;
   size_t k = 0;
   const char *key;
-  size_t key_len;
   json_t *value;
-  json_object_keylen_foreach(root, key, key_len, value) {
+  json_object_foreach(root, key, value) {
+    size_t key_len = strlen(key);  /* jansson refuses a NUL in a key */
     if (key_len == 12 && memcmp(key, "__metadata__", 12) == 0) {
       if (st_parse_metadata(r, value, out)) return -1;
       continue;
@@ -606,7 +606,9 @@ static int st_compare_pair_refs(const void *pa, const void *pb) {
 }
 
 /* The JSON header, unpadded: "__metadata__" first (keys sorted), then the tensors in file
-** order, each as {"dtype", "shape", "data_offsets"}. jansson keeps insertion order. */
+** order, each as {"dtype", "shape", "data_offsets"}. jansson keeps insertion order. Only
+** calls jansson 2.10 has are used (Debian 11 has 2.13, Debian 12 2.14): names and keys,
+** checked to hold no NUL, are passed as C strings. */
 static json_t *st_build_header(const st_out *outs, size_t n, const qt_st_pair *const *metas,
                                size_t nmeta) {
   json_t *root = json_object();
@@ -616,8 +618,7 @@ static json_t *st_build_header(const st_out *outs, size_t n, const qt_st_pair *c
     if (json_object_set_new(root, "__metadata__", m) != 0) goto fail;
     for (size_t k = 0; k < nmeta; k++) {
       const qt_st_pair *p = metas[k];
-      if (json_object_setn_new(m, p->key.bytes, p->key.len,
-                               json_stringn(p->value.bytes, p->value.len)) != 0)
+      if (json_object_set_new(m, p->key.bytes, json_stringn(p->value.bytes, p->value.len)) != 0)
         goto fail;
     }
   }
@@ -626,7 +627,7 @@ static json_t *st_build_header(const st_out *outs, size_t n, const qt_st_pair *c
     const qt_st_entry *e = outs[k].entry;
     const qt_tensor *t = e->source;
     json_t *entry = json_object(), *shape = json_array(), *offsets = json_array();
-    if (json_object_setn_new(root, e->name.bytes, e->name.len, entry) != 0) {
+    if (json_object_set_new(root, e->name.bytes, entry) != 0) {
       json_decref(shape);
       json_decref(offsets);
       goto fail;

@@ -44,7 +44,7 @@
 extern "C" {
 #endif
 
-/* A byte string: len bytes at bytes, followed by a '\0' (when owned by qt_safetensors). */
+/* A byte string: len bytes at bytes, followed by a '\0' (as Lua's strings are). */
 typedef struct qt_st_string {
   const char *bytes;
   size_t len;
