@@ -537,6 +537,10 @@ case("chunk gives ceil(size / n) per piece, possibly fewer pieces", function(dev
   assert.equal(3, #e)                     -- a size-0 dim: n empty pieces, as PyTorch
   T.assert_shape(e[3], { 2, 0 })
   T.assert_error(function() return t:chunk(0) end, "chunk", "0 chunks")
+  -- n empty pieces of an empty dim, up to a bound (the fuzzer's chunk(2^31 - 1) built a
+  -- 2^31-entry table)
+  T.assert_error(function() return qlua.zeros({ 4, 0 }, { device = dev }):chunk(2147483647, 2) end,
+    "chunk", "pieces are too many")
   T.assert_error(function() return t:chunk(2, 2) end, "chunk", "dim 2")
 end)
 

@@ -171,9 +171,15 @@ static int t_repeat_tensor(lua_State *L) {
 }
 
 /* Pushes a list of narrow views of t along dim: pieces of the given lengths. */
+#define QLUA_MAX_PIECES (1 << 24)
+
 static void t_pushpieces(lua_State *L, qt_ctx *ctx, const qt_tensor *t, int dim, int64_t count,
                          int64_t piece, const int64_t *lengths, const char *op) {
-  if (count > INT32_MAX) luaL_error(L, "%s: %I pieces are too many", op, (lua_Integer)count);
+  /* a bound well below what a table can hold: chunk(2^31 - 1) of an empty dim would
+  ** otherwise build a 2^31-entry table of empty views */
+  if (count > QLUA_MAX_PIECES)
+    luaL_error(L, "%s: %I pieces are too many (at most %d)", op, (lua_Integer)count,
+               QLUA_MAX_PIECES);
   lua_createtable(L, (int)count, 0);
   int64_t start = 0, n = t->size[dim];
   for (int64_t k = 0; k < count; k++) {

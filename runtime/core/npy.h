@@ -11,8 +11,8 @@
 ** file or directory"); a failed load leaves `out` holding nothing. A path longer than 120
 ** bytes is shown as its head and tail around "...", so the reason always fits.
 **
-** save is all or nothing: a regular file (or a new one) is written to a temporary file in
-** the same directory, fsync'd and renamed into place, so a failed save leaves the old
+** save is all or nothing (through files.c's qt_file_save, which safetensors.c shares): a
+** regular file (or a new one) is written to a temporary file in the same directory, fsync'd and renamed into place, so a failed save leaves the old
 ** file as it was and a reader never sees half a file. Symlinks are followed to their
 ** final target, which is replaced (the links stay links). The replaced file keeps its
 ** permission bits (owner and group too, where the caller may set them); a new one gets
