@@ -153,11 +153,169 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
 #define CPU_GT(x, b) ((x) > (b))
 #define CPU_LT(x, b) ((x) < (b))
 
+/* ---- float32 max/min and argmax/argmin of a contiguous run, with vector instructions.
+** GCC does not vectorize the generic runs below for float32 (a select reduction with a
+** NaN flag beside it); these are written with SSE2 (every x86-64) and AVX-512F (picked at
+** run time) and compute exactly what the generic runs do: the best non-NaN value (ties:
+** any, the caller fixes a zero's sign) or its first position (ties: the smallest), and
+** whether a NaN was seen. maxps/minps return their second operand when either is NaN,
+** which is the generic `better(v, m) ? v : m`. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define CPU_SIMD_F32(x) _Generic((x), const float *: 1, default: 0)
+
+static float cpu_f32_best_sse2(const float *x, int64_t n, int is_max, int *has_nan) {
+  __m128 m = _mm_set1_ps(x[0]), bad = _mm_setzero_ps();
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    __m128 v = _mm_loadu_ps(x + i);
+    m = is_max ? _mm_max_ps(v, m) : _mm_min_ps(v, m);
+    bad = _mm_or_ps(bad, _mm_cmpunord_ps(v, v));
+  }
+  float lane[4];
+  _mm_storeu_ps(lane, m);
+  int nan = _mm_movemask_ps(bad) != 0;
+  float best = lane[0];
+  for (int k = 1; k < 4; k++) best = (is_max ? lane[k] > best : lane[k] < best) ? lane[k] : best;
+  for (; i < n; i++) {
+    float v = x[i];
+    best = (is_max ? v > best : v < best) ? v : best;
+    nan |= v != v;
+  }
+  *has_nan = nan;
+  return best;
+}
+
+__attribute__((target("avx512f"))) static float cpu_f32_best_avx512(const float *x, int64_t n,
+                                                                     int is_max, int *has_nan) {
+  __m512 m0 = _mm512_set1_ps(x[0]), m1 = m0;
+  __mmask16 bad = 0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+    m0 = is_max ? _mm512_max_ps(v0, m0) : _mm512_min_ps(v0, m0);
+    m1 = is_max ? _mm512_max_ps(v1, m1) : _mm512_min_ps(v1, m1);
+    bad |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q);
+  }
+  float lane[32];
+  _mm512_storeu_ps(lane, m0);
+  _mm512_storeu_ps(lane + 16, m1);
+  int nan = bad != 0;
+  float best = lane[0];
+  for (int k = 1; k < 32; k++) best = (is_max ? lane[k] > best : lane[k] < best) ? lane[k] : best;
+  for (; i < n; i++) {
+    float v = x[i];
+    best = (is_max ? v > best : v < best) ? v : best;
+    nan |= v != v;
+  }
+  *has_nan = nan;
+  return best;
+}
+
+static float cpu_f32_best(const float *x, int64_t n, int is_max, int *has_nan) {
+#if !defined(__SANITIZE_ADDRESS__)
+  if (__builtin_cpu_supports("avx512f")) return cpu_f32_best_avx512(x, n, is_max, has_nan);
+#endif
+  return cpu_f32_best_sse2(x, n, is_max, has_nan);
+}
+
+/* The first position of the best non-NaN value: per lane the first best (strictly
+** better replaces), then the lanes merged by value, ties by the smaller position. */
+static int64_t cpu_f32_arg_sse2(const float *x, int64_t n, int is_max, int *has_nan) {
+  int64_t i = 0;
+  int nan = 0;
+  float best = x[0];
+  int64_t best_at = 0;
+  if (n >= 8) {
+    __m128 m = _mm_loadu_ps(x), bad = _mm_cmpunord_ps(m, m);
+    __m128i at = _mm_setr_epi32(0, 1, 2, 3), idx = at, four = _mm_set1_epi32(4);
+    for (i = 4; i + 4 <= n; i += 4) {
+      __m128 v = _mm_loadu_ps(x + i);
+      idx = _mm_add_epi32(idx, four);
+      __m128 take = is_max ? _mm_cmpgt_ps(v, m) : _mm_cmplt_ps(v, m);
+      m = _mm_or_ps(_mm_and_ps(take, v), _mm_andnot_ps(take, m));
+      __m128i ti = _mm_castps_si128(take);
+      at = _mm_or_si128(_mm_and_si128(ti, idx), _mm_andnot_si128(ti, at));
+      bad = _mm_or_ps(bad, _mm_cmpunord_ps(v, v));
+    }
+    float lane[4];
+    int32_t pos[4];
+    _mm_storeu_ps(lane, m);
+    _mm_storeu_si128((__m128i *)pos, at);
+    nan = _mm_movemask_ps(bad) != 0;
+    best = lane[0], best_at = pos[0];
+    for (int k = 1; k < 4; k++)
+      if ((is_max ? lane[k] > best : lane[k] < best) || (lane[k] == best && pos[k] < best_at))
+        best = lane[k], best_at = pos[k];
+    if (best != best) best = x[best_at];  /* a NaN first lane value: the caller rescans */
+  }
+  for (; i < n; i++) {
+    float v = x[i];
+    if (is_max ? v > best : v < best) best = v, best_at = i;
+    nan |= v != v;
+  }
+  *has_nan = nan;
+  return best_at;
+}
+
+__attribute__((target("avx512f"))) static int64_t cpu_f32_arg_avx512(const float *x, int64_t n,
+                                                                      int is_max, int *has_nan) {
+  int64_t i = 0;
+  int nan = 0;
+  float best = x[0];
+  int64_t best_at = 0;
+  if (n >= 32) {
+    __m512 m = _mm512_loadu_ps(x);
+    __mmask16 bad = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+    __m512i at = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i idx = at, step = _mm512_set1_epi32(16);
+    for (i = 16; i + 16 <= n; i += 16) {
+      __m512 v = _mm512_loadu_ps(x + i);
+      idx = _mm512_add_epi32(idx, step);
+      __mmask16 take = is_max ? _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ)
+                              : _mm512_cmp_ps_mask(v, m, _CMP_LT_OQ);
+      m = _mm512_mask_mov_ps(m, take, v);
+      at = _mm512_mask_mov_epi32(at, take, idx);
+      bad |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    }
+    float lane[16];
+    int32_t pos[16];
+    _mm512_storeu_ps(lane, m);
+    _mm512_storeu_si512((void *)pos, at);
+    nan = bad != 0;
+    best = lane[0], best_at = pos[0];
+    for (int k = 1; k < 16; k++)
+      if ((is_max ? lane[k] > best : lane[k] < best) || (lane[k] == best && pos[k] < best_at))
+        best = lane[k], best_at = pos[k];
+    if (best != best) best = x[best_at];
+  }
+  for (; i < n; i++) {
+    float v = x[i];
+    if (is_max ? v > best : v < best) best = v, best_at = i;
+    nan |= v != v;
+  }
+  *has_nan = nan;
+  return best_at;
+}
+
+static int64_t cpu_f32_arg(const float *x, int64_t n, int is_max, int *has_nan) {
+#if !defined(__SANITIZE_ADDRESS__)
+  if (__builtin_cpu_supports("avx512f")) return cpu_f32_arg_avx512(x, n, is_max, has_nan);
+#endif
+  return cpu_f32_arg_sse2(x, n, is_max, has_nan);
+}
+#else
+#define CPU_SIMD_F32(x) 0
+#define cpu_f32_best(x, n, is_max, has_nan) 0
+#define cpu_f32_arg(x, n, is_max, has_nan) 0
+#endif
+
 /* The best of a contiguous run (n >= 1) by BETTER, with eight independent lanes so the
 ** comparisons do not wait on each other, and whether the run holds a NaN (then the best
 ** is meaningless and the caller looks for the first NaN). */
 #define CPU_RUN_BEST(NAME, T, BETTER, HAS_NAN)                                           \
   static T NAME(const T *x, int64_t n, int *has_nan) {                                   \
+    if (CPU_SIMD_F32(x)) return (T)cpu_f32_best((const float *)x, n, BETTER(1, 0), has_nan); \
     T m[8];                                                                              \
     int bad = 0;                                                                         \
     for (int k = 0; k < 8; k++) m[k] = x[0];                                             \
@@ -203,6 +361,7 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
 ** NaN (then the caller looks for the first NaN instead). */
 #define CPU_RUN_ARG(NAME, T, BETTER, HAS_NAN)                                            \
   static int64_t NAME(const T *x, int64_t n, int *has_nan) {                             \
+    if (CPU_SIMD_F32(x)) return cpu_f32_arg((const float *)x, n, BETTER(1, 0), has_nan);  \
     enum { W = 16 };                                                                     \
     int32_t len = (int32_t)n, i = 0, best_at = 0;                                        \
     T best = x[0];                                                                       \
@@ -243,7 +402,7 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
 ** b == b) are constant for integers and compile away. A best that is NaN stays: no
 ** comparison with it is true, and only another NaN, the same value, replaces it. */
 #define CPU_COLUMNS_MAXMIN(NAME, SFX, T, BETTER)                                         \
-  static void cpu_columns_##NAME##_##SFX(const char *p, int64_t n, int64_t pos,          \
+  CPU_MULTIVERSION static void cpu_columns_##NAME##_##SFX(const char *p, int64_t n, int64_t pos,          \
                                          const cpu_columns_acc *columns) {               \
     const T *x = (const T *)p;                                                           \
     T *restrict best = (T *)columns->best;                                               \
@@ -254,7 +413,7 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
     }                                                                                    \
   }
 #define CPU_COLUMNS_ARG(NAME, SFX, T, BETTER)                                            \
-  static void cpu_columns_arg##NAME##_##SFX(const char *p, int64_t n, int64_t pos,       \
+  CPU_MULTIVERSION static void cpu_columns_arg##NAME##_##SFX(const char *p, int64_t n, int64_t pos,       \
                                             const cpu_columns_acc *columns) {            \
     const T *x = (const T *)p;                                                           \
     T *restrict best = (T *)columns->best;                                               \
