@@ -128,6 +128,73 @@ describe("the CPU thread pool", function()
     end)
   end)
 
+  -- the float32 runs have SSE2 and AVX-512 code of their own (rows of 64 and up take the
+  -- vector loops): against plain Lua, with ties, NaNs and signed zeros placed anywhere
+  it("max, min, argmax and argmin of long float32 rows match a plain-Lua reference", function()
+    local rows, n = 12, 1000
+    local data = {}
+    for r = 1, rows do
+      local row = {}
+      for j = 1, n do row[j] = ((j * 7919 + r * 104729) % 997) / 4 - 120 end  -- many ties
+      data[r] = row
+    end
+    data[2][700] = 0 / 0; data[2][301] = 0 / 0        -- NaNs: the first one wins
+    data[3][999] = 0 / 0
+    for j = 1, n do data[4][j] = 0.0 end              -- zeros of both signs
+    data[4][5] = -0.0; data[4][900] = 1e-30
+    for j = 1, n do data[5][j] = 5 end; data[5][n] = 6  -- the best in the tail
+    data[6][1] = 1e9                                   -- the best first
+    local x = qlua.tensor(data)
+    data = x:totable()  -- the float32 values the reference must see
+    for r = 1, rows do
+      local row = data[r]
+      local mx, mn, amx, amn, nan_at = row[1], row[1], 1, 1, nil
+      for j = 1, n do
+        local v = row[j]
+        if v ~= v then nan_at = nan_at or j end
+        if v > mx then mx, amx = v, j end
+        if v < mn then mn, amn = v, j end
+      end
+      local vmax, imax = x[r]:max(1)
+      local vmin, imin = x[r]:min(1)
+      if nan_at then
+        assert.is_true(vmax:item() ~= vmax:item(), "row " .. r .. ": max is not NaN")
+        assert.equal(nan_at, imax:item(), "row " .. r .. ": argmax of the first NaN")
+        assert.equal(nan_at, x[r]:argmin(1):item(), "row " .. r .. ": argmin of the first NaN")
+      else
+        assert.equal(mx, vmax:item(), "row " .. r .. ": max")
+        assert.equal(amx, imax:item(), "row " .. r .. ": argmax (first of the ties)")
+        assert.equal(mn, vmin:item(), "row " .. r .. ": min")
+        assert.equal(amn, imin:item(), "row " .. r .. ": argmin (first of the ties)")
+        assert.equal(mx, x[r]:max(), "row " .. r .. ": full max")
+        assert.equal(amx, x[r]:argmax(), "row " .. r .. ": full argmax")
+      end
+    end
+    local vs, is = x:max(2)
+    for r = 1, rows do assert.equal(x[r]:argmax(1):item(), is[r]) end
+    assert.equal(12, #vs)
+  end)
+
+  it("the SSE2 and AVX-512 reductions give the same results (QLUA_CPU_ISA)", function()
+    local code = [[
+qlua.seed(9)
+local x = qlua.randn(50, 777):to("float16"):to("float32")  -- coarse values: many ties
+x[{7, 100}] = 0 / 0
+local out = {}
+for _, op in ipairs({ "max", "min", "argmax", "argmin", "sum" }) do
+  for d = 1, 2 do
+    local r = x[op](x, d)
+    for _, v in ipairs(r:to("float64"):totable()) do out[#out + 1] = string.format("%.9g", v) end
+  end
+  out[#out + 1] = string.format("%.9g", x[op](x))
+end
+print(table.concat(out, " "))]]
+    local generic = child("QLUA_CPU_ISA=generic", code)
+    local best = child("", code)
+    assert.is_truthy(#generic > 1000, generic)
+    assert.equal(generic, best)
+  end)
+
   it("a full sum over many pieces matches a float64 reference", function()
     local n = 1000003
     local x = qlua.rand(n, { dtype = "float64" })

@@ -200,6 +200,11 @@ const char *cpu_half_isa(void) {
 
 const char *qt_cpu_simd_name(void) { return cpu_half_isa(); }
 
+int cpu_isa_level(void) {
+  const char *isa = cpu_half_isa();
+  return isa[0] == 'a' ? (isa[3] == '5' ? 2 : 1) : 0;
+}
+
 /* Strided rows gather into (or scatter from) a block and convert the block. */
 #define CPU_HALF_CHUNK 256
 

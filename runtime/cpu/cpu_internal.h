@@ -158,6 +158,9 @@ void cpu_f16_store(qt_f16 *dst, int64_t stride, int64_t n, const float *in);
 void cpu_bf16_store(qt_bf16 *dst, int64_t stride, int64_t n, const float *in);
 void cpu_bool_store(bool *dst, int64_t stride, int64_t n, const float *in);
 const char *cpu_half_isa(void);
+/* The hand-written vector code's level: 0 SSE2 only, 1 AVX2 (and F16C), 2 AVX-512F; the
+** CPU's, capped by QLUA_CPU_ISA (generic, avx2, avx512). */
+int cpu_isa_level(void);
 #define CPU_HALF_LOAD(src, stride, n, out) \
   _Generic((src), const qt_f16 *: cpu_f16_load, const qt_bf16 *: cpu_bf16_load)(src, stride, n, out)
 #define CPU_HALF_STORE(dst, stride, n, in) \

@@ -156,7 +156,7 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
 /* ---- float32 max/min and argmax/argmin of a contiguous run, with vector instructions.
 ** GCC does not vectorize the generic runs below for float32 (a select reduction with a
 ** NaN flag beside it); these are written with SSE2 (every x86-64) and AVX-512F (picked at
-** run time) and compute exactly what the generic runs do: the best non-NaN value (ties:
+** run time by cpu_isa_level, so QLUA_CPU_ISA=generic runs the SSE2 code) and compute exactly what the generic runs do: the best non-NaN value (ties:
 ** any, the caller fixes a zero's sign) or its first position (ties: the smallest), and
 ** whether a NaN was seen. maxps/minps return their second operand when either is NaN,
 ** which is the generic `better(v, m) ? v : m`. */
@@ -213,9 +213,7 @@ __attribute__((target("avx512f"))) static float cpu_f32_best_avx512(const float 
 }
 
 static float cpu_f32_best(const float *x, int64_t n, int is_max, int *has_nan) {
-#if !defined(__SANITIZE_ADDRESS__)
-  if (__builtin_cpu_supports("avx512f")) return cpu_f32_best_avx512(x, n, is_max, has_nan);
-#endif
+  if (cpu_isa_level() >= 2) return cpu_f32_best_avx512(x, n, is_max, has_nan);
   return cpu_f32_best_sse2(x, n, is_max, has_nan);
 }
 
@@ -264,27 +262,35 @@ __attribute__((target("avx512f"))) static int64_t cpu_f32_arg_avx512(const float
   int nan = 0;
   float best = x[0];
   int64_t best_at = 0;
-  if (n >= 32) {
-    __m512 m = _mm512_loadu_ps(x);
-    __mmask16 bad = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
-    __m512i at = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512i idx = at, step = _mm512_set1_epi32(16);
-    for (i = 16; i + 16 <= n; i += 16) {
-      __m512 v = _mm512_loadu_ps(x + i);
-      idx = _mm512_add_epi32(idx, step);
-      __mmask16 take = is_max ? _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ)
-                              : _mm512_cmp_ps_mask(v, m, _CMP_LT_OQ);
-      m = _mm512_mask_mov_ps(m, take, v);
-      at = _mm512_mask_mov_epi32(at, take, idx);
-      bad |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  if (n >= 64) {
+    /* two sets of 16 lanes (blocks of 32 elements: the first 16 and the second 16), so
+    ** that the compare-and-select chains of the two overlap */
+    __m512 m0 = _mm512_loadu_ps(x), m1 = _mm512_loadu_ps(x + 16);
+    __mmask16 bad = _mm512_cmp_ps_mask(m0, m0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(m1, m1, _CMP_UNORD_Q);
+    __m512i at0 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i at1 = _mm512_add_epi32(at0, _mm512_set1_epi32(16));
+    __m512i idx0 = at0, idx1 = at1, step = _mm512_set1_epi32(32);
+    for (i = 32; i + 32 <= n; i += 32) {
+      __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+      idx0 = _mm512_add_epi32(idx0, step);
+      idx1 = _mm512_add_epi32(idx1, step);
+      __mmask16 t0 = is_max ? _mm512_cmp_ps_mask(v0, m0, _CMP_GT_OQ) : _mm512_cmp_ps_mask(v0, m0, _CMP_LT_OQ);
+      __mmask16 t1 = is_max ? _mm512_cmp_ps_mask(v1, m1, _CMP_GT_OQ) : _mm512_cmp_ps_mask(v1, m1, _CMP_LT_OQ);
+      m0 = _mm512_mask_mov_ps(m0, t0, v0);
+      m1 = _mm512_mask_mov_ps(m1, t1, v1);
+      at0 = _mm512_mask_mov_epi32(at0, t0, idx0);
+      at1 = _mm512_mask_mov_epi32(at1, t1, idx1);
+      bad |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q);
     }
-    float lane[16];
-    int32_t pos[16];
-    _mm512_storeu_ps(lane, m);
-    _mm512_storeu_si512((void *)pos, at);
+    float lane[32];
+    int32_t pos[32];
+    _mm512_storeu_ps(lane, m0);
+    _mm512_storeu_ps(lane + 16, m1);
+    _mm512_storeu_si512((void *)pos, at0);
+    _mm512_storeu_si512((void *)(pos + 16), at1);
     nan = bad != 0;
     best = lane[0], best_at = pos[0];
-    for (int k = 1; k < 16; k++)
+    for (int k = 1; k < 32; k++)
       if ((is_max ? lane[k] > best : lane[k] < best) || (lane[k] == best && pos[k] < best_at))
         best = lane[k], best_at = pos[k];
     if (best != best) best = x[best_at];
@@ -299,9 +305,7 @@ __attribute__((target("avx512f"))) static int64_t cpu_f32_arg_avx512(const float
 }
 
 static int64_t cpu_f32_arg(const float *x, int64_t n, int is_max, int *has_nan) {
-#if !defined(__SANITIZE_ADDRESS__)
-  if (__builtin_cpu_supports("avx512f")) return cpu_f32_arg_avx512(x, n, is_max, has_nan);
-#endif
+  if (cpu_isa_level() >= 2) return cpu_f32_arg_avx512(x, n, is_max, has_nan);
   return cpu_f32_arg_sse2(x, n, is_max, has_nan);
 }
 #else
