@@ -27,7 +27,9 @@
 ** CUBLAS_COMPUTE_32F_FAST_TF32 when TF32 is allowed (qlua.set_tf32); float64 uses
 ** CUBLAS_COMPUTE_64F; float16 and bfloat16 (CUDA_R_16F, CUDA_R_16BF) use CUBLAS_COMPUTE_32F,
 ** which runs on the tensor cores and accumulates in float32, the result rounded into the
-** input dtype. The 16-bit types never take the small-product kernel: cuBLAS's tensor-core
+** input dtype. The handle keeps cuBLAS's default math mode, as PyTorch does, which lets a
+** split-K kernel add its partial sums in the 16-bit type (the baseline in bench/ runs the
+** same way). The 16-bit types never take the small-product kernel: cuBLAS's tensor-core
 ** kernels are what they are for, and their alpha and beta are float32.
 */
 #include <dlfcn.h>

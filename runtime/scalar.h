@@ -83,22 +83,28 @@ QT_HD qt_bf16 qt_bf16_from_f64(double d) { return qt_bf16_make(qt_f64_to_bf16_bi
 QT_HD qt_bf16 qt_bf16_from_bf16(qt_bf16 b) { return b; }
 QT_HD qt_bf16 qt_bf16_from_f16(qt_f16 h) { return qt_bf16_from_f32(qt_half_to_f32_f16(h)); }
 #ifdef __cplusplus
+/* QT_HD for the member functions below: `static inline` is not a member's specifier. */
+#ifdef __CUDACC__
+#define QT_HD_MEMBER __host__ __device__ __forceinline__
+#else
+#define QT_HD_MEMBER inline
+#endif
 QT_HD float qt_half_to_f32(qt_f16 h) { return qt_half_to_f32_f16(h); }
 QT_HD float qt_half_to_f32(qt_bf16 h) { return qt_half_to_f32_bf16(h); }
 template <typename TD> struct qt_half_from_;
 template <> struct qt_half_from_<qt_f16> {
-  static QT_HD qt_f16 from(float f) { return qt_f16_from_f32(f); }
-  static QT_HD qt_f16 from(double d) { return qt_f16_from_f64(d); }
-  static QT_HD qt_f16 from(qt_f16 h) { return h; }
-  static QT_HD qt_f16 from(qt_bf16 b) { return qt_f16_from_bf16(b); }
-  template <typename I> static QT_HD qt_f16 from(I i) { return qt_f16_from_f64((double)i); }
+  static QT_HD_MEMBER qt_f16 from(float f) { return qt_f16_from_f32(f); }
+  static QT_HD_MEMBER qt_f16 from(double d) { return qt_f16_from_f64(d); }
+  static QT_HD_MEMBER qt_f16 from(qt_f16 h) { return h; }
+  static QT_HD_MEMBER qt_f16 from(qt_bf16 b) { return qt_f16_from_bf16(b); }
+  template <typename I> static QT_HD_MEMBER qt_f16 from(I i) { return qt_f16_from_f64((double)i); }
 };
 template <> struct qt_half_from_<qt_bf16> {
-  static QT_HD qt_bf16 from(float f) { return qt_bf16_from_f32(f); }
-  static QT_HD qt_bf16 from(double d) { return qt_bf16_from_f64(d); }
-  static QT_HD qt_bf16 from(qt_bf16 b) { return b; }
-  static QT_HD qt_bf16 from(qt_f16 h) { return qt_bf16_from_f16(h); }
-  template <typename I> static QT_HD qt_bf16 from(I i) { return qt_bf16_from_f64((double)i); }
+  static QT_HD_MEMBER qt_bf16 from(float f) { return qt_bf16_from_f32(f); }
+  static QT_HD_MEMBER qt_bf16 from(double d) { return qt_bf16_from_f64(d); }
+  static QT_HD_MEMBER qt_bf16 from(qt_bf16 b) { return b; }
+  static QT_HD_MEMBER qt_bf16 from(qt_f16 h) { return qt_bf16_from_f16(h); }
+  template <typename I> static QT_HD_MEMBER qt_bf16 from(I i) { return qt_bf16_from_f64((double)i); }
 };
 #define QT_HALF_FROM(TD, x) (qt_half_from_<TD>::from(x))
 #else

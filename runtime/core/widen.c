@@ -15,6 +15,12 @@
 ** live for one call). A number bound for a 16-bit view (scatter's value, where's a or b)
 ** is rounded to that type first, so that going through float32 does not round twice.
 ** Uniform draws stay below 1 after rounding (wd_random).
+**
+** Two costs of the copies: an in-place slot (index_add_, scatter_add_) rounds its whole
+** destination back, so a bfloat16 NaN it did not touch comes back as the quiet NaN 0x7fc0
+** with its sign (float32 to bfloat16 makes every NaN that, as ml_dtypes does; float16
+** keeps its payloads); and the copies are the device's memory, not retried after a
+** garbage collection the way the core's own allocations are.
 */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -281,7 +287,8 @@ static int wd_unique(qt_device *dev, const qt_view *uniques, const qt_view *inve
 static int wd_bincount(qt_device *dev, const qt_view *dst, const qt_view *src,
                        const qt_view *weights, qt_err *err) {
   if (!wide_any(dst, weights, NULL, NULL)) return dev->native->bincount(dev, dst, src, weights, err);
-  WIDEN_BODY(2, OUT(0, dst) || IN(1, weights),
+  /* the slot adds into dst, which the core has zeroed: it is read too */
+  WIDEN_BODY(2, IN(0, dst) || IN(1, weights),
              dev->native->bincount(dev, V(0), src, V(1), err), PUT(0))
 }
 
