@@ -336,6 +336,13 @@ int cpu_searchsorted(qt_device *dev, const qt_view *dst, const qt_view *sorted,
    QT_SLOT_BIT(QT_SLOT_INDEX_COPY) | QT_SLOT_BIT(QT_SLOT_WHERE) |                     \
    QT_SLOT_BIT(QT_SLOT_MASKED_SELECT))
 
+/* The threads (cpu.h): the pool's, and OpenBLAS's with it. */
+int qt_cpu_set_threads(int n) {
+  n = cpu_pool_set_threads(n);
+  cpu_blas_set_threads(n);
+  return n;
+}
+
 static const qt_device_iface cpu_iface = {
   /* .alloc         = */ cpu_alloc,
   /* .free          = */ cpu_free,

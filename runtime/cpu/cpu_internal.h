@@ -121,6 +121,9 @@ static inline void cpu_walk_par(const qt_view *const *views, int nviews, cpu_row
 ** them independent, and their boundaries must not depend on the thread count. */
 void cpu_parallel(int64_t nchunks, void (*fn)(void *arg, int64_t chunk), void *arg);
 int cpu_threads(void);
+/* Sets the pool's size (clamped to 1 .. 256); returns it. qt_cpu_set_threads (cpu_device.c)
+** sizes OpenBLAS's pool with it. */
+int cpu_pool_set_threads(int n);
 
 /* cpu_blas.c: the BLAS, loaded on first use (NULL with a message when there is none). */
 enum { CPU_CBLAS_ROW_MAJOR = 101, CPU_CBLAS_NO_TRANS = 111, CPU_CBLAS_TRANS = 112 };

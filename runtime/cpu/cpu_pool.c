@@ -13,8 +13,8 @@
 **
 ** The size: QLUA_NUM_THREADS, else the CPUs this process may run on (sched_getaffinity),
 ** at most CPU_MAX_THREADS; qlua.set_num_threads(n) changes it (1: every op on the calling
-** thread, as before the pool). Workers start on the first parallel op and sleep on a
-** condition variable between ops.
+** thread, as before the pool; OpenBLAS follows, cpu_device.c). Workers start on the first
+** parallel op and sleep on a condition variable between ops.
 */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -112,11 +112,10 @@ int cpu_threads(void) {
   return __atomic_load_n(&cpu_pool.threads, __ATOMIC_RELAXED);
 }
 
-int qt_cpu_set_threads(int n) {
+int cpu_pool_set_threads(int n) {
   pthread_once(&cpu_pool_once, cpu_pool_init);
   n = cpu_pool_clamp(n);
   __atomic_store_n(&cpu_pool.threads, n, __ATOMIC_RELAXED);
-  cpu_blas_set_threads(n);
   return n;
 }
 
