@@ -7,7 +7,8 @@
 **   avx512   AVX-512F: vcvtph2ps/vcvtps2ph on 16 lanes; bfloat16 by integer ops;
 **   avx2     F16C and AVX2: the same on 8 lanes;
 **   generic  half.h's integer code, one element at a time.
-** QLUA_CPU_ISA=generic|avx2|avx512 caps the choice (for tests, and for comparing).
+** QLUA_CPU_ISA=generic|avx2|avx512 caps the choice (for tests, and for comparing); the ASan
+** build always takes generic.
 ** Every build gives the same bits, NaNs included: the hardware conversions round to
 ** nearest even exactly like half.h for every number, and the lanes that hold a NaN
 ** (where the hardware's quieting differs from NumPy's rule) are redone by half.h.
@@ -176,6 +177,12 @@ static void cpu_half_pick(void) {
 #ifdef CPU_HALF_X86
   const char *cap = getenv("QLUA_CPU_ISA");
   int limit = cap == NULL ? 2 : strcmp(cap, "generic") == 0 ? 0 : strcmp(cap, "avx2") == 0 ? 1 : 2;
+#if defined(__SANITIZE_ADDRESS__)
+  /* ASan's fake stack frames (detect_stack_use_after_return) are not aligned for the
+  ** 32- and 64-byte spills of the AVX code, which then faults: the ASan build runs the
+  ** generic (SSE2) code, which every level must match anyway */
+  limit = 0;
+#endif
   __builtin_cpu_init();
   if (limit >= 2 && __builtin_cpu_supports("avx512f")) {
     cpu_half_fns.f16_load = avx512_f16_load;
