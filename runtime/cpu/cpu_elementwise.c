@@ -83,13 +83,9 @@ static void cpu_dense_copy_chunk(void *arg, int64_t chunk) {
 
 static void cpu_dense_copy_run(qt_dtype dd, void *dst, qt_dtype sd, const void *src,
                                int64_t numel) {
-  int threads = cpu_threads();
-  int64_t pieces = threads > 1 ? (int64_t)threads * 4 : 1;
-  if (pieces > numel / CPU_PAR_GRAIN) pieces = numel / CPU_PAR_GRAIN;
-  if (pieces < 1) pieces = 1;
-  int64_t piece = ((numel + pieces - 1) / pieces + 63) / 64 * 64;
-  cpu_dense_copy j = { dd, sd, (char *)dst, (const char *)src, numel, piece };
-  cpu_parallel((numel + piece - 1) / piece, cpu_dense_copy_chunk, &j);
+  cpu_dense_copy j = { dd, sd, (char *)dst, (const char *)src, numel, 0 };
+  int64_t pieces = cpu_par_pieces(numel, &j.piece);
+  cpu_parallel(pieces, cpu_dense_copy_chunk, &j);
 }
 
 /* dst = src with dtype conversion. Same dtype and both contiguous: memcpy in pieces on the

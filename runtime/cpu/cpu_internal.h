@@ -48,6 +48,7 @@ typedef struct cpu_args {
   int64_t param_i[3];        /* the same for integer dtypes */
   const qt_view *take_src;   /* take: the source, collapsed alone */
   int scalar_side;           /* 16-bit binary_scalar: operand 1 or 2 is param_f[0], a float32 */
+  void *state;               /* a walk's own running state (cpu_reduce.c's folds) */
 } cpu_args;
 
 /* One row: n elements; p[v] points at view v's first element of the row, s[v] is its
@@ -68,6 +69,11 @@ void cpu_walk_range(qt_view *const *v, int nviews, cpu_row_fn row, const cpu_arg
 ** appended to (masked_select). */
 void cpu_walk_collapsed_par(qt_view *const *v, int nviews, cpu_row_fn row, const cpu_args *args);
 #define CPU_PAR_GRAIN ((int64_t)1 << 15)  /* elements: smaller ops stay on the caller */
+/* How an op of numel elements is cut for the pool, where each element is on its own: a
+** few pieces per thread, each at least CPU_PAR_GRAIN (one piece below that) and a
+** multiple of 64 elements. Returns the number of pieces; *piece is their size (the last
+** may be shorter). */
+int64_t cpu_par_pieces(int64_t numel, int64_t *piece);
 
 /* Copies the caller's views (they are the core's, and const), collapses and walks. */
 static inline void cpu_walk(const qt_view *const *views, int nviews, cpu_row_fn row,

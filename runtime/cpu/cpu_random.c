@@ -73,7 +73,8 @@ int cpu_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t
     return qt_errorf(err, "random: unknown distribution %d", (int)kind);
   if (!cpu_view_contiguous(dst)) return qt_errorf(err, "%s: result must be contiguous", name);
   cpu_random_job j = { kind, dst->dtype, (char *)dst->data, seed, offset, lo, hi,
-                       cpu_view_numel(dst), CPU_PAR_GRAIN };
-  cpu_parallel((j.n + j.piece - 1) / j.piece, cpu_random_chunk, &j);
+                       cpu_view_numel(dst), 0 };
+  int64_t pieces = cpu_par_pieces(j.n, &j.piece);
+  cpu_parallel(pieces, cpu_random_chunk, &j);
   return 0;
 }

@@ -664,36 +664,28 @@ static void cpu_acc_merge(cpu_acc *acc, const cpu_acc *part, qt_redop op, qt_dty
   }
 }
 
-/* Folds elements [begin, end) of the collapsed view v (row-major positions) into acc. */
-static void cpu_fold_range(const qt_view *v, cpu_strided_fold_fn fold, int64_t begin,
-                           int64_t end, cpu_acc *acc) {
-  int nd = v->ndim;
-  int64_t n = v->size[nd - 1], s = v->stride[nd - 1];
-  int64_t es = (int64_t)qt_elsize(v->dtype);
-  int64_t idx[QT_MAXDIM] = {0};
-  int64_t r = begin / n, col = begin % n;
-  for (int d = nd - 2; d >= 0; d--) {
-    idx[d] = r % v->size[d];
-    r /= v->size[d];
-  }
-  int64_t off = col * s;
-  for (int d = 0; d < nd - 1; d++) off += idx[d] * v->stride[d];
-  const char *p = (const char *)v->data + off * es;
-  int64_t at = begin;
-  while (at < end) {
-    int64_t len = n - col < end - at ? n - col : end - at;
-    fold(p, len, s, at, acc);
-    at += len;
-    if (at >= end) break;
-    p -= col * s * es;
-    col = 0;
-    for (int d = nd - 2; d >= 0; d--) {
-      p += v->stride[d] * es;
-      if (++idx[d] < v->size[d]) break;
-      idx[d] = 0;
-      p -= v->stride[d] * es * v->size[d];
-    }
-  }
+/* Folds elements [begin, end) of the collapsed view v (row-major positions) into acc:
+** cpu_walk_range visits the rows (cut at the ends), and a run's 0-based position counts
+** up with them, as they come in order. */
+typedef struct cpu_fold_walk {
+  cpu_strided_fold_fn fold;
+  cpu_acc *acc;
+  int64_t pos;
+} cpu_fold_walk;
+
+static void cpu_fold_row(char **p, const int64_t *s, int64_t n, const cpu_args *args) {
+  cpu_fold_walk *w = (cpu_fold_walk *)args->state;
+  w->fold(p[0], n, s[0], w->pos, w->acc);
+  w->pos += n;
+}
+
+static void cpu_fold_range(qt_view *v, cpu_strided_fold_fn fold, int64_t begin, int64_t end,
+                           cpu_acc *acc) {
+  cpu_fold_walk w = { fold, acc, begin };
+  cpu_args args;
+  memset(&args, 0, sizeof args);
+  args.state = &w;
+  cpu_walk_range(&v, 1, cpu_fold_row, &args, begin, end);
 }
 
 /* Full reductions are folded in pieces of CPU_REDUCE_PIECE elements, on the pool, and the
@@ -702,7 +694,7 @@ static void cpu_fold_range(const qt_view *v, cpu_strided_fold_fn fold, int64_t b
 #define CPU_REDUCE_PIECE ((int64_t)1 << 16)
 
 typedef struct cpu_all_job {
-  const qt_view *v;
+  qt_view *v;
   cpu_strided_fold_fn fold;
   qt_redop op;
   cpu_acc *parts;
@@ -1103,6 +1095,17 @@ static bool cpu_redop_streamed(qt_redop op) {
 
 /* The streamed ops along dim, or over everything (dim == -1), as cpu_reduce_dim and
 ** cpu_reduce_all walk them (each output's run read at its stride). */
+/* A walked row into the stream of args->state. */
+typedef struct cpu_stream_walk {
+  cpu_stream *st;
+  qt_dtype dtype;  /* the source's */
+} cpu_stream_walk;
+
+static void cpu_stream_row(char **p, const int64_t *s, int64_t n, const cpu_args *args) {
+  const cpu_stream_walk *w = (const cpu_stream_walk *)args->state;
+  cpu_stream_feed(w->st, p[0], n, s[0], w->dtype);
+}
+
 /* Along a dim, the outputs are streamed on the pool, a run of them per chunk; each is
 ** computed as on one thread. */
 typedef struct cpu_stream_job {
@@ -1137,33 +1140,22 @@ static void cpu_stream_chunk(void *argp, int64_t chunk) {
 
 static int cpu_reduce_streamed(qt_redop op, const qt_view *dst, const qt_view *src, int dim,
                                double arg, qt_err *err) {
-  cpu_stream *st = malloc(sizeof *st);
-  if (st == NULL) return qt_errorf(err, "%s: out of host memory", qt_redop_name(op));
-  int64_t es = (int64_t)qt_elsize(src->dtype);
-  if (dim == -1) {
+  if (dim == -1) {  /* everything, on the calling thread: the rows in order into one stream */
+    cpu_stream *st = malloc(sizeof *st);
+    if (st == NULL) return qt_errorf(err, "%s: out of host memory", qt_redop_name(op));
     qt_view v = *src;
     qt_view *vp = &v;
     qt_views_collapse(&vp, 1);
     cpu_stream_init(st, op, arg, src->dtype);
-    int nd = v.ndim;
-    int64_t n = v.size[nd - 1], s = v.stride[nd - 1];
-    int64_t rows = v.numel / n;
-    int64_t idx[QT_MAXDIM] = {0};
-    const char *p = (const char *)v.data;
-    for (int64_t r = 0; r < rows; r++) {
-      cpu_stream_feed(st, p, n, s, src->dtype);
-      for (int d = nd - 2; d >= 0; d--) {
-        p += v.stride[d] * es;
-        if (++idx[d] < v.size[d]) break;
-        idx[d] = 0;
-        p -= v.stride[d] * es * v.size[d];
-      }
-    }
+    cpu_stream_walk w = { st, src->dtype };
+    cpu_args args;
+    memset(&args, 0, sizeof args);
+    args.state = &w;
+    cpu_walk_collapsed(&vp, 1, cpu_stream_row, &args);
     cpu_stream_finish(st, dst->dtype, (char *)dst->data);
     free(st);
     return 0;
   }
-  free(st);
   cpu_outer o;
   if (!cpu_outer_make(&o, dst, src, dim)) return 0;
   cpu_stream_job jb = { &o, op, arg, 0, false };

@@ -92,21 +92,26 @@ static void cpu_par_walk_chunk(void *arg, int64_t chunk) {
   cpu_walk_range(w->v, w->nviews, w->row, w->args, begin, end);
 }
 
+int64_t cpu_par_pieces(int64_t numel, int64_t *piece) {
+  int threads = cpu_threads();
+  /* a few pieces per thread, so that uneven ones balance; a piece a multiple of 64
+  ** elements, so that every row function's vector body sees whole vectors */
+  int64_t pieces = threads > 1 ? (int64_t)threads * 4 : 1;
+  if (pieces > numel / CPU_PAR_GRAIN) pieces = numel / CPU_PAR_GRAIN;
+  if (pieces < 1) pieces = 1;
+  *piece = ((numel + pieces - 1) / pieces + 63) / 64 * 64;
+  return (numel + *piece - 1) / *piece;
+}
+
 void cpu_walk_collapsed_par(qt_view *const *v, int nviews, cpu_row_fn row, const cpu_args *args) {
   int nd = v[0]->ndim;
   int64_t numel = 1;
   for (int d = 0; d < nd; d++) numel *= v[0]->size[d];
-  int threads = cpu_threads();
-  if (numel < 2 * CPU_PAR_GRAIN || threads <= 1) {
+  if (numel < 2 * CPU_PAR_GRAIN || cpu_threads() <= 1) {
     cpu_walk_collapsed(v, nviews, row, args);
     return;
   }
-  /* a few pieces per thread, so that uneven ones balance; a piece a multiple of 64
-  ** elements, so that every row function's vector body sees whole vectors */
-  int64_t pieces = (int64_t)threads * 4;
-  if (pieces > numel / CPU_PAR_GRAIN) pieces = numel / CPU_PAR_GRAIN;
-  int64_t piece = (numel + pieces - 1) / pieces;
-  piece = (piece + 63) / 64 * 64;
-  cpu_par_walk w = { v, nviews, row, args, numel, piece };
-  cpu_parallel((numel + piece - 1) / piece, cpu_par_walk_chunk, &w);
+  cpu_par_walk w = { v, nviews, row, args, numel, 0 };
+  int64_t pieces = cpu_par_pieces(numel, &w.piece);
+  cpu_parallel(pieces, cpu_par_walk_chunk, &w);
 }
