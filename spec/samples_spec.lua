@@ -48,6 +48,13 @@ describe("samples", function()
     assert.matches("gather", out)
   end)
 
+  it("classifier.lua trains and checks itself (gradient, accuracy, CPU replay on a GPU)", function()
+    local out = run_ok({P.qlua(), "samples/classifier.lua", "20000", "2"}, "samples/classifier.lua")
+    assert.matches("gradient check: 24 entries", out, 1, true)
+    assert.matches("classifier ok", out, 1, true)
+    if qlua.gpu_count() > 0 then assert.matches("cpu replay of the first 20 steps", out, 1, true) end
+  end)
+
   it("soak.lua keeps memory bounded (a 2-second run)", function()
     local out = run_ok({P.qlua(), "samples/soak.lua", "2", "0.25"}, "samples/soak.lua")
     assert.matches("soak ok", out, 1, true)
