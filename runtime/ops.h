@@ -230,6 +230,9 @@ int qt_clamp_(qt_ctx *ctx, qt_tensor *a, qt_scalar lo, qt_scalar hi, bool float_
 ** (integer inputs compute in float64). */
 int qt_lerp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b,
             const qt_tensor *w_tensor, double w);
+/* In place: a = lerp(a, b, w); a is a float tensor, b and w broadcast to it. */
+int qt_lerp_(qt_ctx *ctx, qt_tensor *a, const qt_tensor *b, const qt_tensor *w_tensor,
+             double w);
 /* t += value * (a * b) (op QT_MUL: addcmul_) or t += value * (a / b) (QT_DIV: addcdiv_). */
 int qt_addc_(qt_ctx *ctx, qt_tensor *t, qt_binop op, const qt_tensor *a, const qt_tensor *b,
              qt_scalar value, bool value_is_float);

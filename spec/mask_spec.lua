@@ -449,12 +449,27 @@ describe("any, all, count_nonzero", function()
           else assert.are.equal("boolean", type(v), what) end
           for dim = 1, #shape do
             local want, oshape = ref_reduce(op, x, shape, dim)
-            check(t[op](t, dim), op == "count_nonzero" and "int64" or "bool", oshape, want,
-              what .. " dim " .. dim)
+            local rdtype = op == "count_nonzero" and "int64" or "bool"
+            check(t[op](t, dim), rdtype, oshape, want, what .. " dim " .. dim)
+            if op ~= "count_nonzero" then   -- keepdim (PyTorch's count_nonzero has none)
+              local kshape = {}
+              for d = 1, #shape do kshape[d] = d == dim and 1 or shape[d] end
+              check(t[op](t, dim, true), rdtype, kshape, want, what .. " dim " .. dim .. " keepdim")
+              check(t[op](t, dim, false), rdtype, oshape, want, what .. " dim " .. dim .. " keepdim false")
+            end
           end
         end
       end
     end
+  end)
+
+  test("keepdim: a boolean, and only with a dim", function()
+    local t = qlua.tensor({ { 1, 0 }, { 1, 1 } })
+    T.assert_error(function() return t:any(1, 1) end, "any: keepdim must be a boolean, got number")
+    T.assert_error(function() return t:all(nil, true) end, "all: keepdim needs a dim")
+    T.assert_error(function() return t:count_nonzero(1, true) end,
+      "count_nonzero: unexpected argument #2 (boolean true)")
+    T.assert_shape(qlua.zeros(0, 3):all(1, true), { 1, 3 })
   end)
 
   test("NaN counts as nonzero", function()
@@ -596,6 +611,12 @@ describe("masks on the GPU", function()
             local t = T.make(x, dtype, "transposed", dev)
             return t[op](t, dim)
           end)
+          if op ~= "count_nonzero" then
+            parity(op .. " dim " .. dim .. " keepdim " .. dtype, function(dev)
+              local t = T.make(x, dtype, "transposed", dev)
+              return t[op](t, dim, true)
+            end)
+          end
         end
         parity(op .. " empty", function(dev) local t = qlua.zeros(0, 5, { device = dev }); return t[op](t, 1) end)
       end

@@ -275,6 +275,36 @@ describe("binary math", function()
     T.assert_error(function() return a:lerp(qlua.zeros(3, { dtype = "float64", device = dev }), 0.5) end, "lerp")
   end)
 
+  both("lerp_: in place, b and w broadcast to self; float self only", function(dev)
+    local a0 = { { 1, 2, 3, -4 }, { 0.5, -1, 8, 2 } }
+    local b = qlua.tensor({ 5, -2, 3.5, 10 }, { dtype = "float64", device = dev })
+    local w = qlua.tensor({ { 0.25 }, { 0.75 } }, { dtype = "float64", device = dev })
+    local a = qlua.tensor(a0, { dtype = "float64", device = dev })
+    assert.equal(a, a:lerp_(b, w))                 -- returns self
+    local want = {}
+    for r = 1, 2 do                                 -- plain Lua, PyTorch's two-sided formula
+      want[r] = {}
+      local wr = r == 1 and 0.25 or 0.75
+      for c = 1, 4 do
+        local x, y = a0[r][c], b:totable()[c]
+        want[r][c] = wr < 0.5 and x + wr * (y - x) or y - (y - x) * (1 - wr)
+      end
+    end
+    T.assert_close(a, want, 1e-15)
+    -- a transposed view is written through, a number weight exact at 1
+    local base = qlua.tensor(a0, { dtype = "float32", device = dev })
+    local v = base:t()
+    v:lerp_(qlua.zeros(4, 2, { device = dev }), 1)
+    T.assert_equal(base, { { 0, 0, 0, 0 }, { 0, 0, 0, 0 } })
+    -- self does not grow, integers refuse, expanded self refuses
+    T.assert_error(function() return qlua.zeros(4, { device = dev }):lerp_(qlua.zeros(2, 4, { device = dev }), 0.5) end,
+      "lerp_: shape 2x4 cannot be broadcast to 4")
+    T.assert_error(function() return qlua.zeros(3, { dtype = "int64", device = dev }):lerp_(qlua.zeros(3, { dtype = "int64", device = dev }), 0.5) end,
+      "lerp_: cannot store a float result in int64 tensor")
+    T.assert_error(function() local e = qlua.zeros(1, 3, { device = dev }):expand(2, 3); return e:lerp_(qlua.ones(2, 3, { device = dev }), 0.5) end,
+      "lerp_: cannot write into an expanded tensor")
+  end)
+
   both("addcmul_ and addcdiv_", function(dev)
     local t = qlua.tensor({ 1, 2, 3 }, { dtype = "float64", device = dev })
     local a = qlua.tensor({ 2, 4, 6 }, { dtype = "float64", device = dev })

@@ -84,6 +84,12 @@ local function lines_of(shape, dim)
 end
 
 local function flat_values(t) return (T.values_of(t)) end
+-- two lists of the same values (NaN the same as NaN)
+local function same_lists(a, b)
+  if #a ~= #b then return false end
+  for k = 1, #a do if not same(a[k], b[k]) then return false end end
+  return true
+end
 
 -- Checks values and indices (flat lists) of a sort-like result of shape rshape (the line
 -- length along dim replaced by width) against the reference's first width.
@@ -216,12 +222,20 @@ local function check_kth_median(dev)
       local t = T.make(T.unflatten(flat, shape), dtype, "transposed", dev, shape)
       for dim = 1, #shape do
         local lines = lines_of(shape, dim)
-        local rshape = {}
-        for d = 1, #shape do if d ~= dim then rshape[#rshape + 1] = shape[d] end end
+        local rshape, kshape = {}, {}
+        for d = 1, #shape do
+          if d ~= dim then rshape[#rshape + 1] = shape[d] end
+          kshape[d] = d == dim and 1 or shape[d]
+        end
         for _, k in ipairs({ 1, 2, shape[dim] }) do
           if k <= shape[dim] then
             local v, i = t:kthvalue(k, dim)
             T.assert_shape(v, rshape, "kthvalue shape")
+            local kv, ki = t:kthvalue(k, dim, true)
+            T.assert_shape(kv, kshape, "kthvalue keepdim shape")
+            T.assert_shape(ki, kshape, "kthvalue keepdim indices' shape")
+            assert.are.same(flat_values(i), flat_values(ki), "kthvalue keepdim indices")
+            assert.is_true(same_lists(flat_values(v), flat_values(kv)), "kthvalue keepdim values")
             local vl, il = flat_values(v), flat_values(i)
             for L, line_pos in ipairs(lines) do
               local line = {}
@@ -236,6 +250,11 @@ local function check_kth_median(dev)
         local v, i = t:median(dim)
         T.assert_shape(v, rshape, "median shape")
         local vl, il = flat_values(v), flat_values(i)
+        local kv, ki = t:median(dim, true)
+        T.assert_shape(kv, kshape, "median keepdim shape")
+        T.assert_shape(ki, kshape, "median keepdim indices' shape")
+        assert.are.same(il, flat_values(ki), "median keepdim indices")
+        assert.is_true(same_lists(vl, flat_values(kv)), "median keepdim values")
         for L, line_pos in ipairs(lines) do
           local line = {}
           for j, p in ipairs(line_pos) do line[j] = flat[p] end
@@ -276,6 +295,19 @@ end)
 test("kthvalue and median against the sorted lines, on the CPU",
      function() check_kth_median("cpu") end)
 gtest("kthvalue and median on the GPU", function() check_kth_median("gpu") end)
+test("kthvalue and median: keepdim is a boolean, median's only with a dim; 0-d stays 0-d", function()
+  local t = qlua.tensor({ { 3, 1 }, { 2, 5 } })
+  T.assert_error(function() return t:median(1, "yes") end, "median: keepdim must be a boolean, got string")
+  T.assert_error(function() return t:median(nil, true) end, "median: keepdim needs a dim")
+  T.assert_error(function() return t:kthvalue(1, 2, 0) end, "kthvalue: keepdim must be a boolean, got number")
+  T.assert_error(function() return t:kthvalue(1, 2, true, 1) end, "kthvalue: unexpected argument #4")
+  local v, i = t:kthvalue(2, nil, true)          -- the last dim by default, kept
+  T.assert_equal(v, { { 3 }, { 5 } })
+  T.assert_equal(i, { { 1 }, { 2 } })
+  local z = qlua.tensor(4.5)
+  T.assert_shape(z:median(1, true), {})
+  T.assert_shape(z:kthvalue(1, 1, true), {})
+end)
 
 ------------------------------------------------------------------------ unique
 

@@ -225,10 +225,10 @@ static int t_nan_to_num_(lua_State *L) {
   return t_unary_(L, QT_NAN_TO_NUM, "nan_to_num_", &p);
 }
 
-/* a:lerp(b, w): w a number or a tensor. */
-static int t_lerp(lua_State *L) {
+/* a:lerp(b, w) and a:lerp_(b, w): w a number or a tensor. */
+static int t_lerp_common(lua_State *L, bool inplace) {
   qt_ctx *ctx = lq_ctx(L);
-  qt_tensor *a = lq_checklive(L, 1, "lerp");
+  qt_tensor *a = lq_checklive(L, 1, inplace ? "lerp_" : "lerp");
   qt_tensor *b = qlua_totensor(L, 2);
   if (b == NULL) luaL_typeerror(L, 2, "qlua.Tensor");
   qt_tensor *w = qlua_totensor(L, 3);
@@ -237,10 +237,17 @@ static int t_lerp(lua_State *L) {
     if (lua_type(L, 3) != LUA_TNUMBER) luaL_typeerror(L, 3, "qlua.Tensor or number");
     wv = lua_tonumber(L, 3);
   }
+  if (inplace) {
+    if (qt_lerp_(ctx, a, b, w, wv) != 0) return lq_raise(L, ctx);
+    lua_settop(L, 1);
+    return 1;
+  }
   qt_tensor *out = lq_newtensor(L);
   if (qt_lerp(ctx, out, a, b, w, wv) != 0) return lq_raise(L, ctx);
   return 1;
 }
+static int t_lerp(lua_State *L) { return t_lerp_common(L, false); }
+static int t_lerp_(lua_State *L) { return t_lerp_common(L, true); }
 
 /* t:addcmul_(a, b [, value = 1]) and t:addcdiv_(a, b [, value = 1]). */
 static int t_addc_(lua_State *L, qt_binop op, const char *name) {
@@ -357,7 +364,7 @@ const lq_Reg lq_arith_methods[] = {
 #undef T_UNARY_ENTRIES
   {"isnan", t_isnan, 1}, {"isinf", t_isinf, 1}, {"isfinite", t_isfinite, 1},
   {"nan_to_num", t_nan_to_num, 4}, {"nan_to_num_", t_nan_to_num_, 4},
-  {"lerp", t_lerp, 3}, {"addcmul_", t_addcmul_, 4}, {"addcdiv_", t_addcdiv_, 4},
+  {"lerp", t_lerp, 3}, {"lerp_", t_lerp_, 3}, {"addcmul_", t_addcmul_, 4}, {"addcdiv_", t_addcdiv_, 4},
   {"fill_", t_fill_, 2}, {"zero_", t_zero_, 1},
   {NULL, NULL, 0}
 };

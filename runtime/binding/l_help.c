@@ -362,6 +362,7 @@ static const lh_entry lh_entries[] = {
   {"t:nan_to_num([nan] [, posinf] [, neginf])", "NaN, +inf, -inf replaced (by 0 and the dtype's largest and lowest finite values)"},
   {"t:nan_to_num_([nan] [, posinf] [, neginf])", "nan_to_num in place"},
   {"t:lerp(b, w)", "t + w (b - t), exact at w = 0 and 1 (w a number or a tensor)"},
+  {"t:lerp_(b, w)", "lerp in place (t a float tensor; b and w broadcast to it)"},
   {"t:addcmul_(a, b [, value])", "t += value * a * b (value 1 by default)"},
   {"t:addcdiv_(a, b [, value])", "t += value * a / b (value 1 by default)"},
   {"t:uniform_([lo] [, hi])", "fills t with uniform numbers in [lo, hi) (0 and 1 by default)"},
@@ -394,8 +395,10 @@ static const lh_entry lh_entries[] = {
    "-math.huge, any p > 0) over everything, dim or a list"},
   {"t:logsumexp(dim [, keepdim])", "log(sum(exp(t))) over dim or a list, max-subtracted (no "
    "overflow)"},
-  {"t:any([dim])", "whether any element is nonzero (along dim: a tensor without it)"},
-  {"t:all([dim])", "whether every element is nonzero (along dim: a tensor without it)"},
+  {"t:any([dim] [, keepdim])", "whether any element is nonzero (along dim: a tensor "
+   "without it, or with it at size 1)"},
+  {"t:all([dim] [, keepdim])", "whether every element is nonzero (along dim: a tensor "
+   "without it, or with it at size 1)"},
   {"t:count_nonzero([dim])", "the number of nonzero elements (along dim: a tensor "
    "without it)"},
   /* ---- Tensor: sorting and selection (l_sort.c) */
@@ -404,9 +407,10 @@ static const lh_entry lh_entries[] = {
   {"t:argsort([dim] [, descending])", "the int64 positions that sort t along dim, as sort's"},
   {"t:topk(k [, dim] [, largest] [, sorted])", "the k largest (or smallest) along dim and "
    "their positions, best first, ties by position"},
-  {"t:kthvalue(k [, dim])", "the k-th smallest along dim and its position (dim removed)"},
-  {"t:median([dim])", "the lower median: a number, or along dim values and positions; NaN "
-   "if the line holds one"},
+  {"t:kthvalue(k [, dim] [, keepdim])", "the k-th smallest along dim and its position (dim "
+   "removed, or kept at size 1)"},
+  {"t:median([dim] [, keepdim])", "the lower median: a number, or along dim values and "
+   "positions; NaN if the line holds one"},
   {"t:unique([{return_inverse =, return_counts =}])", "the sorted distinct values, and the "
    "inverse (t's shape) and counts when asked"},
   {"t:bincount([weights] [, minlength])", "result[v + 1] counts (sums weights of) the "

@@ -110,12 +110,15 @@ static int t_nonzero(lua_State *L) {
 
 /* As sum and max (l_tensor.c's t_reduce): without dim a Lua value (a boolean for any/all,
 ** an integer for count_nonzero), the 0-d result released at once so device memory does not
-** wait for the collector; with dim a tensor without that dim. */
-static int m_reduce(lua_State *L, const char *op,
+** wait for the collector; with dim a tensor without that dim, or (any, all: PyTorch's
+** keepdim; count_nonzero has none, as PyTorch's) with it kept at size 1. */
+static int m_reduce(lua_State *L, const char *op, bool keepdim_arg,
                     int (*reduce)(qt_ctx *, qt_tensor *, const qt_tensor *, int)) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, op);
   if (lua_isnoneornil(L, 2)) {
+    if (keepdim_arg && !lua_isnoneornil(L, 3))
+      return luaL_error(L, "%s: keepdim needs a dim (the whole tensor gives one value)", op);
     qt_tensor *r = lq_newtensor(L);
     if (reduce(ctx, r, t, -1) != 0) return lq_raise(L, ctx);
     int64_t pos[QT_MAXDIM] = {0};
@@ -127,19 +130,20 @@ static int m_reduce(lua_State *L, const char *op,
     return 1;
   }
   int dim = lq_checkdim(L, 2, t, op);
+  bool keepdim = keepdim_arg && lq_optkeepdim(L, 3, op);
   qt_tensor *out = lq_newtensor(L);
   if (reduce(ctx, out, t, dim) != 0) return lq_raise(L, ctx);
-  return 1;
+  return keepdim ? lq_keepdim(L, ctx, 1, dim, t->ndim, op) : 1;
 }
 
-static int t_any(lua_State *L) { return m_reduce(L, "any", qt_any); }
-static int t_all(lua_State *L) { return m_reduce(L, "all", qt_all); }
-static int t_count_nonzero(lua_State *L) { return m_reduce(L, "count_nonzero", qt_count_nonzero); }
+static int t_any(lua_State *L) { return m_reduce(L, "any", true, qt_any); }
+static int t_all(lua_State *L) { return m_reduce(L, "all", true, qt_all); }
+static int t_count_nonzero(lua_State *L) { return m_reduce(L, "count_nonzero", false, qt_count_nonzero); }
 
 const lq_Reg lq_mask_methods[] = {
   {"masked_fill_", t_masked_fill_, 3}, {"masked_fill", t_masked_fill, 3},
   {"masked_select", t_masked_select, 2}, {"nonzero", t_nonzero, 1},
-  {"any", t_any, 2}, {"all", t_all, 2}, {"count_nonzero", t_count_nonzero, 2},
+  {"any", t_any, 3}, {"all", t_all, 3}, {"count_nonzero", t_count_nonzero, 2},
   {NULL, NULL, 0},
 };
 

@@ -40,12 +40,23 @@ static void r_checkdims(lua_State *L, int arg, const qt_tensor *t, const char *o
   *n = (int)len;
 }
 
-/* keepdim at arg: none or nil (false), or a boolean. */
-static bool r_checkkeepdim(lua_State *L, int arg, const char *op) {
+bool lq_optkeepdim(lua_State *L, int arg, const char *op) {
   if (lua_isnoneornil(L, arg)) return false;
   if (!lua_isboolean(L, arg))
     luaL_error(L, "%s: keepdim must be a boolean, got %s", op, luaL_typename(L, arg));
   return lua_toboolean(L, arg);
+}
+
+int lq_keepdim(lua_State *L, qt_ctx *ctx, int n, int dim, int ndim, const char *op) {
+  if (ndim == 0) return n;  /* a 0-d tensor's dim 1 is not a dim of its result */
+  for (int k = n; k >= 1; k--) {
+    int idx = lua_absindex(L, -k);
+    qt_tensor *r = lq_checklive(L, idx, op);
+    qt_tensor *view = lq_newtensor(L);
+    if (qt_unsqueeze(ctx, view, r, dim) != 0) return lq_raise_as(L, ctx, "unsqueeze", op);
+    lua_replace(L, idx);
+  }
+  return n;
 }
 
 /* Replaces the 0-d tensor r (on top of the stack) with its value as a Lua number; r is
@@ -112,7 +123,7 @@ static int r_reduce(lua_State *L, qt_redop op, const char *name, bool many, bool
   qt_tensor *t = lq_checklive(L, 1, name);
   int dims[QT_MAXDIM], n;
   r_checkdims(L, 2, t, name, many, dims, &n);
-  bool keepdim = r_checkkeepdim(L, 3, name);
+  bool keepdim = lq_optkeepdim(L, 3, name);
   if (positions && n == 1) return r_reduce_with_positions(L, ctx, op, t, dims[0], keepdim, name);
   return r_push(L, ctx, op, name, t, n, dims, keepdim, 0);
 }
@@ -134,7 +145,7 @@ static int t_logsumexp(lua_State *L) {
   if (lua_isnoneornil(L, 2)) luaL_error(L, "logsumexp: dim is required (a number or a list)");
   int dims[QT_MAXDIM], n;
   r_checkdims(L, 2, t, "logsumexp", true, dims, &n);
-  bool keepdim = r_checkkeepdim(L, 3, "logsumexp");
+  bool keepdim = lq_optkeepdim(L, 3, "logsumexp");
   return r_push(L, ctx, QT_LOGSUMEXP, "logsumexp", t, n, dims, keepdim, 0);
 }
 
@@ -160,7 +171,7 @@ static int r_variance(lua_State *L, qt_redop op, const char *name) {
       }
       lua_pop(L, 1);
       lua_getfield(L, 3, "keepdim");
-      keepdim = r_checkkeepdim(L, lua_gettop(L), name);
+      keepdim = lq_optkeepdim(L, lua_gettop(L), name);
       lua_pop(L, 1);
       break;
     default:
@@ -185,7 +196,7 @@ static int t_norm(lua_State *L) {
   }
   int dims[QT_MAXDIM], n;
   r_checkdims(L, 3, t, "norm", true, dims, &n);
-  bool keepdim = r_checkkeepdim(L, 4, "norm");
+  bool keepdim = lq_optkeepdim(L, 4, "norm");
   return r_push(L, ctx, QT_NORM, "norm", t, n, dims, keepdim, p);
 }
 
@@ -195,7 +206,7 @@ static int t_aminmax(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "aminmax");
   int dims[QT_MAXDIM], n;
   r_checkdims(L, 2, t, "aminmax", false, dims, &n);
-  bool keepdim = r_checkkeepdim(L, 3, "aminmax");
+  bool keepdim = lq_optkeepdim(L, 3, "aminmax");
   r_push(L, ctx, QT_MIN, "aminmax", t, n, dims, keepdim, 0);
   r_push(L, ctx, QT_MAX, "aminmax", t, n, dims, keepdim, 0);
   return 2;

@@ -80,18 +80,21 @@ static int t_kthvalue(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "kthvalue");
   lua_Integer k = luaL_checkinteger(L, 2);
   int dim = s_optdim(L, 3, t, "kthvalue");
+  bool keepdim = lq_optkeepdim(L, 4, "kthvalue");
   qt_tensor *values = lq_newtensor(L);
   qt_tensor *indices = lq_newtensor(L);
   if (qt_kthvalue(ctx, values, indices, t, (int64_t)k, dim) != 0) return lq_raise(L, ctx);
-  return 2;
+  return keepdim ? lq_keepdim(L, ctx, 2, dim, t->ndim, "kthvalue") : 2;
 }
 
 /* Without dim a Lua number (as t:max()), the 0-d result released at once; with dim the
-** values and their indices. */
+** values and their indices, dim kept at size 1 with keepdim. */
 static int t_median(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, "median");
   if (lua_isnoneornil(L, 2)) {
+    if (!lua_isnoneornil(L, 3))
+      return luaL_error(L, "median: keepdim needs a dim (the whole tensor gives one value)");
     qt_tensor *r = lq_newtensor(L);
     if (qt_median(ctx, r, NULL, t, -1) != 0) return lq_raise(L, ctx);
     int64_t pos[QT_MAXDIM] = {0};
@@ -103,10 +106,11 @@ static int t_median(lua_State *L) {
     return 1;
   }
   int dim = s_optdim(L, 2, t, "median");
+  bool keepdim = lq_optkeepdim(L, 3, "median");
   qt_tensor *values = lq_newtensor(L);
   qt_tensor *indices = lq_newtensor(L);
   if (qt_median(ctx, values, indices, t, dim) != 0) return lq_raise(L, ctx);
-  return 2;
+  return keepdim ? lq_keepdim(L, ctx, 2, dim, t->ndim, "median") : 2;
 }
 
 /* t:unique([{return_inverse =, return_counts =, sorted =}]): the uniques, then the inverse
@@ -198,7 +202,7 @@ static int q_searchsorted(lua_State *L) {
 
 const lq_Reg lq_sort_methods[] = {
   {"sort", t_sort, 3}, {"argsort", t_argsort, 3}, {"topk", t_topk, 5},
-  {"kthvalue", t_kthvalue, 3}, {"median", t_median, 2}, {"unique", t_unique, 2},
+  {"kthvalue", t_kthvalue, 4}, {"median", t_median, 3}, {"unique", t_unique, 2},
   {"bincount", t_bincount, 3}, {"histc", t_histc, 4},
   {NULL, NULL, 0},
 };

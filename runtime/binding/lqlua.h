@@ -186,6 +186,12 @@ extern const lq_Reg lq_mask_methods[];
 extern const lq_Reg lq_mask_functions[];
 /* ---- l_reduce.c: the reductions (sum ... argmin), registered by l_tensor.c */
 extern const lq_Reg lq_reduce_methods[];
+/* keepdim at arg: none or nil (false), or a boolean ("<op>: keepdim must be a boolean"). */
+bool lq_optkeepdim(lua_State *L, int arg, const char *op);
+/* keepdim for the reductions whose core op drops the dim (median, kthvalue, any, all): the
+** n results on top of the stack, each t reduced over dim (t has ndim dims), become views
+** with dim back at size 1. A 0-d t's results stay 0-d, as PyTorch's. Returns n. */
+int lq_keepdim(lua_State *L, qt_ctx *ctx, int n, int dim, int ndim, const char *op);
 /* ---- l_products.c: the product methods (matmul ...), registered by l_tensor.c, and
 ** qlua.matmul ..., registered by l_qlua.c */
 extern const lq_Reg lq_products_methods[];

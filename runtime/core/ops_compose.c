@@ -76,6 +76,39 @@ cleanup:
   return rc;
 }
 
+/* a:lerp_(b, w): lerp's result stored into a, which must be a float tensor of the
+** broadcast shape (b and w broadcast to a, a itself does not grow), as PyTorch's lerp_. The
+** result is computed whole before a is written, so b or w may overlap a. */
+int qt_lerp_(qt_ctx *ctx, qt_tensor *a, const qt_tensor *b, const qt_tensor *w_tensor,
+             double w) {
+  if (ops_live(ctx, "lerp_", a) || ops_live(ctx, "lerp_", b) ||
+      (w_tensor != NULL && ops_live(ctx, "lerp_", w_tensor)))
+    return -1;
+  if (!qt_is_float(a->dtype))
+    return qt_errorf(&ctx->err, "lerp_: cannot store a float result in %s tensor",
+                     qt_dtypes[a->dtype].name);
+  int64_t stride[QT_MAXDIM];
+  const qt_tensor *others[] = { b, w_tensor };
+  for (int i = 0; i < 2; i++) {
+    if (others[i] != NULL && !ops_expand_strides(others[i], a->ndim, a->size, stride)) {
+      char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+      return qt_errorf(&ctx->err, "lerp_: shape %s cannot be broadcast to %s",
+                       ops_shape(others[i], s1), ops_shape(a, s2));
+    }
+  }
+  if (ops_check_writable(ctx, "lerp_", a)) return -1;
+  qt_tensor res;
+  qt_tensor_init(&res);
+  int rc = qt_lerp(ctx, &res, a, b, w_tensor, w);
+  if (rc == 0) rc = qt_copy_(ctx, a, &res);
+  qt_tensor_release(&res);
+  if (rc != 0) {
+    qt_err_rename(&ctx->err, "lerp", "lerp_");
+    qt_err_rename(&ctx->err, "copy_", "lerp_");
+  }
+  return rc;
+}
+
 /* t += value * (a op b), op mul (addcmul_) or div (addcdiv_), a and b broadcast to t. */
 int qt_addc_(qt_ctx *ctx, qt_tensor *t, qt_binop op, const qt_tensor *a, const qt_tensor *b,
              qt_scalar value, bool value_is_float) {
