@@ -878,6 +878,47 @@ function M.run(opts)
     return t
   end
 
+  -- A key for t[key] and t[key] = v (issue 12): a Torch7 index table, a bool mask of self's
+  -- shape (or of another), or int32/int64 positions along dim 1, mostly in range.
+  local function g_key(shape, self)
+    local r = R:float()
+    if r < 0.4 then
+      local key = {}
+      for d = 1, R:int(0, #shape + (R:chance(0.1) and 1 or 0)) do
+        local size = math.max(shape[d] or 1, 1)
+        key[d] = R:pick({ R:int(-size, size), {}, { R:int(1, size), size }, { 1, size, 2 },
+                          { -1, 1 }, { R:int(1, size), R:int(1, size), R:int(1, 3) } })
+      end
+      return key
+    elseif r < 0.7 then
+      local s = R:chance(0.85) and shape or g_shape(16)
+      local dev = R:chance(0.9) and tdevice(self) or R:pick(DEVICES)
+      local o = { dtype = "bool", device = dev }
+      local ok, m = pcall(qlua.rand, s, { device = dev })
+      if ok and is_tensor(m) then
+        local ok2, mask = pcall(m.gt, m, 0.5)
+        if ok2 and is_tensor(mask) then
+          register(mask, new_callrec("qlua.rand(" .. fmt(s, {}) .. ", " .. fmt({ device = dev }, {}) ..
+            "):gt(0.5)"), 1, 1)
+          return mask
+        end
+      end
+      return make_tensor_shaped(s, o.dtype, dev)
+    else
+      local n = math.max(shape[1] or 1, 1)
+      local k = R:int(0, 6)
+      local o = { dtype = R:pick({ "int64", "int32" }), device = tdevice(self) }
+      local lo, hi = 1, n
+      if R:chance(0.15) then lo, hi = -n, n + 1 end             -- some out of range
+      local ok, idx = pcall(qlua.randint, lo, hi, k, o)
+      if ok and is_tensor(idx) then
+        register(idx, new_callrec(("qlua.randint(%d, %d, %d, %s)"):format(lo, hi, k, fmt(o, {}))), 1, 1)
+        return idx
+      end
+      return make_tensor_shaped({ k }, o.dtype, o.device)
+    end
+  end
+
   -- ---- inspection
   local function r_sizes(shape, args, res)
     local v = res[1]
@@ -1283,6 +1324,11 @@ function M.run(opts)
             g_like(a, shape, self)                                  -- the end point
             if R:chance(0.5) then a.n = 2; a[2] = g_number() else g_like(a, shape, self) end
           end }
+  entry { name = "lerp_", kind = "method", ret = "self", mutates = true,
+          gen = function(a, shape, self)
+            g_like(a, shape, self)
+            if R:chance(0.5) then a.n = 3; a[3] = g_number() else g_like(a, shape, self) end
+          end }
   for _, op in ipairs({ "addcmul_", "addcdiv_" }) do
     entry { name = op, kind = "method", ret = "self", mutates = true,
             gen = function(a, shape, self)
@@ -1586,7 +1632,10 @@ function M.run(opts)
           end }
   for _, op in ipairs({ "any", "all", "count_nonzero" }) do
     entry { name = op, kind = "method", ret = "any",
-            gen = function(a, shape) if R:chance(0.6) then a.n = 2; a[2] = g_dim(shape) end end,
+            gen = function(a, shape)
+              if R:chance(0.6) then a.n = 2; a[2] = g_dim(shape) end
+              if R:chance(0.3) then a.n = 3; a[3] = R:pick({ true, false, 0 }) end   -- keepdim
+            end,
             expect = function(shape, a, res)
               local want = op == "count_nonzero" and "int64" or "bool"
               if a[1] == nil then
@@ -1599,8 +1648,13 @@ function M.run(opts)
               if p then return p end
               if tdtype(res[1]) ~= want then return op .. "(dim) gave " .. tostring(tdtype(res[1])) end
               local d = as_integer(a[1])
-              if d and shape[d] and not same_list(geom(res[1]), removed(shape, d)) then
-                return "result shape " .. list_str(geom(res[1])) .. " for dim " .. d
+              local want_shape = d and shape[d] and removed(shape, d)
+              if want_shape and a[2] == true then
+                want_shape = { table.unpack(shape) }; want_shape[d] = 1
+              end
+              if want_shape and not same_list(geom(res[1]), want_shape) then
+                return "result shape " .. list_str(geom(res[1])) .. " for dim " .. d ..
+                  (a[2] == true and " with keepdim" or "")
               end
             end }
   end
@@ -1641,10 +1695,17 @@ function M.run(opts)
               return "topk gave shape " .. list_str(geom(res[1])) .. ", expected " .. list_str(want)
             end
           end }
+  -- (a[1] is self: the arguments start at a[2])
   entry { name = "kthvalue", kind = "method", ret = "any", weight = 1,
-          gen = function(a, shape) a.n = 2; a[1] = R:int(0, 6); a[2] = R:chance(0.7) and g_dim(shape) or nil end }
+          gen = function(a, shape)
+            a.n = 4; a[2] = R:int(0, 6); a[3] = R:chance(0.7) and g_dim(shape) or nil
+            a[4] = R:pick({ nil, true, false, 1 })
+          end }
   entry { name = "median", kind = "method", ret = "any", weight = 1,
-          gen = function(a, shape) if R:chance(0.6) then a.n = 1; a[1] = g_dim(shape) end end }
+          gen = function(a, shape)
+            if R:chance(0.6) then a.n = 2; a[2] = g_dim(shape) end
+            if R:chance(0.4) then a.n = 3; a[3] = R:pick({ true, false, "yes" }) end
+          end }
   entry { name = "unique", kind = "method", ret = "any", weight = 1,
           gen = function(a)
             local r = R:float()
@@ -1842,6 +1903,23 @@ function M.run(opts)
             a[1] = pool_pick()
             a[2] = R:int(-1, 8)
             a[3] = R:pick({ true, false, nil, 1 })
+          end }
+  -- qlua.help prints through the global print; the call below silences it (see compile)
+  entry { name = "help", kind = "module", ret = "none", weight = 0.5, silent = true,
+          gen = function(a)
+            a.n = 1
+            local r = R:float()
+            if r < 0.3 then
+              a[1] = R:pick({ "cat", "slice", "Tensor.slice", "sum", "qlua", "Tensor", "lerp_",
+                              "median", "where", "k:launch", "nosuch", "", "Tensor.", ".", "qlua.help" })
+            elseif r < 0.5 then a[1] = qlua[R:pick({ "cat", "where", "zeros", "help", "einsum" })]
+            elseif r < 0.7 then
+              local names = {}
+              for k in pairs(METHODS) do names[#names + 1] = k end
+              table.sort(names)
+              a[1] = METHODS[R:pick(names)]
+            elseif r < 0.8 then a[1] = nil; a.n = 0
+            else a[1] = g_junk() end
           end }
   entry { name = "where", kind = "module", ret = "tensor", weight = 2,
           gen = function(a)
@@ -2125,17 +2203,11 @@ function M.run(opts)
           end }
   entry { name = "index", kind = "op", ret = "any", names = { "index", "__index" }, src = "a[b]",
           weight = 2,
-          gen = function(a, shape)
+          gen = function(a, shape, self)
             a.n = 2
             local r = R:float()
-            if r < 0.6 then a[2] = g_pos(shape[1] or 1)
-            elseif r < 0.7 then
-              local key = {}
-              for d = 1, R:int(0, #shape) do
-                local size = math.max(shape[d], 1)
-                key[d] = R:pick({ R:int(-size, size), {}, { R:int(1, size), size }, { 1, size, 2 } })
-              end
-              a[2] = key
+            if r < 0.5 then a[2] = g_pos(shape[1] or 1)
+            elseif r < 0.75 then a[2] = g_key(shape, self)
             elseif r < 0.85 then a[2] = R:pick({ "shape", "add", "nosuchmethod", "__gc", "" })
             else a[2] = g_junk() end
           end,
@@ -2167,8 +2239,18 @@ function M.run(opts)
           names = { "index", "newindex", "__newindex" }, src = "a[b] = c", weight = 2,
           gen = function(a, shape, self)
             a.n = 3
-            a[2] = R:chance(0.85) and g_pos(shape[1] or 1) or g_junk()
+            local r = R:float()
+            local keyed = r >= 0.5 and r < 0.85
+            if r < 0.5 then a[2] = g_pos(shape[1] or 1)
+            elseif keyed then a[2] = g_key(shape, self)
+            else a[2] = g_junk() end
             if R:chance(0.6) then a[3] = g_number()
+            elseif keyed and R:chance(0.5) then
+              -- a value of the key's own shape (or one that broadcasts to it), or a 0-d one
+              local ok, view = pcall(function() return self[a[2]] end)
+              local s = ok and is_tensor(view) and geom(view) or {}
+              if R:chance(0.3) then s = {} elseif #s > 0 and R:chance(0.3) then s = { s[#s] } end
+              a[3] = make_tensor_shaped(s, R:pick(DTYPES), tdevice(self))
             else
               local s = removed(shape, 1)
               a[3] = make_tensor_shaped(s, R:pick(DTYPES), tdevice(self))
@@ -2216,6 +2298,17 @@ function M.run(opts)
       e.call = compile(string.format(
         "local qlua = ...; return function(...) return table.pack(qlua.%s(...)) end", e.name), qlua)
       assert(qlua[e.name], "fuzz: no function qlua." .. e.name)
+      if e.silent then   -- the global print is a no-op during the call (help's output)
+        local call = e.call
+        e.call = function(...)
+          local saved = _G.print
+          _G.print = function() end
+          local r = table.pack(pcall(call, ...))
+          _G.print = saved
+          if not r[1] then error(r[2], 0) end
+          return r[2]
+        end
+      end
     elseif e.kind == "op" then
       if e.src == "close" then
         e.call = compile("return function(a) do local x <close> = a end return table.pack() end")
