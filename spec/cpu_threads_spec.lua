@@ -109,6 +109,66 @@ describe("the CPU thread pool", function()
     end)
   end)
 
+  it("a bad index is named by its first position, on any number of threads", function()
+    local saved = qlua.get_num_threads()
+    local src = qlua.randn(1000)
+    for _, dtype in ipairs({ "int64", "int32" }) do
+      local big = qlua.randint(1, 1000, 300001, { dtype = dtype })
+      big[250001] = 1001                -- in a late piece
+      big[299999] = 0                   -- a later bad one, in another piece
+      local strided = qlua.randint(1, 1000, { 300001, 2 }, { dtype = dtype }):select(2, 2)
+      strided[200000] = -3
+      for _, n in ipairs({ 1, 3, 8 }) do
+        qlua.set_num_threads(n)
+        T.assert_error(function() return src:gather(big) end,
+          "gather: index 1001 out of range (1..1000) at position 250001")
+        T.assert_error(function() return src:index_select(1, strided) end,
+          "index_select: index -3 out of range (1..1000) at position 200000")
+        T.assert_error(function() return src:take(big:narrow(1, 250002, 50000)) end,
+          "take: index 0 out of range (1..1000) at position 49998")
+      end
+    end
+    qlua.set_num_threads(saved)
+  end)
+
+  it("index_select of whole slices, many per thread, matches plain Lua", function()
+    local saved = qlua.get_num_threads()
+    local x = qlua.randn(6, 50, 40)                       -- slices of 40 floats (160 bytes)
+    local k = qlua.randint(1, 50, 3000)
+    local xs, ks = x:totable(), k:totable()
+    for _, n in ipairs({ 1, 8 }) do
+      qlua.set_num_threads(n)
+      local r = x:index_select(2, k)
+      T.assert_shape(r, { 6, 3000, 40 })
+      local rs = r:totable()
+      for o = 1, 6 do
+        for q = 1, 3000, 7 do
+          for j = 1, 40, 13 do
+            assert(rs[o][q][j] == xs[o][ks[q]][j], ("index_select slice (%d, %d)"):format(o, q))
+          end
+        end
+      end
+    end
+    qlua.set_num_threads(saved)
+  end)
+
+  it("reductions along a dim of a wide matrix are cut into narrow column blocks", function()
+    local saved = qlua.get_num_threads()
+    local m = qlua.randn(40, 4096, { dtype = "float64" })
+    local rows = m:totable()
+    same_for_threads("wide dim reductions", function()
+      return { m:sum(1), m:sum(2), m:max(1), m:argmin(1), m:t():sum(2), m:var(1) }
+    end)
+    qlua.set_num_threads(8)
+    local s1 = m:sum(1):totable()
+    for j = 1, 4096, 97 do
+      local want = 0
+      for i = 1, 40 do want = want + rows[i][j] end
+      assert(math.abs(s1[j] - want) <= 1e-12 * 40, "sum(1) column " .. j)
+    end
+    qlua.set_num_threads(saved)
+  end)
+
   it("reductions give the same bits on any number of threads", function()
     same_for_threads("reductions", function()
       local r = {}

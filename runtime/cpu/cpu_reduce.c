@@ -783,10 +783,15 @@ static void cpu_outer_row(const cpu_outer *o, int64_t r, int64_t *src_off, int64
   *dst_off = dof * (int64_t)qt_elsize(o->dst.dtype);
 }
 
-/* Reductions along a dim run on the pool by blocks of outputs: (outer row, a block of
-** CPU_REDUCE_COLS columns) is one task, and a chunk is a run of tasks of about
-** CPU_PAR_GRAIN elements of input. Every output is computed exactly as on one thread. */
+/* Reductions along a dim run on the pool by blocks of outputs: (outer row, a block of at
+** most CPU_REDUCE_COLS columns) is one task, and a chunk is a run of tasks of about
+** CPU_PAR_GRAIN elements of input. The blocks narrow (to CPU_REDUCE_MIN_COLS for columns
+** folds, which read each row's block as one run, and to one output otherwise) until there
+** are a few tasks per thread: a 4096 x 4096 sum along either dim is 4 blocks of 1024, which
+** kept 12 of 16 threads idle. Every output is computed exactly as on one thread, whatever
+** the width. */
 #define CPU_REDUCE_COLS 1024
+#define CPU_REDUCE_MIN_COLS 128
 
 typedef struct cpu_dim_job {
   const cpu_outer *o;
@@ -794,6 +799,7 @@ typedef struct cpu_dim_job {
   cpu_strided_fold_fn fold_strided;
   cpu_columns_fold_fn fold_columns;
   bool by_columns;
+  int64_t width;           /* columns a block (at most CPU_REDUCE_COLS) */
   int64_t blocks;          /* column blocks per row */
   int64_t tasks_per_chunk;
   int64_t tasks;
@@ -868,8 +874,8 @@ static void cpu_dim_chunk(void *arg, int64_t chunk) {
   int64_t t1 = t0 + jb->tasks_per_chunk < jb->tasks ? t0 + jb->tasks_per_chunk : jb->tasks;
   for (int64_t t = t0; t < t1; t++) {
     int64_t r = t / jb->blocks, b = t % jb->blocks;
-    int64_t j0 = b * CPU_REDUCE_COLS;
-    int64_t j1 = j0 + CPU_REDUCE_COLS < jb->o->n ? j0 + CPU_REDUCE_COLS : jb->o->n;
+    int64_t j0 = b * jb->width;
+    int64_t j1 = j0 + jb->width < jb->o->n ? j0 + jb->width : jb->o->n;
     cpu_dim_task(jb, r, j0, j1, colsp);
   }
   free(mem);
@@ -888,9 +894,17 @@ static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, i
   jb.fold_strided = cpu_strided_folds[src->dtype][op];
   jb.fold_columns = cpu_columns_folds[src->dtype][op];
   jb.by_columns = o.len > 1 && o.n > 1 && o.s_in == 1 && o.rstride != 1 && o.len <= INT32_MAX;
-  jb.blocks = (o.n + CPU_REDUCE_COLS - 1) / CPU_REDUCE_COLS;
+  int64_t len1 = o.len > 0 ? o.len : 1;
+  int64_t want = (int64_t)cpu_threads() * 4;            /* tasks, as cpu_par_pieces cuts */
+  if (want > o.rows * o.n * len1 / CPU_PAR_GRAIN) want = o.rows * o.n * len1 / CPU_PAR_GRAIN;
+  int64_t min_width = jb.by_columns ? CPU_REDUCE_MIN_COLS : 1;
+  jb.width = CPU_REDUCE_COLS;
+  while (jb.width > min_width && o.rows * ((o.n + jb.width - 1) / jb.width) < want)
+    jb.width /= 2;
+  if (jb.width < min_width) jb.width = min_width;
+  jb.blocks = (o.n + jb.width - 1) / jb.width;
   jb.tasks = o.rows * jb.blocks;
-  int64_t per_task = (o.n < CPU_REDUCE_COLS ? o.n : CPU_REDUCE_COLS) * (o.len > 0 ? o.len : 1);
+  int64_t per_task = (o.n < jb.width ? o.n : jb.width) * len1;
   jb.tasks_per_chunk = CPU_PAR_GRAIN / per_task + 1;
   jb.oom = false;
   cpu_parallel((jb.tasks + jb.tasks_per_chunk - 1) / jb.tasks_per_chunk, cpu_dim_chunk, &jb);
