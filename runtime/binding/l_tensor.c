@@ -345,6 +345,9 @@ static lua_Integer t_keyint(lua_State *L, int idx, int entry) {
 /* Entry k's 1-based position p (negative: from the end) in a dim of size n, 0-based. */
 static int64_t t_keypos(lua_State *L, lua_Integer p, int k, int64_t n) {
   lua_Integer q = p < 0 ? p + (lua_Integer)n + 1 : p;
+  if (n == 0)
+    luaL_error(L, "index: position %I out of range for dim %d of size 0 (it has no positions)",
+               p, k);
   if (p == 0 || q < 1 || q > (lua_Integer)n)
     luaL_error(L, "index: position %I out of range (-%I..%I) for dim %d of size %I", p,
                (lua_Integer)n, (lua_Integer)n, k, (lua_Integer)n);

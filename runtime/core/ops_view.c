@@ -235,6 +235,10 @@ int qt_slice(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int64_t f
   int64_t n = t->size[dim];
   int64_t pos[2] = {first, last};
   for (int k = 0; k < 2; k++) {
+    if (n == 0)
+      return qt_errorf(&ctx->err, "%s: position %lld out of range for dim %d of size 0 (it has "
+                       "no positions; narrow(dim, 1, 0) is an empty view)", op,
+                       ops_user_pos(pos[k]), dim + 1);
     if (pos[k] < -n || pos[k] >= n)
       return qt_errorf(&ctx->err, "%s: position %lld out of range (-%lld..%lld) for dim %d of size %lld",
                        op, ops_user_pos(pos[k]), (long long)n, (long long)n, dim + 1, (long long)n);
