@@ -210,7 +210,21 @@ __global__ void ew_binary_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T 
     int64_t packs = n / W;
     const ew_pack<T> *pa = (const ew_pack<T> *)a, *pb = (const ew_pack<T> *)b;
     ew_vec<R, W> *pd = (ew_vec<R, W> *)dst;
-    for (int64_t k = start; k < packs; k += step) {
+    /* two packs an iteration, a grid apart (each still coalesced): four 16-byte loads in
+    ** flight per thread instead of two */
+    int64_t k = start;
+    for (; k + step < packs; k += 2 * step) {
+      ew_pack<T> x0 = pa[k], y0 = pb[k], x1 = pa[k + step], y1 = pb[k + step];
+      ew_vec<R, W> r0, r1;
+#pragma unroll
+      for (int j = 0; j < W; j++) {
+        r0.v[j] = ew_binop_at<T, BOOLOUT>(op, ew_up(x0.v[j]), ew_up(y0.v[j]));
+        r1.v[j] = ew_binop_at<T, BOOLOUT>(op, ew_up(x1.v[j]), ew_up(y1.v[j]));
+      }
+      pd[k] = r0;
+      pd[k + step] = r1;
+    }
+    if (k < packs) {
       ew_pack<T> x = pa[k], y = pb[k];
       ew_vec<R, W> r;
 #pragma unroll
