@@ -128,6 +128,17 @@ describe("the CPU thread pool", function()
           "take: index 0 out of range (1..1000) at position 49998")
       end
     end
+    -- the extremes of int64 (the check subtracts 1 without overflowing: UBSan watches)
+    local ext = qlua.randint(1, 1000, 70000)
+    ext[5] = math.mininteger
+    ext[9] = math.maxinteger
+    for _, n in ipairs({ 1, 8 }) do
+      qlua.set_num_threads(n)
+      T.assert_error(function() return src:gather(ext) end,
+        ("gather: index %d out of range (1..1000) at position 5"):format(math.mininteger))
+      T.assert_error(function() return qlua.zeros(1000):scatter_add_(1, ext:narrow(1, 6, 60000), qlua.ones(60000)) end,
+        ("scatter_add_: index %d out of range (1..1000) at position 4"):format(math.maxinteger))
+    end
     qlua.set_num_threads(saved)
   end)
 

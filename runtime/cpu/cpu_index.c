@@ -40,11 +40,11 @@ typedef struct cpu_check_walk {
     uint64_t ub = w->ubound;                                                               \
     if (w->bad_pos < 0) {                                                                  \
       int bad = 0;                                                                         \
-      if (st == 1) for (int64_t i = 0; i < n; i++) bad |= (uint64_t)((int64_t)x[i] - 1) >= ub; \
-      else for (int64_t i = 0; i < n; i++) bad |= (uint64_t)((int64_t)x[i * st] - 1) >= ub; \
+      if (st == 1) for (int64_t i = 0; i < n; i++) bad |= (uint64_t)(int64_t)x[i] - 1u >= ub; \
+      else for (int64_t i = 0; i < n; i++) bad |= (uint64_t)(int64_t)x[i * st] - 1u >= ub; \
       if (bad) {                                                                           \
         for (int64_t i = 0; i < n; i++)                                                    \
-          if ((uint64_t)((int64_t)x[i * st] - 1) >= ub) {                                  \
+          if ((uint64_t)(int64_t)x[i * st] - 1u >= ub) {                                  \
             w->bad_pos = w->pos + i;                                                       \
             w->bad_value = (int64_t)x[i * st];                                             \
             break;                                                                         \
