@@ -7,7 +7,7 @@
 --   * the hand-written gradient against central differences of cross_entropy (float64);
 --   * the loss falls, and the test accuracy comes within 3 points of the nearest-centre
 --     rule that knows the true centres (the best a classifier can do here, near enough);
---   * with a GPU, the first steps again on the CPU from the same start: the weights agree.
+--   * with a GPU, the first 20 steps again on the CPU from the same start: the weights agree.
 
 local has_gpu = qlua.gpu_count() > 0
 local dev = has_gpu and "gpu" or "cpu"
@@ -16,6 +16,8 @@ local epochs = math.tointeger(tonumber(arg[2]) or (has_gpu and 8 or 4))
 local n_test = math.max(1000, n_train // 5)
 local D, H, C, B = 32, 128, 10, 256                -- features, hidden units, classes, batch
 local lr, momentum = 0.05, 0.9
+assert(n_train >= B, ("classifier: needs at least %d training samples (one batch), got %d"):format(B, n_train))
+local replay_steps = math.min(20, n_train // B)     -- check 3 replays these on the CPU
 
 qlua.seed(7)
 math.randomseed(7)
@@ -133,9 +135,9 @@ for epoch = 1, epochs do
   local order = qlua.randperm(n_train):to(dev)
   for first = 1, n_train - B + 1, B do
     local idx = order:narrow(1, first, B)
-    if epoch == 1 and #first_batches < 20 then first_batches[#first_batches + 1] = idx:cpu() end
+    if epoch == 1 and #first_batches < replay_steps then first_batches[#first_batches + 1] = idx:cpu() end
     step(p, v, xd, yd, idx)
-    if epoch == 1 and #first_batches == 20 and not first_batches.weights then
+    if epoch == 1 and #first_batches == replay_steps and not first_batches.weights then
       first_batches.weights = copy_params(p, "cpu")
     end
   end
@@ -152,7 +154,8 @@ assert(loss < 0.8 * loss0, ("the loss did not fall: %.4f -> %.4f"):format(loss0,
 assert(acc > reference - 0.03, ("test accuracy %.2f%% is more than 3 points below the " ..
   "nearest-centre rule's %.2f%%"):format(100 * acc, 100 * reference))
 
--- 3. with a GPU: the same 20 steps on the CPU from the same start give the same weights
+-- 3. with a GPU: the same first steps (20, or fewer with few batches) on the CPU from the
+-- same start give the same weights
 if has_gpu then
   local q, w = copy_params(start, "cpu"), zero_like_params(start)
   for _, idx in ipairs(first_batches) do step(q, w, x_train, y_train, idx) end
@@ -161,8 +164,8 @@ if has_gpu then
     local a, b = q[name], first_batches.weights[name]
     worst = math.max(worst, (a - b):abs():max() / math.max(1e-6, a:abs():max()))
   end
-  assert(worst < 1e-3, ("GPU and CPU training differ after 20 steps: %.3g"):format(worst))
-  print(("cpu replay of the first 20 steps: weights agree to %.2g (relative)"):format(worst))
+  assert(worst < 1e-3, ("GPU and CPU training differ after %d steps: %.3g"):format(replay_steps, worst))
+  print(("cpu replay of the first %d steps: weights agree to %.2g (relative)"):format(replay_steps, worst))
 end
 
 print(("classifier ok: %.2f%% test accuracy in %d epochs, %.2f s"):format(100 * acc, epochs,
