@@ -9,10 +9,7 @@ local qlua = T.qlua
 local gtest = T.gpu_tests(_ENV)
 
 -- Each case is a function of the device; it runs as a CPU test and as a GPU test.
-local function both(name, fn)
-  it(name .. " (cpu)", function() T.reseed(name); fn("cpu") end)
-  gtest(name .. " (gpu)", function() fn("gpu") end)
-end
+local both = T.both_devices(_ENV)
 
 local function check(t, dtype, expected, what)
   assert.equal(dtype, t:dtype(), (what or "") .. ": dtype")

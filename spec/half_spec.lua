@@ -29,10 +29,7 @@ local qlua = T.qlua
 
 local gtest = T.gpu_tests(_ENV)
 
-local function both(name, fn)
-  it(name .. " (cpu)", function() T.reseed(name); fn("cpu") end)
-  gtest(name .. " (gpu)", function() fn("gpu") end)
-end
+local both = T.both_devices(_ENV)
 
 local HALF = T.half_dtypes
 local NAN, INF = 0 / 0, math.huge
@@ -42,6 +39,12 @@ local function map(list, f)
   local out = {}
   for i = 1, #list do out[i] = f(list[i], i) end
   return out
+end
+
+-- a (a dt tensor) holds exactly the bits of b (a float32 result) rounded to dt
+local function same_as_rounded(dt, a, b, what)
+  assert.equal(dt, a:dtype(), what .. ": dtype")
+  T.assert_bits_equal(T.tensor_bits(a), T.tensor_bits(b:to(dt)), dt .. " " .. what)
 end
 
 local function range_list(n, f)
@@ -1171,10 +1174,7 @@ describe("float16 and bfloat16: every other op family, against float32", functio
       local v = tie_values(6 * 8)
       local x = T.relayout(half_tensor(v, dt, dev, { 6, 8 }), "stepped")
       local f = x:to("float32")
-      local function same(a, b, what)
-        assert.equal(dt, a:dtype(), what .. ": dtype")
-        T.assert_bits_equal(T.tensor_bits(a), T.tensor_bits(b:to(dt)), dt .. " " .. what)
-      end
+      local function same(a, b, what) same_as_rounded(dt, a, b, what) end
       local idx = T.random_index({ 6, 5 }, 8)
       same(x:gather(2, idx), f:gather(2, idx), "gather")
       same(x:index_select(1, { 6, 1, 3, 3 }), f:index_select(1, { 6, 1, 3, 3 }), "index_select")
@@ -1205,10 +1205,7 @@ describe("float16 and bfloat16: every other op family, against float32", functio
       local v = tie_values(5 * 9)
       local x = T.relayout(half_tensor(v, dt, dev, { 5, 9 }), "narrowed")
       local f = x:to("float32")
-      local function same(a, b, what)
-        assert.equal(dt, a:dtype(), what .. ": dtype")
-        T.assert_bits_equal(T.tensor_bits(a), T.tensor_bits(b:to(dt)), dt .. " " .. what)
-      end
+      local function same(a, b, what) same_as_rounded(dt, a, b, what) end
       local mask = x:gt(0)
       T.assert_equal(mask, f:gt(0), dt .. " gt")
       same(x:masked_fill(mask, -1.5), f:masked_fill(mask, -1.5), "masked_fill")
@@ -1244,10 +1241,7 @@ describe("float16 and bfloat16: every other op family, against float32", functio
 
   both("lerp, addcmul_, addcdiv_ and cross_entropy: computed in float32, rounded once", function(dev)
     for _, dt in ipairs(HALF) do
-      local function same(a, b, what)
-        assert.equal(dt, a:dtype(), what .. ": dtype")
-        T.assert_bits_equal(T.tensor_bits(a), T.tensor_bits(b:to(dt)), dt .. " " .. what)
-      end
+      local function same(a, b, what) same_as_rounded(dt, a, b, what) end
       local x = T.relayout(half_tensor(random_in(45, -4, 4, dt), dt, dev, { 5, 9 }), "narrowed")
       local f = x:to("float32")
       local l = half_tensor(random_in(45, -2, 2, dt), dt, dev, { 5, 9 })

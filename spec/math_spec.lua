@@ -8,10 +8,7 @@ local qlua = T.qlua
 
 local gtest = T.gpu_tests(_ENV)
 
-local function both(name, fn)
-  it(name .. " (cpu)", function() T.reseed(name); fn("cpu") end)
-  gtest(name .. " (gpu)", function() fn("gpu") end)
-end
+local both = T.both_devices(_ENV)
 
 local NAN, INF = 0 / 0, math.huge
 local exp, log, sqrt, floor = math.exp, math.log, math.sqrt, math.floor

@@ -7,10 +7,7 @@ local T = require "qlua.testing"
 local qlua = T.qlua
 
 local gtest = T.gpu_tests(_ENV)
-local function both(name, fn)
-  it(name .. " (cpu)", function() T.reseed(name); fn("cpu") end)
-  gtest(name .. " (gpu)", function() fn("gpu") end)
-end
+local both = T.both_devices(_ENV)
 
 local TOL = { float32 = 1e-5, float64 = 1e-12 }
 

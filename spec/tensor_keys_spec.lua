@@ -7,10 +7,7 @@ local qlua = T.qlua
 
 local gtest = T.gpu_tests(_ENV)
 
-local function both(name, fn)
-  it(name .. " (cpu)", function() T.reseed(name); fn("cpu") end)
-  gtest(name .. " (gpu)", function() fn("gpu") end)
-end
+local both = T.both_devices(_ENV)
 
 -- Row-major flat values of a nested table.
 local flat = T.flatten

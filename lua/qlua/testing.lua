@@ -130,6 +130,17 @@ function T.gpu_tests(env)
   end
 end
 
+-- both(name, fn) declares fn("cpu") as "<name> (cpu)" and fn("gpu") as a gpu_tests case
+-- "<name> (gpu)" (pending without a GPU), each with its own seed:
+--   local both = T.both_devices(_ENV)
+function T.both_devices(env)
+  local gtest = T.gpu_tests(env)
+  return function(name, fn)
+    env.it(name .. " (cpu)", function() T.reseed(name); fn("cpu") end)
+    gtest(name .. " (gpu)", function() fn("gpu") end)
+  end
+end
+
 -- {"cpu"} plus "gpu" when a GPU is present.
 function T.devices()
   local list = { "cpu" }
@@ -1066,19 +1077,21 @@ local function half_round_f32_magnitude(u, f)
   return r
 end
 
--- float32 bits -> 16-bit bits. NaN: float16 keeps the sign and the top 10 fraction bits
--- (1 when they are all 0, NumPy); bfloat16 makes it 0x7fc0 with its sign (ml_dtypes).
+-- An infinity (is_inf) or a NaN whose top 10 fraction bits are payload, as 16-bit bits:
+-- float16 keeps the sign and the payload (1 when it is 0, NumPy); bfloat16 makes it
+-- 0x7fc0 with its sign (ml_dtypes).
+local function half_nonfinite(sign, is_inf, payload, dtype)
+  if is_inf then return sign | T.half_inf_bits(dtype) end
+  if dtype == "bfloat16" then return sign | 0x7fc0 end
+  return sign | 0x7c00 | (payload == 0 and 1 or payload)
+end
+
+-- float32 bits -> 16-bit bits (NaN and infinities as half_nonfinite says).
 function T.half_from_f32_bits(u, dtype)
   local f = half_fmt(dtype)
   local sign = (u >> 16) & 0x8000
   local e, m = (u >> 23) & 0xff, u & 0x7fffff
-  if e == 0xff then
-    if m == 0 then return sign | T.half_inf_bits(dtype) end
-    if dtype == "bfloat16" then return sign | 0x7fc0 end
-    local p = m >> 13
-    if p == 0 then p = 1 end
-    return sign | 0x7c00 | p
-  end
+  if e == 0xff then return half_nonfinite(sign, m == 0, m >> 13, dtype) end
   return sign | half_round_f32_magnitude(u & 0x7fffffff, f)
 end
 
@@ -1091,13 +1104,7 @@ function T.half_from_f64_bits(u, dtype)
   local f = half_fmt(dtype)
   local sign = (u >> 48) & 0x8000
   local e, m = (u >> 52) & 0x7ff, u & 0xfffffffffffff
-  if e == 0x7ff then
-    if m == 0 then return sign | T.half_inf_bits(dtype) end
-    if dtype == "bfloat16" then return sign | 0x7fc0 end
-    local p = m >> 42
-    if p == 0 then p = 1 end
-    return sign | 0x7c00 | p
-  end
+  if e == 0x7ff then return half_nonfinite(sign, m == 0, m >> 42, dtype) end
   return sign | half_round_magnitude(math.abs(T.f64_from_bits(u)), f)
 end
 
