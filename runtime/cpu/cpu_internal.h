@@ -75,9 +75,12 @@ void cpu_walk_collapsed_par(qt_view *const *v, int nviews, cpu_row_fn row, const
 ** may be shorter). */
 int64_t cpu_par_pieces(int64_t numel, int64_t *piece);
 
-/* Copies the caller's views (they are the core's, and const), collapses and walks. */
-static inline void cpu_walk(const qt_view *const *views, int nviews, cpu_row_fn row,
-                            const cpu_args *args) {
+/* Copies the caller's views (they are the core's, and const), collapses them and hands
+** them to walk (cpu_walk_collapsed or cpu_walk_collapsed_par). */
+static inline void cpu_walk_copies(const qt_view *const *views, int nviews, cpu_row_fn row,
+                                   const cpu_args *args,
+                                   void (*walk)(qt_view *const *, int, cpu_row_fn,
+                                                const cpu_args *)) {
   qt_view copy[CPU_MAXVIEWS];
   qt_view *ptrs[CPU_MAXVIEWS];
   for (int k = 0; k < nviews; k++) {
@@ -85,20 +88,19 @@ static inline void cpu_walk(const qt_view *const *views, int nviews, cpu_row_fn 
     ptrs[k] = &copy[k];
   }
   qt_views_collapse(ptrs, nviews);
-  cpu_walk_collapsed(ptrs, nviews, row, args);
+  walk(ptrs, nviews, row, args);
+}
+
+/* Collapses a copy of the caller's views and walks them. */
+static inline void cpu_walk(const qt_view *const *views, int nviews, cpu_row_fn row,
+                            const cpu_args *args) {
+  cpu_walk_copies(views, nviews, row, args, cpu_walk_collapsed);
 }
 
 /* cpu_walk on the thread pool (the same rules as cpu_walk_collapsed_par). */
 static inline void cpu_walk_par(const qt_view *const *views, int nviews, cpu_row_fn row,
                                 const cpu_args *args) {
-  qt_view copy[CPU_MAXVIEWS];
-  qt_view *ptrs[CPU_MAXVIEWS];
-  for (int k = 0; k < nviews; k++) {
-    copy[k] = *views[k];
-    ptrs[k] = &copy[k];
-  }
-  qt_views_collapse(ptrs, nviews);
-  cpu_walk_collapsed_par(ptrs, nviews, row, args);
+  cpu_walk_copies(views, nviews, row, args, cpu_walk_collapsed_par);
 }
 
 /* ====================================================================== vector width */

@@ -895,8 +895,8 @@ static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, i
   jb.fold_columns = cpu_columns_folds[src->dtype][op];
   jb.by_columns = o.len > 1 && o.n > 1 && o.s_in == 1 && o.rstride != 1 && o.len <= INT32_MAX;
   int64_t len1 = o.len > 0 ? o.len : 1;
-  int64_t want = (int64_t)cpu_threads() * 4;            /* tasks, as cpu_par_pieces cuts */
-  if (want > o.rows * o.n * len1 / CPU_PAR_GRAIN) want = o.rows * o.n * len1 / CPU_PAR_GRAIN;
+  int64_t piece;
+  int64_t want = cpu_par_pieces(o.rows * o.n * len1, &piece);  /* tasks: the pool's cut */
   int64_t min_width = jb.by_columns ? CPU_REDUCE_MIN_COLS : 1;
   jb.width = CPU_REDUCE_COLS;
   while (jb.width > min_width && o.rows * ((o.n + jb.width - 1) / jb.width) < want)
