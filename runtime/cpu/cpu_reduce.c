@@ -164,6 +164,43 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
 #include <immintrin.h>
 #define CPU_SIMD_F32(x) _Generic((x), const float *: 1, default: 0)
 
+/* The vector runs' end, in scalar code: the best of the lanes, then the tail x[i..n). */
+static inline float cpu_f32_best_finish(const float *lane, int lanes, const float *x, int64_t i,
+                                        int64_t n, int is_max, int nan, int *has_nan) {
+  float best = lane[0];
+  for (int k = 1; k < lanes; k++) best = (is_max ? lane[k] > best : lane[k] < best) ? lane[k] : best;
+  for (; i < n; i++) {
+    float v = x[i];
+    best = (is_max ? v > best : v < best) ? v : best;
+    nan |= v != v;
+  }
+  *has_nan = nan;
+  return best;
+}
+
+/* The same for the positions: the best lane (ties: the smallest position) when there are
+** lanes (x[0] at 0 when lanes is 0), then the tail from i. */
+static inline int64_t cpu_f32_arg_finish(const float *lane, const int32_t *pos, int lanes,
+                                         const float *x, int64_t i, int64_t n, int is_max,
+                                         int nan, int *has_nan) {
+  float best = x[0];
+  int64_t best_at = 0;
+  if (lanes > 0) {
+    best = lane[0], best_at = pos[0];
+    for (int k = 1; k < lanes; k++)
+      if ((is_max ? lane[k] > best : lane[k] < best) || (lane[k] == best && pos[k] < best_at))
+        best = lane[k], best_at = pos[k];
+    if (best != best) best = x[best_at];  /* a NaN first lane value: the caller rescans */
+  }
+  for (; i < n; i++) {
+    float v = x[i];
+    if (is_max ? v > best : v < best) best = v, best_at = i;
+    nan |= v != v;
+  }
+  *has_nan = nan;
+  return best_at;
+}
+
 static float cpu_f32_best_sse2(const float *x, int64_t n, int is_max, int *has_nan) {
   __m128 m = _mm_set1_ps(x[0]), bad = _mm_setzero_ps();
   int64_t i = 0;
@@ -174,16 +211,7 @@ static float cpu_f32_best_sse2(const float *x, int64_t n, int is_max, int *has_n
   }
   float lane[4];
   _mm_storeu_ps(lane, m);
-  int nan = _mm_movemask_ps(bad) != 0;
-  float best = lane[0];
-  for (int k = 1; k < 4; k++) best = (is_max ? lane[k] > best : lane[k] < best) ? lane[k] : best;
-  for (; i < n; i++) {
-    float v = x[i];
-    best = (is_max ? v > best : v < best) ? v : best;
-    nan |= v != v;
-  }
-  *has_nan = nan;
-  return best;
+  return cpu_f32_best_finish(lane, 4, x, i, n, is_max, _mm_movemask_ps(bad) != 0, has_nan);
 }
 
 __attribute__((target("avx512f"))) static float cpu_f32_best_avx512(const float *x, int64_t n,
@@ -200,16 +228,7 @@ __attribute__((target("avx512f"))) static float cpu_f32_best_avx512(const float 
   float lane[32];
   _mm512_storeu_ps(lane, m0);
   _mm512_storeu_ps(lane + 16, m1);
-  int nan = bad != 0;
-  float best = lane[0];
-  for (int k = 1; k < 32; k++) best = (is_max ? lane[k] > best : lane[k] < best) ? lane[k] : best;
-  for (; i < n; i++) {
-    float v = x[i];
-    best = (is_max ? v > best : v < best) ? v : best;
-    nan |= v != v;
-  }
-  *has_nan = nan;
-  return best;
+  return cpu_f32_best_finish(lane, 32, x, i, n, is_max, bad != 0, has_nan);
 }
 
 static float cpu_f32_best(const float *x, int64_t n, int is_max, int *has_nan) {
@@ -220,13 +239,10 @@ static float cpu_f32_best(const float *x, int64_t n, int is_max, int *has_nan) {
 /* The first position of the best non-NaN value: per lane the first best (strictly
 ** better replaces), then the lanes merged by value, ties by the smaller position. */
 static int64_t cpu_f32_arg_sse2(const float *x, int64_t n, int is_max, int *has_nan) {
-  int64_t i = 0;
-  int nan = 0;
-  float best = x[0];
-  int64_t best_at = 0;
   if (n >= 8) {
     __m128 m = _mm_loadu_ps(x), bad = _mm_cmpunord_ps(m, m);
     __m128i at = _mm_setr_epi32(0, 1, 2, 3), idx = at, four = _mm_set1_epi32(4);
+    int64_t i;
     for (i = 4; i + 4 <= n; i += 4) {
       __m128 v = _mm_loadu_ps(x + i);
       idx = _mm_add_epi32(idx, four);
@@ -240,28 +256,13 @@ static int64_t cpu_f32_arg_sse2(const float *x, int64_t n, int is_max, int *has_
     int32_t pos[4];
     _mm_storeu_ps(lane, m);
     _mm_storeu_si128((__m128i *)pos, at);
-    nan = _mm_movemask_ps(bad) != 0;
-    best = lane[0], best_at = pos[0];
-    for (int k = 1; k < 4; k++)
-      if ((is_max ? lane[k] > best : lane[k] < best) || (lane[k] == best && pos[k] < best_at))
-        best = lane[k], best_at = pos[k];
-    if (best != best) best = x[best_at];  /* a NaN first lane value: the caller rescans */
+    return cpu_f32_arg_finish(lane, pos, 4, x, i, n, is_max, _mm_movemask_ps(bad) != 0, has_nan);
   }
-  for (; i < n; i++) {
-    float v = x[i];
-    if (is_max ? v > best : v < best) best = v, best_at = i;
-    nan |= v != v;
-  }
-  *has_nan = nan;
-  return best_at;
+  return cpu_f32_arg_finish(NULL, NULL, 0, x, 0, n, is_max, 0, has_nan);
 }
 
 __attribute__((target("avx512f"))) static int64_t cpu_f32_arg_avx512(const float *x, int64_t n,
                                                                       int is_max, int *has_nan) {
-  int64_t i = 0;
-  int nan = 0;
-  float best = x[0];
-  int64_t best_at = 0;
   if (n >= 64) {
     /* two sets of 16 lanes (blocks of 32 elements: the first 16 and the second 16), so
     ** that the compare-and-select chains of the two overlap */
@@ -270,6 +271,7 @@ __attribute__((target("avx512f"))) static int64_t cpu_f32_arg_avx512(const float
     __m512i at0 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512i at1 = _mm512_add_epi32(at0, _mm512_set1_epi32(16));
     __m512i idx0 = at0, idx1 = at1, step = _mm512_set1_epi32(32);
+    int64_t i;
     for (i = 32; i + 32 <= n; i += 32) {
       __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
       idx0 = _mm512_add_epi32(idx0, step);
@@ -288,20 +290,9 @@ __attribute__((target("avx512f"))) static int64_t cpu_f32_arg_avx512(const float
     _mm512_storeu_ps(lane + 16, m1);
     _mm512_storeu_si512((void *)pos, at0);
     _mm512_storeu_si512((void *)(pos + 16), at1);
-    nan = bad != 0;
-    best = lane[0], best_at = pos[0];
-    for (int k = 1; k < 32; k++)
-      if ((is_max ? lane[k] > best : lane[k] < best) || (lane[k] == best && pos[k] < best_at))
-        best = lane[k], best_at = pos[k];
-    if (best != best) best = x[best_at];
+    return cpu_f32_arg_finish(lane, pos, 32, x, i, n, is_max, bad != 0, has_nan);
   }
-  for (; i < n; i++) {
-    float v = x[i];
-    if (is_max ? v > best : v < best) best = v, best_at = i;
-    nan |= v != v;
-  }
-  *has_nan = nan;
-  return best_at;
+  return cpu_f32_arg_finish(NULL, NULL, 0, x, 0, n, is_max, 0, has_nan);
 }
 
 static int64_t cpu_f32_arg(const float *x, int64_t n, int is_max, int *has_nan) {
