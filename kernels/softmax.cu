@@ -19,7 +19,9 @@
 **   - along another dim (inner > 1): a thread per (outer, inner) column, the same two
 **     passes; neighbouring threads read neighbouring columns, so loads coalesce.
 **
-** float32 computes in float32 (expf is within 2 ulp), float64 in double. The special values
+** float32 computes in float32 (expf is within 2 ulp), float64 in double; log_softmax is
+** (x - max) - log(sum) in every kernel, so rows far from 0 (1e4 in float32) keep the
+** precision of their differences. The special values
 ** follow the two-pass formula in every kernel: a NaN in a slice, or a +inf (inf - inf), or
 ** a slice of only -inf makes the whole slice NaN, as PyTorch's.
 */
@@ -108,21 +110,24 @@ softmax_rows_registers(const T *src, T *dst, int64_t rows, int64_t n) {
       if (lane + (int64_t)j * TPR < nvec) {
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
-          A t = exp(v[j][e] - m);
+          A d = v[j][e] - m;  /* rounded at d's magnitude, exact near m */
+          A t = exp(d);
           s += t;
-          if (!LOG) v[j][e] = t;
+          v[j][e] = LOG ? d : t;
         }
       }
     }
     s = sm_reduce<TPR>(s, sm_sum_op(), red_sum);
-    A shift = LOG ? m + log(s) : (A)0;
+    /* (x - m) - log(s), never x - (m + log(s)): m + log(s) rounds at m's magnitude (half
+    ** an ulp of 1e4 in float32 is 5e-4), while x - m is exact and log(s) is small */
+    A log_s = LOG ? log(s) : (A)0;
 #pragma unroll
     for (int j = 0; j < NV; j++) {
       int64_t q = lane + (int64_t)j * TPR;
       if (q < nvec) {
         V out;
 #pragma unroll
-        for (int e = 0; e < VEC; e++) out.v[e] = (T)(LOG ? v[j][e] - shift : v[j][e] / s);
+        for (int e = 0; e < VEC; e++) out.v[e] = (T)(LOG ? v[j][e] - log_s : v[j][e] / s);
         y[q] = out;
       }
     }
@@ -166,9 +171,10 @@ __device__ __forceinline__ void sm_merge(A &m, A &s, A m2, A s2) {
   s = t1 + t2;
 }
 
+/* One output of the two-pass kernels; (x - m) first, as in the register kernel. */
 template <typename T, bool LOG>
 __device__ __forceinline__ T sm_result(T x, T m, T s, T log_s) {
-  return LOG ? x - m - log_s : exp(x - m) / s;
+  return LOG ? (x - m) - log_s : exp(x - m) / s;
 }
 
 /* A block per row for rows longer than the registers hold: the input is read twice. */

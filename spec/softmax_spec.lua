@@ -1,9 +1,10 @@
 -- The softmax family (issue 13, docs/API.md "Softmax and cross-entropy"): softmax and
 -- log_softmax along a dim and qlua.cross_entropy, against plain-Lua references (the
 -- max-subtracted formula in double) in every dtype and layout, with empty and 0-d tensors,
--- NaN and infinities, inputs of 1e4 and bad arguments. Every case is a function of the
--- device: it runs on the CPU here and, through gtest, on the GPU (pending without one),
--- where the row lengths reach each of softmax.cu's kernels.
+-- NaN and infinities, inputs of 1e4, rows near 1e4 and 1e6 to tight tolerances, and bad
+-- arguments. Every case is a function of the device: it runs on the CPU here and, through
+-- gtest, on the GPU (pending without one), where the row lengths reach each of
+-- softmax.cu's kernels.
 local T = require "qlua.testing"
 local qlua = T.qlua
 
@@ -159,6 +160,151 @@ local function large(device)
   end
 end
 
+-- Rows far from 0: 1e4 and 1e6 plus values in [-20, 20]. log_softmax must be computed as
+-- (x - max) - log(sum): x - max is exact there and log(sum) small. x - (max + log(sum))
+-- rounds max + log(sum) at the rows' magnitude, one error for a whole row of up to half an
+-- ulp: 4.9e-4 at 1e4 in float32, 0.031 at 1e6, 9.1e-13 and 5.8e-11 in float64. The
+-- reference is the same formula in double on the stored values, its sum compensated
+-- (Neumaier), so it is good to about an ulp of float64 for rows of 40000; every element is
+-- compared alone: absolutely for log_softmax and cross_entropy, relatively for softmax,
+-- within an ulp or two of the result for logsumexp.
+local FAR = {
+  float32 = { abs = 3e-5, rel = 1e-5, ulp = 2 ^ -23 },
+  float64 = { abs = 2e-13, rel = 2e-13, ulp = 2 ^ -52 },
+}
+
+-- Shapes (and dims) that reach every GPU kernel: a warp per row (10), a block per row of
+-- 128 .. 1024 threads (513 single elements; 2048, 4096, 16384 vectors; 8190 vectors in
+-- float64 only), the long-row kernel (16385, 40000), and a thread per column (dim 1 of
+-- 500 x 30, dim 2 of 3 x 700 x 5). Several rows each: the wrong formula's error is a
+-- row's own, anywhere within half an ulp.
+local FAR_SHAPES = {
+  { { 8, 10 }, 2 }, { { 6, 513 }, 2 }, { { 6, 2048 }, 2 }, { { 4, 4096 }, 2 },
+  { { 4, 8190 }, 2 }, { { 3, 16384 }, 2 }, { { 3, 16385 }, 2 }, { { 3, 40000 }, 2 },
+  { { 500, 30 }, 1 }, { { 3, 700, 5 }, 2 },
+}
+
+-- log_softmax, softmax and logsumexp of finite values along dim (the slices' results in
+-- row-major order of the other dims). Locals: a global's lookup costs more in a spec.
+local exp, log, abs, max = math.exp, math.log, math.abs, math.max
+local function ref_accurate(flat, shape, dim)
+  local outer, n, inner = split(shape, dim)
+  local lsm, sm, lse = {}, {}, {}
+  for o = 0, outer - 1 do
+    for i = 0, inner - 1 do
+      local function at(k) return (o * n + k) * inner + i + 1 end
+      local m = -inf
+      for k = 0, n - 1 do m = max(m, flat[at(k)]) end
+      local s, c = 0.0, 0.0
+      for k = 0, n - 1 do
+        local t = exp(flat[at(k)] - m)
+        local u = s + t
+        if s >= t then c = c + ((s - u) + t) else c = c + ((t - u) + s) end
+        s = u
+      end
+      s = s + c
+      local ls = log(s)
+      for k = 0, n - 1 do
+        local d = flat[at(k)] - m
+        lsm[at(k)], sm[at(k)] = d - ls, exp(d) / s
+      end
+      lse[o * inner + i + 1] = m + ls
+    end
+  end
+  return lsm, sm, lse
+end
+
+-- Every element within atol + rtol * |expected| (a NaN fails).
+local function assert_each_close(actual, expected, atol, rtol, what)
+  assert.equal(#expected, #actual, what .. ": elements")
+  for i = 1, #expected do
+    local a, e = actual[i], expected[i]
+    local err, allowed = abs(a - e), atol + rtol * abs(e)
+    if not (err <= allowed) then
+      error(string.format("%s: element %d is %.17g, expected %.17g (error %.3g, allowed %.3g)",
+        what, i, a, e, err, allowed), 2)
+    end
+  end
+end
+
+-- count values in base + [-20, 20]: in float32 multiples of its spacing there (2^-10 at
+-- 1e4, 2^-4 at 1e6: the whole interval is one binade), so each is stored exactly.
+local function far_values(count, base, dtype)
+  local flat = {}
+  if dtype == "float32" then
+    local step = 2.0 ^ (math.floor(math.log(base, 2)) - 23)
+    local k = math.floor(20 / step)
+    for i = 1, count do flat[i] = base + math.random(-k, k) * step end
+  else
+    for i = 1, count do flat[i] = base + (40 * math.random() - 20) end
+  end
+  return flat
+end
+
+local function far_from_zero(device)
+  for _, base in ipairs({ 1e4, 1e6 }) do
+    for _, dtype in ipairs(T.float_dtypes) do
+      local tol = FAR[dtype]
+      for _, c in ipairs(FAR_SHAPES) do
+        local shape, dim = c[1], c[2]
+        local flat = far_values(T.numel(shape), base, dtype)
+        local t = T.from_flat(flat, shape, dtype, device)
+        local what = string.format("%s near %g, %s dim %d on %s", dtype, base, T.shape_str(shape),
+          dim, device)
+        local lsm, sm, lse = ref_accurate(flat, shape, dim)
+        assert_each_close((T.values_of(t:log_softmax(dim))), lsm, tol.abs, 0, "log_softmax " .. what)
+        assert_each_close((T.values_of(t:softmax(dim))), sm, 0, tol.rel, "softmax " .. what)
+        assert_each_close((T.values_of(t:logsumexp(dim))), lse, 0, tol.ulp, "logsumexp " .. what)
+      end
+    end
+  end
+end
+
+-- cross_entropy composes log_softmax: its losses near 1e4 and 1e6 are as exact, for class
+-- indices (with and without label smoothing) and for probabilities.
+local function cross_entropy_far(device)
+  for _, base in ipairs({ 1e4, 1e6 }) do
+    for _, dtype in ipairs(T.float_dtypes) do
+      for _, NC in ipairs({ { 8, 10 }, { 4, 2048 } }) do
+        local N, C = NC[1], NC[2]
+        local flat = far_values(N * C, base, dtype)
+        local lt = T.from_flat(flat, { N, C }, dtype, device)
+        local lsm = ref_accurate(flat, { N, C }, 2)
+        local classes, probs = {}, {}
+        for r = 1, N do
+          classes[r] = math.random(1, C)
+          local total = 0.0
+          for k = 1, C do
+            local q = math.random() + 0.01
+            probs[(r - 1) * C + k], total = q, total + q
+          end
+          for k = 1, C do probs[(r - 1) * C + k] = probs[(r - 1) * C + k] / total end
+        end
+        local what = string.format("cross_entropy %s near %g, %dx%d on %s", dtype, base, N, C, device)
+        for _, eps in ipairs({ 0, 0.1 }) do
+          local want = {}
+          for r = 0, N - 1 do
+            local sumlp = 0.0
+            for k = 1, C do sumlp = sumlp + lsm[r * C + k] end
+            want[r + 1] = -(1 - eps) * lsm[r * C + classes[r + 1]] - eps / C * sumlp
+          end
+          local loss = qlua.cross_entropy(lt, classes, { reduction = "none", label_smoothing = eps })
+          assert_each_close((T.values_of(loss)), want, FAR[dtype].abs, 0, what .. " eps " .. eps)
+        end
+        local want = {}
+        for r = 0, N - 1 do
+          local l = 0.0
+          for k = 1, C do l = l - probs[r * C + k] * lsm[r * C + k] end
+          want[r + 1] = l
+        end
+        local pt = T.from_flat(probs, { N, C }, "float64", device)
+        local loss = qlua.cross_entropy(lt, pt, { reduction = "none" })
+        assert_each_close((T.values_of(loss)), want, FAR[dtype].abs, 0, what .. " probabilities")
+      end
+    end
+  end
+end
+
 local function softmax_errors(device)
   local t = qlua.zeros({ 2, 3 }, { device = device })
   for _, name in ipairs({ "softmax", "log_softmax" }) do
@@ -300,6 +446,8 @@ local CASES = {
   { "softmax of empty and 0-d tensors", empty_and_0d },
   { "softmax at 1e4, with NaN and infinities", special_values },
   { "softmax of long rows and columns (every GPU kernel)", large },
+  { "log_softmax, softmax and logsumexp of rows near 1e4 and 1e6 (every GPU kernel)", far_from_zero },
+  { "cross_entropy of logits near 1e4 and 1e6", cross_entropy_far },
   { "softmax errors name the op and the values", softmax_errors },
   { "cross_entropy: indices, probabilities, reductions, ignore_index, label_smoothing", cross_entropy_cases },
   { "cross_entropy errors name the values and positions", cross_entropy_errors },
