@@ -2,7 +2,7 @@
 -- the CPU, against NumPy, measured in the same run.
 --
 --   qlua bench/bench.lua [--baseline build/bench-baseline] [--csv build/bench.csv]
---                        [--python python3] [--list] [--help] [case ...]
+--                        [--python PATH] [--list] [--help] [case ...]
 --
 -- With no case names every case this machine can run is run (the GPU cases need a GPU);
 -- --list prints the cases with their sizes and targets and exits.
@@ -24,7 +24,8 @@ local USAGE = [[
 usage: qlua bench/bench.lua [options] [case ...]
   --baseline PATH  the raw CUDA / cuBLAS baseline program (default build/bench-baseline)
   --csv PATH       where to write the table as CSV (default build/bench.csv)
-  --python PATH    the Python that runs bench/numpy_baseline.py (default python3)
+  --python PATH    the Python that runs bench/numpy_baseline.py (default: the first of
+                   python3, /usr/bin/python3, python that imports numpy)
   --list           print the cases (name, size, target) and exit
   --help           print this and exit
 With no case names, every case this machine can run is run.]]
@@ -641,18 +642,53 @@ elseif selected_names(gpu_names) ~= "" then
     print("bench: no baseline program at " .. args.baseline .. " (built by make bench when nvcc is there)")
   end
 end
+-- The Python for the NumPy baseline: --python, else the first candidate that imports
+-- numpy (the first python3 on PATH is often a bare one: a virtualenv, pyenv's shim). With
+-- none, the CPU cases have no baseline, and that is said where it cannot be missed: a
+-- banner before the table and after it, and the rows' status.
+local PYTHONS = {"python3", "/usr/bin/python3", "python"}
+local function imports_numpy(py)
+  local ok = os.execute(py .. " -c 'import numpy' >/dev/null 2>&1")
+  return ok == true
+end
+local no_numpy  -- the banner's text when the CPU cases have no NumPy to compare with
+local function loud(text)
+  local bar = ("!"):rep(78)
+  print("bench: " .. bar)
+  for line in text:gmatch("[^\n]+") do print("bench: !!! " .. line) end
+  print("bench: " .. bar)
+end
 do
   local script = arg[0]:gsub("[^/]*$", "") .. "numpy_baseline.py"
-  local py = args.python or "python3"
   local names = {}
   for _, c in ipairs(cases) do
     if c.numpy_arg and (wanted(c.name) or wanted(c.name .. "_gc")) then names[#names + 1] = c.numpy_arg end
   end
   names = table.concat(names, " ")
   if names ~= "" then
-    local numpy = read_baseline(py .. " " .. shell_quote(script) .. " " .. names)
-    for k, v in pairs(numpy) do baseline[k] = v end
-    if next(numpy) == nil then print("bench: NumPy not available (" .. py .. "): CPU cases have no baseline") end
+    local py = args.python
+    if py then
+      if not imports_numpy(py) then py = nil end
+    else
+      for _, candidate in ipairs(PYTHONS) do
+        if imports_numpy(candidate) then py = candidate; break end
+      end
+    end
+    if py then
+      local numpy = read_baseline(py .. " " .. shell_quote(script) .. " " .. names)
+      for k, v in pairs(numpy) do baseline[k] = v end
+      if next(numpy) == nil then
+        no_numpy = ("NO NUMPY BASELINE: %s imports numpy, but numpy_baseline.py printed no times\n"
+          .. "(run it by hand: %s %s)"):format(py, py, script)
+      else
+        print("bench: NumPy baseline run by " .. py)
+      end
+    else
+      no_numpy = (args.python and ("NO NUMPY: --python %s does not import numpy"):format(args.python)
+        or ("NO NUMPY: none of %s imports numpy"):format(table.concat(PYTHONS, ", ")))
+        .. ", so the CPU cases have NO BASELINE\n(install NumPy, or pass --python PATH)"
+    end
+    if no_numpy then loud(no_numpy) end
   end
 end
 
@@ -692,7 +728,9 @@ for _, c in ipairs(cases) do
       ok = c.bytes / t / 1e9 >= c.target
     end
     row.status = ok and "met" or (ok == nil and "n/a" or "MISSED")
-    if (c.kind == "ratio" or c.kind == "numpy") and not base then row.status = "no baseline" end
+    if (c.kind == "ratio" or c.kind == "numpy") and not base then
+      row.status = (c.kind == "numpy" and no_numpy) and "NO BASELINE (no NumPy)" or "no baseline"
+    end
     rows[#rows + 1] = row
     collectgarbage()
   end
@@ -714,6 +752,7 @@ for _, r in ipairs(rows) do
     r.spread and ("%.1f%%"):format(r.spread * 100) or "-", r.target, r.status))
 end
 print("base = raw CUDA/cuBLAS (bench/baseline.cu) on the GPU, NumPy on the CPU; ratio = qlua / base")
+if no_numpy then loud(no_numpy) end
 -- the CPU cases against PyTorch's CPU backend, where numpy_baseline.py found torch
 do
   local any = false
