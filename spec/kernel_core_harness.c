@@ -36,10 +36,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -1819,6 +1822,77 @@ static void test_concurrent(void) {
         count_qkc(kdir, NULL, 0));
 }
 
+/* Past the file-size limit (RLIMIT_FSIZE, `ulimit -f`) an entry cannot be written: the
+** write must fail with EFBIG, not kill the process with SIGXFSZ (the default action), and
+** leave no temporary file; the compile itself succeeds (the disk cache is an optimisation).
+** In a child, whose limit is 4 KiB and whose source (the fake's image) is 12 KiB. In round
+** 1 the caller has SIGXFSZ blocked and one already pending: it must still be pending after
+** (it was the caller's, not ours to take). */
+static void test_file_limit(void) {
+  char kdir[800];
+  use_cache_home("xdg-fsize", kdir, sizeof kdir);
+  for (int round = 0; round < 2; round++) {
+    char *src = malloc(13000);
+    if (src == NULL) return;
+    int n = snprintf(src, 13000, "extern \"C\" __global__ void big(float *x, int n) { /* %d ",
+                     round);
+    memset(src + n, 'x', 12000);
+    snprintf(src + n + 12000, 13000 - (size_t)(n + 12000), " */ }\n");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      struct rlimit lim = { 4096, 4096 };
+      int status = 0;
+      if (setrlimit(RLIMIT_FSIZE, &lim) != 0) {
+        printf("FAIL: setrlimit: %s\n", strerror(errno));
+        _exit(1);
+      }
+      sigset_t xfsz, pending;
+      sigemptyset(&xfsz);
+      sigaddset(&xfsz, SIGXFSZ);
+      if (round == 1) {
+        pthread_sigmask(SIG_BLOCK, &xfsz, NULL);
+        raise(SIGXFSZ);
+      }
+      qt_ctx *ctx = qt_ctx_new();
+      set_table("8,4");
+      qt_kernel *k = NULL;
+      int rc = ctx ? qt_kernel_compile(ctx, &k, &fake_dev, src, "big", NULL) : -1;
+      if (rc != 0) {
+        printf("FAIL: round %d: the compile failed: '%s'\n", round, ctx ? ctx->err.msg : "");
+        status = 1;
+      }
+      if (round == 1) {
+        sigemptyset(&pending);
+        if (sigpending(&pending) != 0 || sigismember(&pending, SIGXFSZ) != 1) {
+          printf("FAIL: round 1: the caller's pending SIGXFSZ was taken\n");
+          status = 1;
+        }
+        const struct timespec now = { 0, 0 };
+        sigtimedwait(&xfsz, NULL, &now);
+      }
+      if (k != NULL) qt_kernel_release(k);
+      if (ctx != NULL) qt_ctx_release(ctx);
+      fflush(stdout);
+      _exit(status);
+    }
+    free(src);
+    if (pid < 0) {
+      fail(__LINE__, "fork: %s", strerror(errno));
+      return;
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "round %d: a cache entry past the file-size limit ended the child with status %d "
+          "(signal %d)", round, WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+          WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    CHECK(count_tmp(kdir) == 0 && count_qkc(kdir, NULL, 0) == 0,
+          "round %d: past the file-size limit: %d temporary files and %d entries left", round,
+          count_tmp(kdir), count_qkc(kdir, NULL, 0));
+  }
+}
+
 /* ================================================================== 5. streams */
 
 static void test_streams(void) {
@@ -1941,6 +2015,7 @@ int main(int argc, char **argv) {
   printf("4. caches\n");
   test_caches();
   test_concurrent();
+  test_file_limit();
   printf("5. native streams\n");
   test_streams();
   printf("6. release orders\n");

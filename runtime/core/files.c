@@ -5,8 +5,9 @@
 ** The path decides how: a directory is refused; a FIFO or a device is written in place
 ** through the path as given; a regular file or a new one is written beside its target and
 ** renamed over it. The bytes come from the format's producer, called once, with SIGPIPE
-** held off around it, so a format streams its pieces (a header, then each tensor) without
-** assembling the file in memory.
+** and SIGXFSZ held off around it (a write past a closed pipe or the file-size limit is an
+** error, not the end of the program), so a format streams its pieces (a header, then each
+** tensor) without assembling the file in memory.
 */
 #include "files.h"
 
@@ -59,27 +60,71 @@ int qt_file_write(qt_file_sink *sink, const void *data, size_t n) {
   return sink->err;
 }
 
-/* Runs the producer on fd; 0, an errno (a failed write), or -1 (the producer's own
-** message is in ctx->err). A FIFO or a pipe whose reader has gone gives EPIPE, and the
-** SIGPIPE that comes with it would kill the whole program (Lua does not ignore it): the
-** signal is blocked on this thread around the writes, and one raised by them is taken off
-** the thread's pending set with sigtimedwait before the old mask comes back. The process's
-** disposition is never touched, and a SIGPIPE that was already pending (blocked by the
-** caller) is left for the caller. */
-static int files_produce(qt_ctx *ctx, int fd, qt_file_producer produce, void *arg) {
-  sigset_t sigpipe, pending, old_mask;
-  sigemptyset(&sigpipe);
-  sigaddset(&sigpipe, SIGPIPE);
+/* ---- SIGPIPE and SIGXFSZ around the writes
+** Two signals come with a failed write(2): SIGPIPE with EPIPE (a FIFO or pipe whose
+** reader has gone) and SIGXFSZ with EFBIG (a file grown past the file-size limit,
+** RLIMIT_FSIZE, `ulimit -f`). Both kill the process by default (Lua ignores neither), and
+** qlua is a library inside someone else's program: a save must fail with a message, not
+** end their program. Changing the signals' disposition (SIG_IGN) would be process-wide and
+** is the embedder's choice, not ours, so it is never touched. Instead the two are blocked
+** in the calling thread only (pthread_sigmask) around the writes: the kernel generates both
+** for the thread whose write failed, so a blocked one stays pending on this thread and the
+** write returns the errno, which the save reports. Before the old mask comes back, a signal
+** our write raised is taken off the pending set (sigtimedwait, zero timeout), or it would
+** be delivered the moment the mask is restored. Only ours: the write failed with its errno,
+** and the signal was not already pending when we started (the caller had it blocked and
+** pending: it is the caller's, and stays). */
+typedef struct files_guard {
+  sigset_t old_mask;
+  bool pipe_pending, xfsz_pending;  /* already pending before the writes */
+} files_guard;
+
+static void files_guard_begin(files_guard *g) {
+  sigset_t held, pending;
+  sigemptyset(&held);
+  sigaddset(&held, SIGPIPE);
+  sigaddset(&held, SIGXFSZ);
   sigemptyset(&pending);
-  bool was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
-  pthread_sigmask(SIG_BLOCK, &sigpipe, &old_mask);
+  bool known = sigpending(&pending) == 0;
+  g->pipe_pending = known && sigismember(&pending, SIGPIPE) == 1;
+  g->xfsz_pending = known && sigismember(&pending, SIGXFSZ) == 1;
+  pthread_sigmask(SIG_BLOCK, &held, &g->old_mask);
+}
+
+static void files_consume(int sig) {
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  const struct timespec now = { 0, 0 };
+  while (sigtimedwait(&one, NULL, &now) < 0 && errno == EINTR) {}
+}
+
+/* err: the first failed write's errno (0: none failed). */
+static void files_guard_end(const files_guard *g, int err) {
+  int saved = errno;
+  if (err == EPIPE && !g->pipe_pending) files_consume(SIGPIPE);
+  if (err == EFBIG && !g->xfsz_pending) files_consume(SIGXFSZ);
+  pthread_sigmask(SIG_SETMASK, &g->old_mask, NULL);
+  errno = saved;
+}
+
+int qt_file_write_fd(int fd, const void *data, size_t n) {
+  files_guard g;
+  files_guard_begin(&g);
+  qt_file_sink sink = { fd, 0 };
+  int e = qt_file_write(&sink, data, n);
+  files_guard_end(&g, e);
+  return e;
+}
+
+/* Runs the producer on fd, with the signals held off as above; 0, an errno (a failed
+** write), or -1 (the producer's own message is in ctx->err). */
+static int files_produce(qt_ctx *ctx, int fd, qt_file_producer produce, void *arg) {
+  files_guard g;
+  files_guard_begin(&g);
   qt_file_sink sink = { fd, 0 };
   int rc = produce(ctx, &sink, arg);
-  if (sink.err == EPIPE && !was_pending) {
-    const struct timespec now = { 0, 0 };
-    while (sigtimedwait(&sigpipe, NULL, &now) < 0 && errno == EINTR) {}
-  }
-  pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+  files_guard_end(&g, sink.err);
   if (sink.err != 0) return sink.err;
   return rc != 0 ? -1 : 0;
 }

@@ -10,7 +10,9 @@
 ** replaced (the links stay links). The replaced file keeps its permission bits (owner and
 ** group too, where the caller may set them); a new one gets 0666 & ~umask. A FIFO or a
 ** device (/dev/null, /dev/stdout's pipe) is written in place and never removed; a FIFO
-** whose reader has gone is an error (EPIPE), never a SIGPIPE. A directory is refused.
+** whose reader has gone is an error (EPIPE), never a SIGPIPE, and a file past the
+** file-size limit (ulimit -f) one too (EFBIG), never a SIGXFSZ: neither signal's
+** disposition is touched (files.c says how). A directory is refused.
 ** Nothing but our own temporary file is ever removed.
 **
 ** Messages start with the caller's op name ("save: cannot write 'x.npy': No space left on
@@ -45,6 +47,10 @@ typedef struct qt_file_sink qt_file_sink;
 /* Writes all n bytes; 0, or an errno (remembered by the sink, which then reports it; the
 ** producer should stop and return -1). */
 int qt_file_write(qt_file_sink *sink, const void *data, size_t n);
+
+/* All n bytes written to fd with SIGPIPE and SIGXFSZ held off as qt_file_save holds them
+** (for a writer with its own file handling: the kernel disk cache); 0 or the errno. */
+int qt_file_write_fd(int fd, const void *data, size_t n);
 
 /* Gives the file's bytes to qt_file_write, in order, once. Returns 0, or -1: after a
 ** failed qt_file_write, or with its own message in ctx->err (then the save is abandoned

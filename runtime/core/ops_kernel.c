@@ -31,6 +31,7 @@
 
 #include "ops_internal.h"
 #include "device.h"
+#include "files.h"
 #include "ops.h"
 
 /* ================================================================== objects */
@@ -275,14 +276,10 @@ static void kernel_disk_write(const char *dir, const char *path, const ops_buf *
              atomic_fetch_add(&counter, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd >= 0) {
-      size_t done = 0;
-      while (done < b.len) {
-        ssize_t w = write(fd, b.data + done, b.len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        done += (size_t)w;
-      }
-      bool ok = close(fd) == 0 && done == b.len;
+      /* through files.c's writer: past the file-size limit (ulimit -f) the write fails
+      ** with EFBIG instead of the SIGXFSZ that would end the program */
+      bool ok = qt_file_write_fd(fd, b.data, b.len) == 0;
+      ok = close(fd) == 0 && ok;
       if (!ok || rename(tmp, path) != 0) unlink(tmp);
     }
   }
