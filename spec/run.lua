@@ -13,4 +13,6 @@ os.exit when anything failed or errored, and returns normally when all passed.
 -- are found as spec.helpers.* through the default ./?.lua.
 package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
 
-require("busted.runner")({ standalone = false })
+-- The default output is busted's, with the pending tests summed up by reason
+-- (spec/helpers/output.lua); `-o utfTerminal` or `-o plainTerminal` lists each one.
+require("busted.runner")({ standalone = false, output = "spec.helpers.output" })
