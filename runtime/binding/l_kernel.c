@@ -630,6 +630,19 @@ static const lq_Reg lk_funcs[] = {
   {"kernel_cache_clear", q_kernel_cache_clear, 0}, {NULL, NULL, 0},
 };
 
+/* The metatable below the methods table on the stack becomes a class users extend, as
+** qlua.Tensor is (l_tensor.c): a name it lacks reads the method, and one written into it
+** becomes a method. Pops the methods table. */
+static void lk_class(lua_State *L) {
+  lua_createtable(L, 0, 2);
+  lua_pushvalue(L, -2);
+  lua_setfield(L, -2, "__index");
+  lua_pushvalue(L, -2);
+  lua_setfield(L, -2, "__newindex");
+  lua_setmetatable(L, -3);
+  lua_pop(L, 1);
+}
+
 void lq_open_kernel(lua_State *L, int box_idx, int module_idx) {
   box_idx = lua_absindex(L, box_idx);
   module_idx = lua_absindex(L, module_idx);
@@ -637,17 +650,21 @@ void lq_open_kernel(lua_State *L, int box_idx, int module_idx) {
   lq_setfuncs(L, lk_kernel_meta, box_idx, true);
   lua_newtable(L);
   lq_setfuncs(L, lk_kernel_methods, box_idx, true);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "__index");
+  lk_class(L);
+  lua_setfield(L, module_idx, "Kernel");        /* qlua.Kernel */
 
   luaL_newmetatable(L, LK_MODULE);
   lq_setfuncs(L, lk_module_meta, box_idx, true);
-  lua_pushvalue(L, box_idx);
   lua_newtable(L);
   lq_setfuncs(L, lk_module_methods, box_idx, true);
-  lua_pushcclosure(L, lk_module_index, 2);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
+  lua_pushvalue(L, box_idx);
+  lua_pushvalue(L, -2);
+  lua_pushcclosure(L, lk_module_index, 2);      /* upvalues: box, methods */
+  lua_setfield(L, -3, "__index");
+  lk_class(L);
+  lua_setfield(L, module_idx, "Module");        /* qlua.Module */
 
   const char *codegen[2] = { LK_ELEMENTWISE, LK_REDUCTION };
   for (int i = 0; i < 2; i++) {

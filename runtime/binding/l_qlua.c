@@ -798,7 +798,9 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   lq_setfuncs(L, lq_products_functions, box, false);  /* qlua.matmul ... (l_products.c) */
   lq_setfuncs(L, lq_random_functions, box, false);  /* qlua.bernoulli ... (l_random.c) */
   lq_setfuncs(L, lq_scan_functions, box, false);  /* qlua.cross_entropy (l_scan.c) */
-  lq_open_kernel(L, box, -1);
+  lq_open_kernel(L, box, -1);                     /* also qlua.Kernel, qlua.Module */
+  luaL_getmetatable(L, QLUA_TENSOR);              /* qlua.Tensor: the class (l_tensor.c) */
+  lua_setfield(L, -2, "Tensor");
   lua_pushliteral(L, QLUA_VERSION);
   lua_setfield(L, -2, "version");
   lua_remove(L, box);

@@ -656,5 +656,15 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   luaL_setfuncs(L, t_releases, 1);
   lq_setfuncs(L, t_metamethods, box_idx, false);
   lq_setfuncs(L, lq_arith_metamethods, box_idx, false);
+  /* Last (its fields are all set): the metatable is qlua.Tensor (l_qlua.c), the class
+  ** users extend. A name it lacks reads the method, and a name written into it that it
+  ** lacks becomes a method (function qlua.Tensor.double_it(t) return t * 2 end; then
+  ** t:double_it()), while its metamethods (__add, __tostring ...) stay its own fields. */
+  lua_createtable(L, 0, 2);
+  lua_getfield(L, -2, "__methods");
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "__index");
+  lua_setfield(L, -2, "__newindex");
+  lua_setmetatable(L, -2);
   lua_pop(L, 1);                                /* the metatable */
 }
