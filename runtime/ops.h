@@ -176,6 +176,22 @@ int qt_flip(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int n, const int *d
 int qt_roll(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int n, const int64_t *shifts,
             const int *dims);
 int qt_repeat(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int n, const int64_t *sizes);
+/* PyTorch's tril/triu over the last two dims (t has at least 2; the others are a batch):
+** the elements with col - row <= k (tril) or >= k (triu) kept, the rest zero (false);
+** k 0 is the main diagonal, k > 0 above it. A new tensor, or t in place (the _ forms).
+** Composed of arange, a comparison and where / masked_fill_. */
+int qt_tril(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t k);
+int qt_triu(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t k);
+int qt_tril_(qt_ctx *ctx, qt_tensor *t, int64_t k);
+int qt_triu_(qt_ctx *ctx, qt_tensor *t, int64_t k);
+/* torch.diag: a 1-D t gives the (n + |k|)-square matrix with t on diagonal k (zeros
+** elsewhere); a 2-D t gives a new 1-D tensor of its diagonal k. */
+int qt_diag(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t k);
+/* torch.diagonal (ops_view.c): a view of diagonal `offset` of dims d1 and d2 (distinct);
+** they leave the shape and the diagonal is the new last dim, of stride
+** stride[d1] + stride[d2] (offset > 0: above the main diagonal, along d2). */
+int qt_diagonal(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t offset, int d1,
+                int d2);
 
 /* ---------------------------------------------------------------- copies and moves */
 
@@ -236,6 +252,17 @@ int qt_lerp_(qt_ctx *ctx, qt_tensor *a, const qt_tensor *b, const qt_tensor *w_t
 /* t += value * (a * b) (op QT_MUL: addcmul_) or t += value * (a / b) (QT_DIV: addcdiv_). */
 int qt_addc_(qt_ctx *ctx, qt_tensor *t, qt_binop op, const qt_tensor *a, const qt_tensor *b,
              qt_scalar value, bool value_is_float);
+/* Whole-tensor comparisons (ops_compare.c), PyTorch's. isclose: a bool tensor of a and b
+** broadcast together, true where a == b, or both are NaN and equal_nan, or |a - b| is
+** finite and <= atol + |rtol * b|; a and b of one dtype, rtol and atol >= 0. Floats
+** compute in their dtype, 16-bit ones in float32, integers and bool in float64.
+** allclose: whether isclose holds everywhere. equal: whether a and b have one shape and
+** equal values (compared as eq does, so NaN is never equal; dtypes may differ). */
+int qt_isclose(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b,
+               double rtol, double atol, bool equal_nan);
+int qt_allclose(qt_ctx *ctx, const qt_tensor *a, const qt_tensor *b, double rtol, double atol,
+                bool equal_nan, bool *result);
+int qt_equal(qt_ctx *ctx, const qt_tensor *a, const qt_tensor *b, bool *result);
 
 /* ---------------------------------------------------------------- reductions */
 

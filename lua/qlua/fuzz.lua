@@ -2073,6 +2073,105 @@ function M.run(opts)
           end }
   entry { name = "chunk", kind = "method", ret = "any",
           gen = function(a, shape) a.n = 3; a[2], a[3] = R:chance(0.8) and R:int(1, 4) or g_number(), g_dim(shape) end }
+  -- issue 22: triangles, diagonals, the *_as views, dtype shorthands, whole-tensor comparisons
+  local function g_offset(a, shape)
+    local n = math.max(shape[#shape] or 2, 1)
+    if R:chance(0.3) then return end
+    a.n = 2
+    a[2] = R:chance(0.8) and R:int(-n - 1, n + 1)
+           or R:pick({ math.maxinteger, math.mininteger, 1 << 40, -(1 << 40), 0.5, NaN, "1" })
+  end
+  for _, name in ipairs({ "tril", "triu" }) do
+    entry { name = name, kind = "method", ret = "tensor", gen = g_offset,
+            expect = same_shape_expect }
+    entry { name = name .. "_", kind = "method", ret = "self", mutates = true, gen = g_offset }
+  end
+  entry { name = "diag", kind = "method", ret = "tensor", gen = g_offset,
+          expect = expect_shape(function(shape, a)
+            local k = as_integer(a[1]) or 0
+            if #shape == 1 and math.abs(k) < 1 << 20 then
+              local side = shape[1] + math.abs(k)
+              return { side, side }
+            end
+          end) }
+  entry { name = "diagonal", kind = "method", ret = "tensor", shares = true,
+          gen = function(a, shape)
+            g_offset(a, shape)
+            if R:chance(0.6) then
+              a.n = 4; a[2] = a[2] or 0; a[3], a[4] = g_dim(shape), g_dim(shape)
+            end
+          end,
+          expect = expect_shape(function(shape, a)
+            if #shape < 2 then return nil end
+            local k = as_integer(a[1]) or 0
+            local d1, d2 = as_integer(a[2]) or 1, as_integer(a[3]) or 2
+            if not (shape[d1] and shape[d2]) or d1 == d2 then return nil end
+            local n1, n2, len = shape[d1], shape[d2], 0
+            if k >= 0 and k < n2 then len = math.min(n1, n2 - k)
+            elseif k < 0 and k > -n1 then len = math.min(n1 + k, n2) end
+            local s = {}
+            for d = 1, #shape do if d ~= d1 and d ~= d2 then s[#s + 1] = shape[d] end end
+            s[#s + 1] = len
+            return s
+          end) }
+  local function g_shaped_like(a, shape, self)
+    a.n = 2
+    if R:chance(0.7) then
+      local s = { table.unpack(shape) }
+      if R:chance(0.5) then table.insert(s, 1, R:int(0, 3)) end
+      if R:chance(0.3) and #s > 0 then s[R:int(1, #s)] = R:int(0, 4) end
+      a[2] = make_tensor_shaped(s, R:pick(DTYPES), tdevice(self))
+    else
+      a[2] = R:chance(0.5) and pool_pick() or g_junk()
+    end
+  end
+  entry { name = "expand_as", kind = "method", ret = "tensor", shares = true, gen = g_shaped_like,
+          expect = expect_shape(function(_, a) return geom(a[1]) end) }
+  entry { name = "view_as", kind = "method", ret = "tensor", shares = true, gen = g_shaped_like,
+          expect = expect_shape(function(_, a) return geom(a[1]) end) }
+  for name, dtype in pairs({ float = "float32", double = "float64", half = "float16",
+                             bfloat16 = "bfloat16", long = "int64", int = "int32",
+                             bool = "bool", byte = "uint8" }) do
+    entry { name = name, kind = "method", gen = function() end, ret = "tensor", shares = true,
+            expect = function(shape, _, res)
+              local got = geom(res[1])
+              if got and not same_list(got, shape) then return "shape changed" end
+              if got and tdtype(res[1]) ~= dtype then return "dtype is " .. tostring(tdtype(res[1])) end
+            end }
+  end
+  local function g_tolerances(a, shape, self)
+    a.n = 2
+    local r = R:float()
+    if r < 0.5 then
+      a[2] = make_tensor_shaped(shape, R:chance(0.8) and tdtype(self) or R:pick(DTYPES), tdevice(self))
+    elseif r < 0.6 then
+      a[2] = self
+    else
+      g_like(a, shape, self)
+      a.n = 2
+    end
+    local t = R:float()
+    if t < 0.3 then
+      a.n = 3; a[3] = R:pick({ { rtol = 0.1 }, { atol = 1 }, { equal_nan = true }, { rtol = -1 },
+                               { bogus = 1 }, { rtol = "x" }, { atol = NaN }, {} })
+    elseif t < 0.6 then
+      a.n = 5
+      a[3] = R:chance(0.8) and R:pick({ 0, 1e-5, 0.1, 1 }) or g_number()
+      a[4] = R:chance(0.8) and R:pick({ 0, 1e-8, 0.5 }) or g_number()
+      a[5] = R:chance(0.8) and R:chance(0.5) or g_junk()
+    end
+  end
+  entry { name = "isclose", kind = "method", ret = "tensor", gen = g_tolerances,
+          expect = function(shape, a, res)
+            local got, other = geom(res[1]), geom(a[1])
+            if got and other and not same_list(got, broadcast(shape, other)) then
+              return "result shape " .. list_str(got)
+            end
+            if got and tdtype(res[1]) ~= "bool" then return "dtype is " .. tostring(tdtype(res[1])) end
+          end }
+  entry { name = "allclose", kind = "method", ret = "boolean", gen = g_tolerances }
+  entry { name = "equal", kind = "method", ret = "boolean",
+          gen = function(a, shape, self) g_tolerances(a, shape, self); a.n = 2 end }
   for _, fname in ipairs({ "empty_like", "zeros_like", "ones_like", "rand_like", "randn_like" }) do
     entry { name = fname, kind = "module", ret = "tensor",
             gen = function(a)

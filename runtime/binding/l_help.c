@@ -185,6 +185,8 @@ static const lh_entry lh_entries[] = {
   {"t:expand(shape)", "a view broadcasting size-1 dims to shape (stride 0)"},
   {"t:contiguous()", "t itself when contiguous, else a contiguous copy"},
   {"t:clone()", "a copy, always"},
+  {"t:expand_as(other)", "t:expand(other:size()): a view of t broadcast to other's shape"},
+  {"t:view_as(other)", "t:view(other:size()): a view of t with other's shape"},
   /* ---- Tensor: slicing, shape and splitting */
   {"t:slice(dim, first, last [, step])", "a view of positions first..last (inclusive; -1 "
    "is the last) of dim, every step-th"},
@@ -201,11 +203,28 @@ static const lh_entry lh_entries[] = {
    "of size elements each, or of those sizes"},
   {"t:chunk(n [, dim])", "a Lua list of up to n views along dim (default 1) of "
    "ceil(size / n) elements each"},
+  {"t:tril([k])", "a copy with the elements above diagonal k (default 0, the main one; "
+   "k > 0 above it) of the last two dims zeroed"},
+  {"t:triu([k])", "a copy with the elements below diagonal k of the last two dims zeroed"},
+  {"t:tril_([k])", "tril in place; returns t"},
+  {"t:triu_([k])", "triu in place; returns t"},
+  {"t:diag([k])", "1-D: the square matrix with t on diagonal k (default 0); 2-D: a 1-D "
+   "copy of diagonal k"},
+  {"t:diagonal([offset] [, dim1] [, dim2])", "a view of diagonal offset (default 0) of "
+   "dims dim1 and dim2 (default 1 and 2), as the new last dim"},
   /* ---- Tensor: moving and converting */
   {"t:gpu([ordinal])", "t on a GPU (default: the current one); t itself if already there"},
   {"t:cpu()", "t on the CPU; t itself if already there"},
   {"t:to(name)", "t converted to a dtype or moved to a device, by name"},
   {"t:copy_(src)", "copies src into t (broadcast, across dtypes and devices)"},
+  {"t:float()", "t:to(\"float32\")"},
+  {"t:double()", "t:to(\"float64\")"},
+  {"t:half()", "t:to(\"float16\")"},
+  {"t:bfloat16()", "t:to(\"bfloat16\")"},
+  {"t:long()", "t:to(\"int64\")"},
+  {"t:int()", "t:to(\"int32\")"},
+  {"t:bool()", "t:to(\"bool\") (nonzero is true)"},
+  {"t:byte()", "t:to(\"uint8\")"},
   /* ---- Tensor: indexing */
   {"t:gather(dim, index)", "torch.gather: out[i][j] = t[index[i][j]][j] for dim 1; "
    "index's shape"},
@@ -243,6 +262,11 @@ static const lh_entry lh_entries[] = {
   {"t:le(x)", "elementwise t <= x"},
   {"t:gt(x)", "elementwise t > x"},
   {"t:ge(x)", "elementwise t >= x"},
+  {"t:isclose(other [, rtol] [, atol] [, equal_nan])", "bool tensor: |t - other| <= atol + "
+   "|rtol * other| (1e-05, 1e-08 by default), or equal; also with {rtol =, atol =, equal_nan =}"},
+  {"t:allclose(other [, rtol] [, atol] [, equal_nan])", "true when isclose holds for every "
+   "element (a Lua boolean)"},
+  {"t:equal(other)", "true when other has t's shape and equal values (a Lua boolean)"},
   {"t:add_(x)", "t + x in place"},
   {"t:sub_(x)", "t - x in place"},
   {"t:mul_(x)", "t * x in place"},

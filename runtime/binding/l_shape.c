@@ -1,6 +1,7 @@
 /*
 ** l_shape.c — the qlua.Tensor methods that slice and reshape: slice, squeeze, unsqueeze,
-** flatten, unflatten, movedim, flip, roll, repeat_tensor, split and chunk. The core does
+** flatten, unflatten, movedim, flip, roll, repeat_tensor, split and chunk, and the
+** triangles and diagonals (tril, triu, diag, diagonal). The core does
 ** the work (ops_view.c, ops_shape.c); this file turns 1-based, possibly negative Lua
 ** positions into the core's and builds the Lua lists of split and chunk.
 ** l_tensor.c registers lq_shape_methods with the other methods.
@@ -249,10 +250,56 @@ static int t_chunk(lua_State *L) {
   return 1;
 }
 
+/* ================================================================ triangles and diagonals */
+
+/* tril([k = 0]), triu([k = 0]) and their in-place forms: k is PyTorch's diagonal offset
+** (0 the main diagonal, > 0 above it), not a position, so it stays as given. */
+static int t_tri(lua_State *L, const char *op, bool upper, bool in_place) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, op);
+  int64_t k = (int64_t)luaL_optinteger(L, 2, 0);
+  if (in_place) {
+    if ((upper ? qt_triu_(ctx, t, k) : qt_tril_(ctx, t, k)) != 0) return lq_raise(L, ctx);
+    lua_settop(L, 1);
+    return 1;
+  }
+  qt_tensor *out = lq_newtensor(L);
+  if ((upper ? qt_triu(ctx, out, t, k) : qt_tril(ctx, out, t, k)) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+static int t_tril(lua_State *L) { return t_tri(L, "tril", false, false); }
+static int t_triu(lua_State *L) { return t_tri(L, "triu", true, false); }
+static int t_tril_(lua_State *L) { return t_tri(L, "tril_", false, true); }
+static int t_triu_(lua_State *L) { return t_tri(L, "triu_", true, true); }
+
+/* diag([k = 0]): 1-D -> a matrix with t on diagonal k; 2-D -> a copy of diagonal k. */
+static int t_diag(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "diag");
+  int64_t k = (int64_t)luaL_optinteger(L, 2, 0);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_diag(ctx, out, t, k) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* diagonal([offset = 0] [, dim1 = 1] [, dim2 = 2]): a view, as PyTorch's (dims 1-based). */
+static int t_diagonal(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, "diagonal");
+  int64_t offset = (int64_t)luaL_optinteger(L, 2, 0);
+  int d1 = lua_isnoneornil(L, 3) ? 0 : lq_checkdim(L, 3, t, "diagonal");
+  int d2 = lua_isnoneornil(L, 4) ? 1 : lq_checkdim(L, 4, t, "diagonal");
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_diagonal(ctx, out, t, offset, d1, d2) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
 const lq_Reg lq_shape_methods[] = {
   {"slice", t_slice, 5}, {"squeeze", t_squeeze, 2}, {"unsqueeze", t_unsqueeze, 2},
   {"flatten", t_flatten, 3}, {"unflatten", t_unflatten, 3}, {"movedim", t_movedim, 3},
   {"flip", t_flip, 2}, {"roll", t_roll, 3}, {"repeat_tensor", t_repeat_tensor, LQ_VARARGS},
   {"split", t_split, 3}, {"chunk", t_chunk, 3},
+  {"tril", t_tril, 2}, {"triu", t_triu, 2}, {"tril_", t_tril_, 2}, {"triu_", t_triu_, 2},
+  {"diag", t_diag, 2}, {"diagonal", t_diagonal, 4},
   {NULL, NULL, 0},
 };

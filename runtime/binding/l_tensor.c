@@ -230,6 +230,20 @@ static int t_expand(lua_State *L) {
   return 1;
 }
 
+/* expand_as(other) and view_as(other): expand / view to other's shape, as PyTorch's. */
+static int t_as(lua_State *L, const char *op, bool expand) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *t = lq_checklive(L, 1, op);
+  qt_tensor *other = lq_checklive(L, 2, op);
+  qt_tensor *out = lq_newtensor(L);
+  int rc = expand ? qt_expand(ctx, out, t, other->ndim, other->size)
+                  : qt_view_as(ctx, out, t, other->ndim, other->size);
+  if (rc != 0) return lq_raise_as(L, ctx, expand ? "expand" : "view", op);
+  return 1;
+}
+static int t_expand_as(lua_State *L) { return t_as(L, "expand_as", true); }
+static int t_view_as(lua_State *L) { return t_as(L, "view_as", false); }
+
 static int t_contiguous(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, "contiguous");
@@ -308,12 +322,99 @@ static int t_to(lua_State *L) {
   return t_pushmoved(L, 1, dev, dtype, "to");
 }
 
+/* PyTorch's dtype shorthands: t:float() is t:to("float32") (t itself when it is one). */
+#define T_DTYPE_SHORTHANDS(X) \
+  X(float, QT_F32) X(double, QT_F64) X(half, QT_F16) X(bfloat16, QT_BF16) \
+  X(long, QT_I64) X(int, QT_I32) X(bool, QT_BOOL) X(byte, QT_U8)
+#define T_DTYPE_SHORTHAND(name, dtype)               \
+  static int t_as_##name(lua_State *L) {             \
+    lq_checklive(L, 1, #name);                       \
+    return t_pushmoved(L, 1, NULL, dtype, #name);    \
+  }
+T_DTYPE_SHORTHANDS(T_DTYPE_SHORTHAND)
+#undef T_DTYPE_SHORTHAND
+
 static int t_copy_(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *dst = lq_checklive(L, 1, "copy_");
   qt_tensor *src = qlua_checktensor(L, 2);
   if (qt_copy_(ctx, dst, src) != 0) return lq_raise(L, ctx);
   lua_settop(L, 1);
+  return 1;
+}
+
+/* ================================================================ comparing whole tensors */
+
+/* The tolerances of isclose/allclose after `other`: rtol, atol, equal_nan as numbers and a
+** boolean (nil: PyTorch's defaults 1e-05, 1e-08, false), or one table of those fields. */
+static void t_checktolerances(lua_State *L, const char *op, double *rtol, double *atol,
+                              bool *equal_nan) {
+  *rtol = 1e-05, *atol = 1e-08, *equal_nan = false;
+  if (lua_type(L, 3) == LUA_TTABLE) {
+    lq_checkend(L, 4, op, true);
+    lua_pushnil(L);
+    while (lua_next(L, 3) != 0) {
+      const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+      if (key == NULL || (strcmp(key, "rtol") && strcmp(key, "atol") && strcmp(key, "equal_nan")))
+        luaL_error(L, "%s: unknown option %s (rtol, atol, equal_nan)", op,
+                   key ? key : luaL_tolstring(L, -2, NULL));
+      lua_pop(L, 1);
+    }
+    lua_getfield(L, 3, "rtol");
+    lua_getfield(L, 3, "atol");
+    lua_getfield(L, 3, "equal_nan");
+  } else {
+    lua_settop(L, 5);
+  }
+  int top = lua_gettop(L);
+  if (!lua_isnil(L, top - 2)) {
+    if (lua_type(L, top - 2) != LUA_TNUMBER) luaL_error(L, "%s: rtol must be a number", op);
+    *rtol = lua_tonumber(L, top - 2);
+  }
+  if (!lua_isnil(L, top - 1)) {
+    if (lua_type(L, top - 1) != LUA_TNUMBER) luaL_error(L, "%s: atol must be a number", op);
+    *atol = lua_tonumber(L, top - 1);
+  }
+  if (!lua_isnil(L, top)) {
+    if (!lua_isboolean(L, top)) luaL_error(L, "%s: equal_nan must be a boolean", op);
+    *equal_nan = lua_toboolean(L, top);
+  }
+}
+
+/* isclose(other [, rtol [, atol [, equal_nan]]]) or isclose(other, {rtol =, ...}). */
+static int t_isclose(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, "isclose");
+  qt_tensor *b = lq_checklive(L, 2, "isclose");
+  double rtol, atol;
+  bool equal_nan;
+  t_checktolerances(L, "isclose", &rtol, &atol, &equal_nan);
+  qt_tensor *out = lq_newtensor(L);
+  if (qt_isclose(ctx, out, a, b, rtol, atol, equal_nan) != 0) return lq_raise(L, ctx);
+  return 1;
+}
+
+/* allclose(...): isclose's arguments; a Lua boolean. */
+static int t_allclose(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, "allclose");
+  qt_tensor *b = lq_checklive(L, 2, "allclose");
+  double rtol, atol;
+  bool equal_nan, result;
+  t_checktolerances(L, "allclose", &rtol, &atol, &equal_nan);
+  if (qt_allclose(ctx, a, b, rtol, atol, equal_nan, &result) != 0) return lq_raise(L, ctx);
+  lua_pushboolean(L, result);
+  return 1;
+}
+
+/* equal(other): one shape and equal values; a Lua boolean. */
+static int t_equal(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  qt_tensor *a = lq_checklive(L, 1, "equal");
+  qt_tensor *b = lq_checklive(L, 2, "equal");
+  bool result;
+  if (qt_equal(ctx, a, b, &result) != 0) return lq_raise(L, ctx);
+  lua_pushboolean(L, result);
   return 1;
 }
 
@@ -612,8 +713,14 @@ static const lq_Reg t_methods[] = {
   {"select", t_select, 3}, {"transpose", t_transpose, 3}, {"t", t_t, 1},
   {"permute", t_permute, LQ_VARARGS}, {"expand", t_expand, LQ_VARARGS},
   {"contiguous", t_contiguous, 1}, {"clone", t_clone, 1},
+  {"expand_as", t_expand_as, 2}, {"view_as", t_view_as, 2},
   /* moving */
   {"gpu", t_gpu, 2}, {"cpu", t_cpu, 1}, {"to", t_to, 2}, {"copy_", t_copy_, 2},
+#define T_DTYPE_SHORTHAND_ROW(name, dtype) {#name, t_as_##name, 1},
+  T_DTYPE_SHORTHANDS(T_DTYPE_SHORTHAND_ROW)
+#undef T_DTYPE_SHORTHAND_ROW
+  /* comparing whole tensors */
+  {"isclose", t_isclose, 5}, {"allclose", t_allclose, 5}, {"equal", t_equal, 2},
   /* memory */
   {"free", lq_tensor_free, 1},
   {NULL, NULL, 0}

@@ -327,3 +327,108 @@ cleanup:
   qt_tensor_release(&cur);
   return rc;
 }
+
+/* ================================================================== triangles and diagonals */
+
+/* tril/triu and their in-place forms: a (rows x cols) bool mask of the kept elements, built
+** on t's device from two aranges and one comparison (col <= row + k for the lower
+** triangle, col >= row + k for the upper), broadcast over the batch dims; then where(mask,
+** t, 0) into a new tensor, or masked_fill_ of the complement in place. k is clamped to
+** [-rows, cols] first (the same triangles), so row + k cannot overflow. */
+static int ops_tri(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_tensor *t,
+                   qt_tensor *self, int64_t k, bool upper) {
+  if (ops_live(ctx, op, t)) return -1;
+  if (t->ndim < 2)
+    return qt_errorf(&ctx->err, "%s: a %d-d tensor has no triangle (at least 2 dims)", op,
+                     t->ndim);
+  int64_t rows = t->size[t->ndim - 2], cols = t->size[t->ndim - 1];
+  if (k > cols) k = cols;
+  if (k < -rows) k = -rows;
+  qt_device *dev = ops_device(t);
+  int rc = -1;
+  qt_tensor r, c, r2, c2, rk, mask;
+  qt_tensor *all[] = { &r, &c, &r2, &c2, &rk, &mask };
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qt_tensor_init(all[i]);
+  if (qt_numel(t) == 0) {  /* nothing to zero */
+    if (out == NULL) return 0;
+    if (qt_clone(ctx, out, t) != 0) return ops_prefix_error(ctx, op);
+    return 0;
+  }
+  qt_scalar rarg[3] = { qt_scalar_i(0), qt_scalar_i(rows), qt_scalar_i(1) };
+  qt_scalar carg[3] = { qt_scalar_i(0), qt_scalar_i(cols), qt_scalar_i(1) };
+  bool ints[3] = { false, false, false };
+  /* in place, the mask is where t is zeroed: the complement of the kept elements */
+  qt_binop cmp = out != NULL ? (upper ? QT_GE : QT_LE) : (upper ? QT_LT : QT_GT);
+  if (qt_arange(ctx, &r, dev, QT_I64, rarg, ints) || qt_arange(ctx, &c, dev, QT_I64, carg, ints) ||
+      qt_unsqueeze(ctx, &r2, &r, 1) || qt_unsqueeze(ctx, &c2, &c, 0) ||
+      qt_binary_scalar(ctx, &rk, QT_ADD, &r2, qt_scalar_i(k), false, false) ||
+      qt_binary(ctx, &mask, cmp, &c2, &rk)) {
+    ops_prefix_error(ctx, op);
+    goto cleanup;
+  }
+  if (out != NULL) {
+    qt_where_arg keep = { t, qt_scalar_i(0), false, false };
+    qt_where_arg zero = { NULL, qt_scalar_i(0), false, true };  /* false: any dtype's zero */
+    if (qt_where(ctx, out, &mask, &keep, &zero)) {
+      ops_prefix_error(ctx, op);
+      goto cleanup;
+    }
+  } else if (qt_masked_fill_(ctx, self, &mask, NULL, qt_scalar_i(0))) {
+    qt_err_rename(&ctx->err, "masked_fill_", op);
+    goto cleanup;
+  }
+  rc = 0;
+cleanup:
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qt_tensor_release(all[i]);
+  return rc;
+}
+
+int qt_tril(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t k) {
+  return ops_tri(ctx, "tril", out, t, NULL, k, false);
+}
+
+int qt_triu(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t k) {
+  return ops_tri(ctx, "triu", out, t, NULL, k, true);
+}
+
+int qt_tril_(qt_ctx *ctx, qt_tensor *t, int64_t k) {
+  return ops_tri(ctx, "tril_", NULL, t, t, k, false);
+}
+
+int qt_triu_(qt_ctx *ctx, qt_tensor *t, int64_t k) {
+  return ops_tri(ctx, "triu_", NULL, t, t, k, true);
+}
+
+/* torch.diag: 1-D -> the (n + |k|)-square matrix, zeros with t copied into its diagonal k
+** (a strided view, as eye fills its ones); 2-D -> a copy of diagonal k (qt_diagonal). */
+int qt_diag(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t k) {
+  const char *op = "diag";
+  if (ops_live(ctx, op, t)) return -1;
+  if (t->ndim == 2) {
+    qt_tensor d;
+    qt_tensor_init(&d);
+    int rc = qt_diagonal(ctx, &d, t, k, 0, 1);
+    if (rc == 0) rc = qt_clone(ctx, out, &d);
+    qt_tensor_release(&d);
+    return rc != 0 ? ops_prefix_error(ctx, op) : 0;
+  }
+  if (t->ndim != 1)
+    return qt_errorf(&ctx->err, "%s: expects a 1-D or 2-D tensor, got %d-d", op, t->ndim);
+  int64_t n = t->size[0];
+  if (k > INT64_MAX - n || k < -(INT64_MAX - n))
+    return qt_errorf(&ctx->err, "%s: offset %lld is too large for %lld elements", op,
+                     (long long)k, (long long)n);
+  int64_t side = n + (k < 0 ? -k : k);
+  int64_t size[2] = { side, side };
+  qt_tensor res, d;
+  qt_tensor_init(&res);
+  qt_tensor_init(&d);
+  int rc = ops_alloc(ctx, op, &res, ops_device(t), t->dtype, 2, size);
+  if (rc == 0 && (qt_fill_(ctx, &res, qt_scalar_i(0)) || qt_diagonal(ctx, &d, &res, k, 0, 1) ||
+                  qt_copy_(ctx, &d, t)))
+    rc = ops_prefix_error(ctx, op);
+  qt_tensor_release(&d);
+  if (rc == 0) *out = res;
+  else qt_tensor_release(&res);
+  return rc;
+}

@@ -290,3 +290,42 @@ int qt_unsqueeze(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim) {
   ops_share_with_shape(out, t, t->ndim + 1, size, stride);
   return 0;
 }
+
+/* ================================================================== diagonals */
+
+/* torch.diagonal: d1 and d2 leave the shape and their diagonal `offset` (> 0 above the
+** main one, along d2; < 0 below it, along d1) becomes the last dim, stepping both at once
+** (stride[d1] + stride[d2]). An offset past either end gives an empty diagonal. */
+int qt_diagonal(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t offset, int d1,
+                int d2) {
+  const char *op = "diagonal";
+  if (ops_live(ctx, op, t)) return -1;
+  if (t->ndim < 2)
+    return qt_errorf(&ctx->err, "%s: a %d-d tensor has no diagonal (at least 2 dims)", op,
+                     t->ndim);
+  if (ops_check_dim(ctx, op, d1, t->ndim) || ops_check_dim(ctx, op, d2, t->ndim)) return -1;
+  if (d1 == d2)
+    return qt_errorf(&ctx->err, "%s: dim1 and dim2 are both %d (they must differ)", op, d1 + 1);
+  int64_t n1 = t->size[d1], n2 = t->size[d2], length = 0, start = 0;
+  if (offset >= 0 && offset < n2) {  /* offset < n2 first: n2 - offset cannot overflow */
+    length = n1 < n2 - offset ? n1 : n2 - offset;
+    start = offset * t->stride[d2];
+  } else if (offset < 0 && offset > -n1) {
+    length = n1 + offset < n2 ? n1 + offset : n2;
+    start = -offset * t->stride[d1];
+  }
+  int64_t size[QT_MAXDIM], stride[QT_MAXDIM];
+  int n = 0;
+  for (int d = 0; d < t->ndim; d++) {
+    if (d == d1 || d == d2) continue;
+    size[n] = t->size[d], stride[n] = t->stride[d], n++;
+  }
+  size[n] = length;
+  stride[n] = t->stride[d1] + t->stride[d2];
+  n++;
+  ops_share_with_shape(out, t, n, size, stride);
+  bool empty = false;  /* an empty view keeps t's offset, as narrow's does */
+  for (int d = 0; d < n; d++) empty = empty || size[d] == 0;
+  if (!empty) out->offset += start;
+  return 0;
+}
