@@ -419,7 +419,8 @@ typedef struct qt_kernel qt_kernel;  /* one kernel of a module with its signatur
 /* A kernel parameter as the source (or a signature string) declares it. */
 typedef enum qt_param_kind {
   QT_PARAM_POINTER, QT_PARAM_I32, QT_PARAM_U32, QT_PARAM_I64, QT_PARAM_U64,
-  QT_PARAM_F32, QT_PARAM_F64, QT_PARAM_BOOL
+  QT_PARAM_F32, QT_PARAM_F64, QT_PARAM_BOOL,
+  QT_PARAM_F16, QT_PARAM_BF16         /* __half, __nv_bfloat16: a Lua number, rounded */
 } qt_param_kind;
 #define QT_PARAM_ANY_DTYPE (-1)   /* void *: a tensor of any dtype */
 #define QT_PARAM_NO_DTYPE (-2)    /* a pointee qlua has no dtype for (yet) */

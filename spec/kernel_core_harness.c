@@ -22,7 +22,9 @@
 ** (argument checks, packed bytes, launch limits; no error ever reaches the fake launch),
 ** 4 the memory and disk caches (corrupt files, keys, QLUA_KERNEL_CACHE=0, clearing, four
 ** processes compiling one source at once), 5 native streams, 6 release orders of modules,
-** kernels and contexts.
+** kernels and contexts, 7 the sources ops_codegen.c writes for qlua.elementwise and
+** qlua.reduction (the 16-bit floats computed in float32), written to $KERNEL_HARNESS_SOURCES
+** when it is set (the spec compiles them with the real NVRTC when the toolkit is there).
 **
 ** Every failure prints "FAIL line N: ..." with the values; the exit status is 1 when any
 ** check failed, and the last line is "kernel_core_harness: ok" when none did. Bugs found
@@ -144,6 +146,7 @@ static struct {
   char job_option0[64];
   char job_header0[64];
   char job_program[64];
+  char *job_source;           /* the last source, whole (malloc'd) */
   /* modules */
   int loads, unloads, live;
   bool load_fail;
@@ -215,6 +218,8 @@ static int fake_compile(qt_device *dev, const qt_compile_job *job, qt_compile_re
   for (int i = 0; i < 8; i++)
     snprintf(F.job_expr[i], sizeof F.job_expr[i], "%s",
              i < job->nexpressions ? job->expressions[i] : "");
+  free(F.job_source);
+  F.job_source = strdup(job->source);
   if (F.compile_sleep_ms > 0) fake_sleep_ms(F.compile_sleep_ms);
   if (F.compile_fail)
     return qt_errorf(err, "kernel: kernel.cu: fake compile error: expected a ';'");
@@ -409,7 +414,7 @@ static qt_launch_cfg CFG(unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
 
 static const char *kind_name(qt_param_kind k) {
   static const char *const names[] = { "POINTER", "I32", "U32", "I64", "U64", "F32", "F64",
-                                       "BOOL" };
+                                       "BOOL", "F16", "BF16" };
   return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
 }
 
@@ -687,9 +692,37 @@ static void test_signatures(void) {
     CHECK_PARAM(k, 8, QT_PARAM_I64, NONE, false, "long int", "li");
     CHECK_PARAM(k, 9, QT_PARAM_I32, NONE, false, "int", "c");
     CHECK_PARAM(k, 10, QT_PARAM_POINTER, QT_U8, false, "unsigned char *", "bytes");
-    CHECK_PARAM(k, 11, QT_PARAM_POINTER, NONE, false, "__half *", "h");
+    CHECK_PARAM(k, 11, QT_PARAM_POINTER, QT_F16, false, "__half *", "h");
     qt_kernel_release(k);
   }
+
+  /* the 16-bit floats (issue 22): pointers bind float16/bfloat16 tensors, scalars are
+  ** numbers; cuda_fp16.h's typedef half and cuda_bf16.h's nv_bfloat16 too */
+  static const char *SRC_HALF =
+      "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+      "extern \"C\" __global__ void hk(const __half *__restrict__ x, half *y, __nv_bfloat16 *b,\n"
+      "  const nv_bfloat16 *c, __half s, __nv_bfloat16 t, half u, const __half v) {}\n";
+  k = COMPILE(ctx, SRC_HALF, "hk", NULL, "8,8,8,8,2,2,2,2");
+  if (k != NULL) {
+    CHECK(qt_kernel_nparams(k) == 8, "hk: %d parameters", qt_kernel_nparams(k));
+    CHECK_PARAM(k, 0, QT_PARAM_POINTER, QT_F16, true, "const __half *", "x");
+    CHECK_PARAM(k, 1, QT_PARAM_POINTER, QT_F16, false, "half *", "y");
+    CHECK_PARAM(k, 2, QT_PARAM_POINTER, QT_BF16, false, "__nv_bfloat16 *", "b");
+    CHECK_PARAM(k, 3, QT_PARAM_POINTER, QT_BF16, true, "const nv_bfloat16 *", "c");
+    CHECK_PARAM(k, 4, QT_PARAM_F16, NONE, false, "__half", "s");
+    CHECK_PARAM(k, 5, QT_PARAM_BF16, NONE, false, "__nv_bfloat16", "t");
+    CHECK_PARAM(k, 6, QT_PARAM_F16, NONE, false, "half", "u");
+    CHECK_PARAM(k, 7, QT_PARAM_F16, NONE, false, "__half", "v");
+    qt_kernel_release(k);
+  }
+  /* a 16-bit scalar whose compiled size is not 2 bytes is refused like any other */
+  set_table("8,4");
+  qt_kernel *wrong = NULL;
+  int wrc = qt_kernel_compile(ctx, &wrong, &fake_dev,
+                              "extern \"C\" __global__ void hw(float *x, __half s) {}", "hw", NULL);
+  CHECK_ERROR("a 4-byte __half", wrc, ctx, "'hw' parameter 2 is 4 bytes in the compiled code, "
+              "but its signature says __half (2 bytes)");
+  if (wrc == 0) qt_kernel_release(wrong);
 
   /* east const, comments inside the list, __launch_bounds__ before the return type */
   static const char *SRC_STYLE =
@@ -1076,6 +1109,15 @@ static void test_mangled(void) {
         { QT_PARAM_POINTER, QT_I32, false, "int *" }, { QT_PARAM_POINTER, NONE, false, "unsigned *" } } },
     { "_Z1kv", "", 0, { { 0, 0, false, "" } } },
     { "_Z2pvPv", "8", 1, { { QT_PARAM_POINTER, ANY, false, "void *" } } },
+    /* source names: __half and __nv_bfloat16 are structs; each name is a substitution
+    ** candidate itself, before its qualified and pointer forms */
+    { "_Z2hkP6__halfPK13__nv_bfloat16S_S1_", "8,8,2,2", 4,
+      { { QT_PARAM_POINTER, QT_F16, false, "__half *" },
+        { QT_PARAM_POINTER, QT_BF16, true, "const __nv_bfloat16 *" },
+        { QT_PARAM_F16, NONE, false, "__half" }, { QT_PARAM_BF16, NONE, false, "__nv_bfloat16" } } },
+    { "_Z2h2PK6__halfS1_", "8,8", 2,
+      { { QT_PARAM_POINTER, QT_F16, true, "const __half *" },
+        { QT_PARAM_POINTER, QT_F16, true, "const __half *" } } },
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     set_table(cases[c].sizes);
@@ -1240,6 +1282,52 @@ static void test_launches(void) {
                  "argument 4, ull (unsigned long long): -1 is out of range (0 to");
     qt_kernel_release(kf);
   }
+
+  /* the 16-bit floats: tensors of their dtype; numbers rounded to nearest even into the
+  ** format's bits (half.h), integers through float64, overflow to inf */
+  qt_kernel *kh = COMPILE(ctx, "extern \"C\" __global__ void hk(__half *x, const __nv_bfloat16 "
+                               "*y, __half s, __nv_bfloat16 t) {}", "hk", NULL, "8,8,2,2");
+  qt_tensor h16 = TENSOR(ctx, &fake_dev, QT_F16, 1, 4, 0);
+  qt_tensor b16 = TENSOR(ctx, &fake_dev, QT_BF16, 1, 4, 0);
+  if (kh != NULL) {
+    rc = launch_args(ctx, kh, cfg, 4, (qt_kernel_arg[]){ AT(&h16), AT(&b16), AF(1.5), AF(1.5) });
+    CHECK_OK("hk(h16, b16, 1.5, 1.5)", rc, ctx);
+    CHECK_BYTES("__half * gets a float16 tensor", 0, data_ptr(&h16));
+    CHECK_BYTES("__nv_bfloat16 * gets a bfloat16 tensor", 1, data_ptr(&b16));
+    CHECK_BYTES("__half gets 1.5", 2, (uint16_t)0x3e00);
+    CHECK_BYTES("__nv_bfloat16 gets 1.5", 3, (uint16_t)0x3fc0);
+    const struct { qt_kernel_arg s, t; uint16_t hs, bt; const char *what; } values[] = {
+      { AF(0.1), AF(0.1), 0x2e66, 0x3dcd, "0.1 rounds to nearest" },
+      { AF(65520.0), AF(3.0e38), 0x7c00, 0x7f62, "65520 overflows float16 to inf" },
+      { AF(-1e-8), AF(-1e-45), 0x8000, 0x8000, "tiny negatives give -0" },
+      { AI(2049), AI(-3), 0x6800, 0xc040, "integers: 2049 ties to even 2048" },
+      { AF(INFINITY), AF(-INFINITY), 0x7c00, 0xff80, "infinities" },
+      { AF(NAN), AF(NAN), 0x7e00, 0x7fc0, "NaN" },
+    };
+    for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
+      rc = launch_args(ctx, kh, cfg, 4,
+                       (qt_kernel_arg[]){ AT(&h16), AT(&b16), values[v].s, values[v].t });
+      CHECK(rc == 0 && bytes_are(2, &values[v].hs, 2) && bytes_are(3, &values[v].bt, 2),
+            "%s: rc %d '%s', bits %02x%02x %02x%02x (expected %04x %04x)", values[v].what, rc,
+            rc ? ctx->err.msg : "", F.bytes[2][1], F.bytes[2][0], F.bytes[3][1], F.bytes[3][0],
+            values[v].hs, values[v].bt);
+    }
+    LAUNCH_FAILS("a float32 tensor for __half *", ctx, kh, cfg, 4,
+                 ((qt_kernel_arg[]){ AT(&x), AT(&b16), AF(1), AF(1) }),
+                 "argument 1, x (__half *), wants a float16 tensor, got float32");
+    LAUNCH_FAILS("a float16 tensor for const __nv_bfloat16 *", ctx, kh, cfg, 4,
+                 ((qt_kernel_arg[]){ AT(&h16), AT(&h16), AF(1), AF(1) }),
+                 "argument 2, y (const __nv_bfloat16 *), wants a bfloat16 tensor, got float16");
+    LAUNCH_FAILS("a boolean for __half", ctx, kh, cfg, 4,
+                 ((qt_kernel_arg[]){ AT(&h16), AT(&b16), AB(true), AF(1) }),
+                 "argument 3, s (__half), wants a number, got a boolean");
+    LAUNCH_FAILS("a tensor for __nv_bfloat16", ctx, kh, cfg, 4,
+                 ((qt_kernel_arg[]){ AT(&h16), AT(&b16), AF(1), AT(&b16) }),
+                 "argument 4, t (__nv_bfloat16), wants a number, got a tensor");
+    qt_kernel_release(kh);
+  }
+  qt_tensor_release(&h16);
+  qt_tensor_release(&b16);
 
   /* wrong argument counts list the signature */
   LAUNCH_FAILS("2 arguments for 8", ctx, k, cfg, 2, good,
@@ -1984,6 +2072,126 @@ static void test_release_order(void) {
 
 /* ================================================================== main */
 
+/* ================================================================== 7. generated sources */
+
+/* With KERNEL_HARNESS_SOURCES set, each generated source is also written there as
+** NN-what.cu, so the spec can compile them with the real NVRTC (which needs no GPU): a source
+** that would not compile on the GPU then fails on any machine with the toolkit. */
+static int dumped = 0;
+static void dump_source_at(int line, const char *what) {
+  const char *dir = getenv("KERNEL_HARNESS_SOURCES");
+  if (dir == NULL || dir[0] == '\0' || F.job_source == NULL) return;
+  char path[900];
+  snprintf(path, sizeof path, "%s/%02d-%s.cu", dir, ++dumped, what);
+  if (!write_whole(path, F.job_source, strlen(F.job_source)))
+    fail(line, "cannot write %s: %s", path, strerror(errno));
+}
+#define NVRTC_CHECK(what) dump_source_at(__LINE__, what)
+
+static bool source_has(const char *needle) {
+  return F.job_source != NULL && strstr(F.job_source, needle) != NULL;
+}
+#define CHECK_SOURCE(what, needle) \
+  CHECK(source_has(needle), "%s: the source lacks '%s':\n%s", what, needle, F.job_source)
+
+static void test_codegen(void) {
+  qt_ctx *ctx = new_ctx();
+  setenv("QLUA_KERNEL_CACHE", "0", 1);  /* every variant reaches the fake compile */
+  qt_codegen *fma = NULL;
+  CHECK_OK("elementwise", qt_elementwise_new(ctx, &fma, "T x, T y, T z", "T w",
+                                             "w = x * y + z", "fused", NULL), ctx);
+  static const qt_dtype DTYPES[] = { QT_F32, QT_F64, QT_I32, QT_I64, QT_U8, QT_BOOL, QT_F16,
+                                     QT_BF16 };
+  for (size_t d = 0; fma != NULL && d < sizeof DTYPES / sizeof DTYPES[0]; d++) {
+    qt_dtype dt = DTYPES[d];
+    const char *name = qt_dtypes[dt].name;
+    bool half = dt == QT_F16 || dt == QT_BF16;
+    const char *ctype = dt == QT_F16 ? "__half" : dt == QT_BF16 ? "__nv_bfloat16" : NULL;
+    qt_tensor x = TENSOR(ctx, &fake_dev, dt, 1, 8, 0), z = TENSOR(ctx, &fake_dev, dt, 1, 8, 0);
+    qt_tensor m = TENSOR(ctx, &fake_dev, dt, 2, 8, 8), res[1];
+    /* dense: x, z tensors, y a number */
+    set_table(NULL);
+    qt_kernel_arg y = qt_is_float(dt) ? AF(0.1) : AI(1);
+    int rc = qt_codegen_call(ctx, fma, 3, (qt_kernel_arg[]){ AT(&x), y, AT(&z) }, -1, res);
+    CHECK(rc == 0, "%s: fused(x, number, z): rc %d '%s'", name, rc, ctx->err.msg);
+    if (rc == 0) {
+      CHECK(res[0].dtype == dt, "%s: the output is %s", name, qt_dtypes[res[0].dtype].name);
+      qt_tensor_release(&res[0]);
+      CHECK(source_has("#include <cuda_fp16.h>") == half,
+            "%s: the 16-bit helpers are %s the source", name, half ? "missing from" : "in");
+      if (half) {
+        char want[160];
+        CHECK_SOURCE(name, "typedef float T;");
+        snprintf(want, sizeof want, "const %s *_qp_x", ctype);
+        CHECK_SOURCE(name, want);
+        CHECK_SOURCE(name, "float y,");  /* the number, in float32 as PyTorch's */
+        CHECK_SOURCE(name, "const float x = _qload(_qp_x[i]);");
+        snprintf(want, sizeof want, "_qref<%s> w = { &_qp_w[i] };", ctype);
+        CHECK_SOURCE(name, want);
+      }
+      NVRTC_CHECK(name);
+    }
+    /* strided: a transposed view and a broadcast row, the output given */
+    qt_tensor t, row, out;
+    qt_tensor_init(&t), qt_tensor_init(&row), qt_tensor_init(&out);
+    int64_t size8[2] = { 8, 8 };
+    CHECK_OK("transpose", qt_transpose(ctx, &t, &m, 0, 1), ctx);
+    CHECK_OK("expand", qt_expand(ctx, &row, &x, 2, size8), ctx);
+    out = TENSOR(ctx, &fake_dev, dt, 2, 8, 8);
+    rc = qt_codegen_call(ctx, fma, 4, (qt_kernel_arg[]){ AT(&t), AT(&row), AT(&m), AT(&out) }, -1,
+                         res);
+    CHECK(rc == 0, "%s: fused(t, row, m, out): rc %d '%s'", name, rc, ctx->err.msg);
+    if (rc == 0) {
+      qt_tensor_release(&res[0]);
+      if (half) CHECK_SOURCE(name, "const float x = _qload(_qp_x[_qo0]);");
+      NVRTC_CHECK(name);
+    }
+    qt_tensor_release(&t), qt_tensor_release(&row), qt_tensor_release(&out);
+    qt_tensor_release(&x), qt_tensor_release(&z), qt_tensor_release(&m);
+  }
+  qt_codegen_release(fma);
+
+  /* a reduction of 16-bit inputs: float32 partials (4 bytes of shared memory a thread),
+  ** the output written through a _qref; and one with a float64 reduce type */
+  for (int variant = 0; variant < 4; variant++) {
+    qt_dtype dt = variant % 2 ? QT_BF16 : QT_F16;
+    qt_reduction_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.in_params = "T x, T s";
+    spec.out_params = "T y";
+    spec.map_expr = "x * x * s";
+    spec.reduce_expr = "a + b";
+    spec.identity = "0";
+    spec.post_map_expr = "y = a; y += 1; y = y * 0.5f";
+    spec.reduce_type = variant < 2 ? NULL : "float64";
+    spec.name = "sumsq";
+    qt_codegen *r = NULL;
+    CHECK_OK("reduction", qt_reduction_new(ctx, &r, &spec), ctx);
+    if (r == NULL) continue;
+    qt_tensor x = TENSOR(ctx, &fake_dev, dt, 2, 6, 70), res[1];
+    for (int dim = -1; dim <= 1; dim++) {
+      set_table(NULL);
+      int rc = qt_codegen_call(ctx, r, 2, (qt_kernel_arg[]){ AT(&x), AF(2) }, dim, res);
+      CHECK(rc == 0, "reduction %s dim %d: rc %d '%s'", qt_dtypes[dt].name, dim, rc, ctx->err.msg);
+      if (rc != 0) continue;
+      CHECK(res[0].dtype == dt, "reduction: the output is %s", qt_dtypes[res[0].dtype].name);
+      qt_tensor_release(&res[0]);
+      CHECK(F.cfg.shared == 256 * (variant < 2 ? 4u : 8u), "reduction %s: %zu bytes of shared "
+            "memory for the partials", qt_dtypes[dt].name, F.cfg.shared);
+      CHECK_SOURCE("reduction", variant < 2 ? "typedef float _qR;" : "typedef double _qR;");
+      CHECK_SOURCE("reduction", dt == QT_F16 ? "_qref<__half> y = { &_qp_y[_qrow] };"
+                                             : "_qref<__nv_bfloat16> y = { &_qp_y[_qrow] };");
+      NVRTC_CHECK("reduction");
+    }
+    qt_tensor_release(&x);
+    qt_codegen_release(r);
+  }
+  unsetenv("QLUA_KERNEL_CACHE");
+  free(F.job_source);
+  F.job_source = NULL;
+  qt_ctx_release(ctx);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *s = getenv("KERNEL_HARNESS_STRICT");
@@ -2020,6 +2228,8 @@ int main(int argc, char **argv) {
   test_streams();
   printf("6. release orders\n");
   test_release_order();
+  printf("7. generated sources\n");
+  test_codegen();
 
   CHECK(F.live == 0, "%d fake modules still loaded at the end (a module leaked)", F.live);
   if (own_scratch) rm_tree(scratch);

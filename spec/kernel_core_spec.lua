@@ -15,6 +15,12 @@ test ($QLUA) was made with. Under ASan and UBSan when the compiler has them.
 Bugs of ops_kernel.c the harness found and that are not fixed yet print "KNOWN BUG [...]"
 lines without failing; KERNEL_HARNESS_STRICT=1 makes them fail the run.
 
+The CUDA sources ops_codegen.c writes for qlua.elementwise and qlua.reduction (every dtype,
+the 16-bit floats' helpers included) are also compiled with the real NVRTC for sm_90, as
+rtc.cu compiles them (the toolkit's include directories on the path), when the toolkit's
+libnvrtc is found ($CUDA_HOME, else /usr/local/cuda): NVRTC needs no GPU, so a generated
+source that would not compile on the GPU fails on any machine with the toolkit.
+
 Pending when there is no C compiler (cc, gcc or clang, or $CC).
 ]]
 
@@ -51,6 +57,78 @@ local function runtime_sources()
   assert(#list > 0, "no runtime/core/*.c: the spec runs from the repository root")
   return list
 end
+
+-- The toolkit root whose lib64/libnvrtc.so and include/ are there, or nil.
+local function cuda_root()
+  for _, root in ipairs({ os.getenv("CUDA_HOME"), os.getenv("CUDA_PATH"), "/usr/local/cuda" }) do
+    if root and root ~= "" then
+      local f = io.open(root .. "/lib64/libnvrtc.so", "rb")
+      if f then
+        f:close()
+        local g = io.open(root .. "/include/cuda_fp16.h", "rb")
+        if g then g:close(); return root end
+      end
+    end
+  end
+  return nil
+end
+
+-- Compiles each NN-what.cu of dir with NVRTC (-arch=sm_90 and rtc.cu's include options).
+local NVRTC_CHECK = [==[
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+typedef struct prog *program;
+int main(int argc, char **argv) {
+  void *h = dlopen(argv[1], RTLD_NOW);
+  if (!h) { printf("cannot load %s: %s\n", argv[1], dlerror()); return 2; }
+  int (*create)(program *, const char *, const char *, int, const char *const *, const char *const *) =
+      (int (*)(program *, const char *, const char *, int, const char *const *, const char *const *))dlsym(h, "nvrtcCreateProgram");
+  int (*compile)(program, int, const char *const *) = (int (*)(program, int, const char *const *))dlsym(h, "nvrtcCompileProgram");
+  int (*log_size)(program, size_t *) = (int (*)(program, size_t *))dlsym(h, "nvrtcGetProgramLogSize");
+  int (*get_log)(program, char *) = (int (*)(program, char *))dlsym(h, "nvrtcGetProgramLog");
+  int (*destroy)(program *) = (int (*)(program *))dlsym(h, "nvrtcDestroyProgram");
+  if (!create || !compile || !log_size || !get_log || !destroy) { printf("NVRTC lacks an entry\n"); return 2; }
+  char i1[1200], i2[1200];
+  snprintf(i1, sizeof i1, "-I%s/include", argv[2]);
+  snprintf(i2, sizeof i2, "-I%s/include/cccl", argv[2]);
+  const char *opts[] = { "-arch=sm_90", i1, i2 };
+  DIR *d = opendir(argv[3]);
+  if (!d) { printf("no directory %s\n", argv[3]); return 2; }
+  int n = 0, bad = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (len < 4 || strcmp(e->d_name + len - 3, ".cu") != 0) continue;
+    char path[2400];
+    snprintf(path, sizeof path, "%s/%s", argv[3], e->d_name);
+    FILE *f = fopen(path, "rb");
+    if (!f) continue;
+    static char src[1 << 20];
+    size_t got = fread(src, 1, sizeof src - 1, f);
+    fclose(f);
+    src[got] = '\0';
+    program p = NULL;
+    n++;
+    if (create(&p, src, "kernel.cu", 0, NULL, NULL) != 0) { printf("%s: create failed\n", e->d_name); bad++; continue; }
+    if (compile(p, 3, opts) != 0) {
+      size_t ls = 0;
+      log_size(p, &ls);
+      char *log = calloc(ls + 1, 1);
+      if (log) get_log(p, log);
+      printf("%s does not compile:\n%s\n--- source:\n%s\n", e->d_name, log ? log : "", src);
+      free(log);
+      bad++;
+    }
+    destroy(&p);
+  }
+  closedir(d);
+  printf("nvrtc: %d sources, %d failed\n", n, bad);
+  return bad > 0 || n == 0;
+}
+]==]
 
 local SAN_FLAGS = { "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
                     "-fno-sanitize-recover=undefined" }
@@ -101,14 +179,29 @@ describe("user kernels in the core, through a fake device", function()
       ASAN_OPTIONS = "detect_leaks=1:abort_on_error=0:exitcode=99",
       UBSAN_OPTIONS = "print_stacktrace=1:halt_on_error=1:exitcode=99",
     }
+    local sources = dir .. "/sources"
+    assert(P.run({ "mkdir", "-p", sources }).status == 0)
+    env.KERNEL_HARNESS_SOURCES = sources
     local r = P.run({ binary, dir .. "/scratch" }, { env = env, timeout = 300 })
     if r.status ~= 0 and (r.stdout .. r.stderr):find("LeakSanitizer has encountered a fatal error", 1, true) then
       -- LSan cannot run here (ptrace restricted): the rest of ASan still can
       env.ASAN_OPTIONS = "detect_leaks=0:abort_on_error=0:exitcode=99"
       r = P.run({ binary, dir .. "/scratch" }, { env = env, timeout = 300 })
     end
+    -- the generated sources through the real NVRTC (no sanitizers: it is not our code)
+    local root, nv = cuda_root(), nil
+    if root and r.status == 0 then
+      local checker = dir .. "/nvrtc_check"
+      local c_src = P.write(dir .. "/nvrtc_check.c", NVRTC_CHECK)
+      local b = P.run({ cc, "-O1", c_src, "-ldl", "-o", checker }, { timeout = 120 })
+      assert(b.status == 0, "building the NVRTC check failed:\n" .. b.stdout .. b.stderr)
+      nv = P.run({ checker, root .. "/lib64/libnvrtc.so", root, sources }, { timeout = 600 })
+    end
     P.cleanup()
     assert(r.status == 0, "the harness failed with status " .. r.status .. ":\n" .. r.stdout .. r.stderr)
     assert.truthy(r.stdout:find("kernel_core_harness: ok", 1, true), r.stdout .. r.stderr)
+    if nv then
+      assert(nv.status == 0, "NVRTC refused a generated source:\n" .. nv.stdout .. nv.stderr)
+    end
   end)
 end)

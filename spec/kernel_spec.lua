@@ -167,6 +167,55 @@ describe("qlua.kernel", function()
     end
   end)
 
+  gtest("binds float16 and bfloat16 tensors to __half * and __nv_bfloat16 *, numbers to their scalars", function()
+    local src = [[
+      #include <cuda_fp16.h>
+      #include <cuda_bf16.h>
+      extern "C" __global__ void axpy16(__half *y, const half *x, __half a, __nv_bfloat16 *yb,
+                                        const __nv_bfloat16 *xb, nv_bfloat16 b, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) {
+          y[i] = __float2half_rn(__half2float(a) * __half2float(x[i]) + __half2float(y[i]));
+          yb[i] = __float2bfloat16_rn(__bfloat162float(b) * __bfloat162float(xb[i]) +
+                                      __bfloat162float(yb[i]));
+        }
+      }]]
+    local k = qlua.kernel(src, "axpy16")
+    assert.equal("__half *y, const half *x, __half a, __nv_bfloat16 *yb, const __nv_bfloat16 *xb, " ..
+                 "nv_bfloat16 b, int n", k:signature())
+    local attrs = k:attributes()
+    assert.equal(7, attrs.params)
+    local n = 300
+    local x, y = qlua.randn(n):to("float16"):gpu(), qlua.randn(n):to("float16"):gpu()
+    local xb, yb = qlua.randn(n):to("bfloat16"):gpu(), qlua.randn(n):to("bfloat16"):gpu()
+    local xv, yv, xbv, ybv = values(x), values(y), values(xb), values(yb)
+    k(math.ceil(n / 128), 128, y, x, 0.1, yb, xb, 3, n)
+    -- the numbers arrive rounded to the type (0.1 -> 0.0999755859375 in float16); the
+    -- product of two 16-bit values is exact in float32, so the kernel rounds twice: the
+    -- sum to float32, then to the 16-bit type
+    local a = T.round_half(0.1, "float16")
+    local out, outb = values(y), values(yb)
+    for i = 1, n do
+      assert.equal(T.half_op(a * xv[i] + yv[i], "float16"), out[i], "float16 element " .. i)
+      assert.equal(T.half_op(3 * xbv[i] + ybv[i], "bfloat16"), outb[i], "bfloat16 element " .. i)
+    end
+    assert_error("argument 2, x %(const half %*%), wants a float16 tensor, got float32", k,
+                 1, 128, y, x:float(), 0.1, yb, xb, 3, n)
+    assert_error("argument 4, yb %(__nv_bfloat16 %*%), wants a bfloat16 tensor, got float16", k,
+                 1, 128, y, x, 0.1, y, xb, 3, n)
+    assert_error("argument 3, a %(__half%), wants a number, got a boolean", k,
+                 1, 128, y, x, true, yb, xb, 3, n)
+    -- a scalar past float16's range arrives as inf, as storing it in a tensor gives
+    local inf = qlua.kernel([[
+      #include <cuda_fp16.h>
+      extern "C" __global__ void put16(float *out, __half v) { out[0] = __half2float(v); }]], "put16")
+    local o = qlua.zeros(1):gpu()
+    inf(1, 1, o, 70000)
+    assert.equal(math.huge, o:item())
+    inf(1, 1, o, 2049)
+    assert.equal(2048, o:item(), "2049 rounds to even in float16")
+  end)
+
   gtest("reports compile errors with NVRTC's log and line numbers", function()
     local err = assert_error("compile error", qlua.kernel,
       "extern \"C\" __global__ void broken(float *x) {\n  x[0] = undefined_name;\n}", "broken")
@@ -332,6 +381,42 @@ describe("qlua.elementwise", function()
     end
   end
 
+  for _, dtype in ipairs(T.half_dtypes) do
+    for _, layout in ipairs(T.layouts) do
+      gtest("computes " .. layout .. " " .. dtype .. " tensors in float32, rounded once", function()
+        local shape = { 37, 19 }
+        local function make(lay)  -- the values rounded into dtype, in that layout
+          return T.make(T.random_table(shape, "float64", { lo = -9, hi = 9 }), dtype, lay, "gpu")
+        end
+        local x, y, z = make(layout), make(layout), make("contiguous")
+        local w = fused(x, y, z)
+        assert.equal(dtype, w:dtype())
+        -- x * y is exact in float32 (two 16-bit significands), so fused or not the float32
+        -- result is the one rounding of x * y + z, then the one rounding into dtype
+        T.assert_equal(w, (x:float() * y:float() + z:float()):to(dtype), "fused " .. dtype .. " " .. layout)
+        local scale = qlua.elementwise("T x, T a", "T y", "y = x * a", "scale16")
+        T.assert_equal(scale(x, 0.1), (x:float() * 0.1):to(dtype), "a number takes part as a float32")
+        -- an output given, written through its reference (read back where the body reads it)
+        local acc = qlua.elementwise("T x", "T y", "y += x; y *= 2", "acc16")
+        local out = z:clone()
+        acc(x, out)
+        T.assert_equal(out, ((z:float() + x:float()):to(dtype):float() * 2):to(dtype),
+                       "y += x rounds, then y *= 2 rounds")
+      end)
+    end
+    gtest("copies " .. dtype .. " NaNs and infinities as the conversions do", function()
+      local bits = { 0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x7c01, 0x0001, 0x8000, 0x3c00 }
+      if dtype == "bfloat16" then bits = { 0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7f81, 0x0001, 0x8000, 0x3f80 } end
+      local x = T.tensor_from_bits(bits, dtype, "gpu")
+      local copy = qlua.elementwise("T x", "T y", "y = x", "copy16")
+      T.assert_bits_equal(T.tensor_bits(copy(x)), T.tensor_bits(x:float():to(dtype)), dtype .. " copy")
+      local mixed = qlua.elementwise("float16 h, bfloat16 b", "float32 f", "f = h + b", "mixed16")
+      local h = qlua.tensor({ 1.5, -2 }, { dtype = "float16" }):gpu()
+      local b = qlua.tensor({ 0.25, 1e30 }, { dtype = "bfloat16" }):gpu()
+      T.assert_equal(mixed(h, b), h:float() + b:float(), "fixed 16-bit dtypes")
+    end)
+  end
+
   gtest("broadcasts, takes numbers, writes into given outputs", function()
     local scale = qlua.elementwise("float64 x, float64 a, float64 b", "float64 y", "y = a * x + b + i * 0", "scale")
     local x = qlua.randn(5, 1, { dtype = "float64" }):gpu():expand(5, 7)
@@ -384,6 +469,26 @@ describe("qlua.reduction", function()
         end
       end)
     end
+  end
+
+  for _, dtype in ipairs(T.half_dtypes) do
+    gtest("reduces " .. dtype .. " in float32 partials (or the reduce_type), the result rounded once", function()
+      -- magnitudes from 0.25: every sum of squares below is exact in float64
+      local x = T.make(T.random_table({ 33, 70 }, "float64", { lo = 0.25, hi = 3 }), dtype,
+                       "transposed", "gpu")
+      local wide = x:double()
+      local plain = qlua.reduction{ in_params = "T x", out_params = "T y", map_expr = "x * x",
+                                    reduce_expr = "a + b", identity = "0", name = "sumsq16" }
+      local tol = dtype == "float16" and 2e-3 or 1e-2
+      T.assert_close(plain(x):float(), (wide * wide):sum():float(), tol, "over everything")
+      for dim = 1, 2 do
+        local got = plain(x, { dim = dim })
+        assert.equal(dtype, got:dtype())
+        T.assert_close(got:float(), (wide * wide):sum(dim):to(dtype):float(), tol, "dim " .. dim)
+        local exact = sumsq(x, { dim = dim })  -- float64 partials: the sums are exact here
+        T.assert_equal(exact, (wide * wide):sum(dim):to("float32"):to(dtype), "float64 partials, dim " .. dim)
+      end
+    end)
   end
 
   gtest("max with a post-map, large inputs, empty rows, integer inputs", function()

@@ -83,6 +83,7 @@ static bool cg_is_ident(const char *s) {
 /* "float32" -> dtype, else -1. */
 static int cg_dtype(const char *name) { return qt_dtype_from_name(name); }
 
+/* The C type a dtype's elements are stored as in the kernel. */
 static const char *cg_ctype(int dtype) {
   switch (dtype) {
     case QT_F32: return "float";
@@ -91,8 +92,70 @@ static const char *cg_ctype(int dtype) {
     case QT_I64: return "long long";
     case QT_BOOL: return "bool";
     case QT_U8: return "unsigned char";
+    case QT_F16: return "__half";
+    case QT_BF16: return "__nv_bfloat16";
     default: return NULL;
   }
+}
+
+/* The C type the body computes a dtype in: the 16-bit floats compute in float32 and round
+** once when stored, as every op of qlua does (a number for one is passed as a float). */
+static const char *cg_compute_type(int dtype) {
+  return dtype == QT_F16 || dtype == QT_BF16 ? "float" : cg_ctype(dtype);
+}
+
+static bool cg_is_half(int dtype) { return dtype == QT_F16 || dtype == QT_BF16; }
+
+/* What a kernel with 16-bit operands adds to its source: the CUDA types (NVRTC finds the
+** headers on the toolkit's include path, rtc.cu), a load and a store with half.h's rules
+** (the hardware's round-to-nearest-even for every non-NaN; a NaN kept as NumPy's float16
+** and ml_dtypes' bfloat16 keep it), and _qref, what an output parameter is in the body: it
+** reads the element (as float) only where the body reads it and rounds what is assigned. */
+static const char CG_HALF_HELPERS[] =
+  "#include <cuda_fp16.h>\n"
+  "#include <cuda_bf16.h>\n"
+  "static __device__ __forceinline__ float _qload(__half h) {\n"
+  "  unsigned short u = __half_as_ushort(h);\n"
+  "  if ((u & 0x7fff) <= 0x7c00) return __half2float(h);\n"
+  "  return __uint_as_float(((unsigned)(u & 0x8000) << 16) | 0x7f800000u | ((unsigned)(u & 0x3ff) << 13));\n"
+  "}\n"
+  "static __device__ __forceinline__ float _qload(__nv_bfloat16 b) {\n"
+  "  return __uint_as_float((unsigned)__bfloat16_as_ushort(b) << 16);\n"
+  "}\n"
+  "static __device__ __forceinline__ void _qstore(__half &d, float f) {\n"
+  "  if (f == f) { d = __float2half_rn(f); return; }\n"
+  "  unsigned u = __float_as_uint(f), p = (u >> 13) & 0x3ff;\n"
+  "  d = __ushort_as_half((unsigned short)(((u >> 16) & 0x8000) | 0x7c00 | (p ? p : 1)));\n"
+  "}\n"
+  "static __device__ __forceinline__ void _qstore(__nv_bfloat16 &d, float f) {\n"
+  "  unsigned u = __float_as_uint(f);\n"
+  "  d = __ushort_as_bfloat16((unsigned short)((u & 0x7fffffffu) > 0x7f800000u\n"
+  "      ? ((u >> 16) & 0x8000) | 0x7fc0 : (u + 0x7fffu + ((u >> 16) & 1)) >> 16));\n"
+  "}\n"
+  "template <typename S> struct _qref {\n"
+  "  S *p;\n"
+  "  __device__ operator float() const { return _qload(*p); }\n"
+  "  __device__ _qref &operator=(float v) { _qstore(*p, v); return *this; }\n"
+  "  __device__ _qref &operator=(const _qref &o) { return *this = (float)o; }\n"
+  "  __device__ _qref &operator+=(float v) { return *this = (float)*this + v; }\n"
+  "  __device__ _qref &operator-=(float v) { return *this = (float)*this - v; }\n"
+  "  __device__ _qref &operator*=(float v) { return *this = (float)*this * v; }\n"
+  "  __device__ _qref &operator/=(float v) { return *this = (float)*this / v; }\n"
+  "};\n";
+
+/* How the body sees operand k of dtype at index expression `at`: an input by value, an
+** output by reference (a _qref for the 16-bit floats). */
+static void cg_operand(ops_buf *s, const char *indent, int dtype, const char *name, bool input,
+                       const char *at) {
+  if (input && cg_is_half(dtype))
+    ops_buf_printf(s, "%sconst float %s = _qload(_qp_%s[%s]);\n", indent, name, name, at);
+  else if (input)
+    ops_buf_printf(s, "%sconst %s %s = _qp_%s[%s];\n", indent, cg_ctype(dtype), name, name, at);
+  else if (cg_is_half(dtype))
+    ops_buf_printf(s, "%s_qref<%s> %s = { &_qp_%s[%s] };\n", indent, cg_ctype(dtype), name, name,
+                   at);
+  else
+    ops_buf_printf(s, "%s%s &%s = _qp_%s[%s];\n", indent, cg_ctype(dtype), name, name, at);
 }
 
 /* One "type name" into p. */
@@ -309,12 +372,11 @@ static int cg_bind(qt_ctx *ctx, const char *op, const qt_codegen *g, int nargs,
       return qt_errorf(&ctx->err, "%s '%s': argument %d, '%s', wants a %s tensor, got %s", op,
                        g->name, k + 1, g->params[k].name, qt_dtypes[dtypes[k]].name,
                        qt_dtypes[args[k].tensor->dtype].name);
-  /* generated code computes in the parameters' C types; the 16-bit floats have none here */
+  /* generated code computes in the parameters' C types (every dtype has one) */
   for (int k = 0; k < nparams; k++)
     if (dtypes[k] >= 0 && cg_ctype(dtypes[k]) == NULL)
       return qt_errorf(&ctx->err, "%s '%s': parameter '%s' is %s, which generated kernels do "
-                       "not take (convert with :to(\"float32\") first)", op, g->name,
-                       g->params[k].name, qt_dtypes[dtypes[k]].name);
+                       "not take", op, g->name, g->params[k].name, qt_dtypes[dtypes[k]].name);
   if (rdtype != NULL) {
     if (g->reduce_type.dtype >= 0) {
       *rdtype = g->reduce_type.dtype;
@@ -332,15 +394,21 @@ static int cg_bind(qt_ctx *ctx, const char *op, const qt_codegen *g, int nargs,
 
 /* ================================================================== sources */
 
-/* typedefs of the type variables, the preamble, and the geometry struct. */
-static void cg_head(ops_buf *s, const qt_codegen *g, const int *dtypes, int ntensors) {
+/* The 16-bit helpers when a dtype of the binding (or the reduce type) needs them,
+** typedefs of the type variables (to the type they compute in), the preamble, and the
+** geometry struct. */
+static void cg_head(ops_buf *s, const qt_codegen *g, const int *dtypes, int rdtype,
+                    int ntensors) {
   ops_buf_printf(s, "// qlua %s '%s'\n", g->reduction ? "reduction" : "elementwise", g->name);
   int nparams = g->nin + g->nout;
+  bool half = cg_is_half(rdtype);
+  for (int k = 0; k < nparams; k++) half |= cg_is_half(dtypes[k]);
+  if (half) ops_buf_add(s, CG_HALF_HELPERS, sizeof CG_HALF_HELPERS - 1);
   for (int k = 0; k < nparams; k++) {
     if (!g->params[k].var[0]) continue;
     bool first = true;
     for (int j = 0; j < k; j++) first &= strcmp(g->params[j].var, g->params[k].var) != 0;
-    if (first) ops_buf_printf(s, "typedef %s %s;\n", cg_ctype(dtypes[k]), g->params[k].var);
+    if (first) ops_buf_printf(s, "typedef %s %s;\n", cg_compute_type(dtypes[k]), g->params[k].var);
   }
   ops_buf_printf(s, "%s\n", g->preamble);
   ops_buf_printf(s, "struct _qgeom { int ndim; long long size[%d]; long long stride[%d][%d]; };\n",
@@ -370,7 +438,7 @@ static void cg_params(ops_buf *s, const qt_codegen *g, const int *dtypes, int na
     bool input = k < g->nin;
     ops_buf_printf(s, "%s", first ? "" : ", ");
     first = false;
-    if (number) ops_buf_printf(s, "%s %s", cg_ctype(dtypes[k]), g->params[k].name);
+    if (number) ops_buf_printf(s, "%s %s", cg_compute_type(dtypes[k]), g->params[k].name);
     else ops_buf_printf(s, "%s%s *_qp_%s", input ? "const " : "", cg_ctype(dtypes[k]), g->params[k].name);
   }
 }
@@ -380,7 +448,7 @@ static char *cg_elementwise_source(const qt_codegen *g, const int *dtypes, int n
   ops_buf s = {0};
   int nparams = g->nin + g->nout, ntensors = 0;
   for (int k = 0; k < nparams; k++) ntensors += !((numbers >> k) & 1);
-  cg_head(&s, g, dtypes, ntensors);
+  cg_head(&s, g, dtypes, -1, ntensors);
   ops_buf_printf(&s, "extern \"C\" __global__ void %s(", g->name);
   cg_params(&s, g, dtypes, numbers, nparams);
   ops_buf_printf(&s, ", const long long n%s) {\n", layout ? ", const _qgeom _qg" : "");
@@ -394,15 +462,9 @@ static char *cg_elementwise_source(const qt_codegen *g, const int *dtypes, int n
   int t = 0;
   for (int k = 0; k < nparams; k++) {
     if ((numbers >> k) & 1) continue;
-    const char *at = layout ? NULL : "i";
     char off[16];
     snprintf(off, sizeof off, "_qo%d", t++);
-    if (k < g->nin)
-      ops_buf_printf(&s, "    const %s %s = _qp_%s[%s];\n", cg_ctype(dtypes[k]), g->params[k].name,
-             g->params[k].name, at ? at : off);
-    else
-      ops_buf_printf(&s, "    %s &%s = _qp_%s[%s];\n", cg_ctype(dtypes[k]), g->params[k].name,
-             g->params[k].name, at ? at : off);
+    cg_operand(&s, "    ", dtypes[k], g->params[k].name, k < g->nin, layout ? off : "i");
   }
   ops_buf_printf(&s, "    (void)n;\n    {\n%s\n;\n    }\n  }\n}\n", g->body);
   if (s.failed) {
@@ -419,9 +481,9 @@ static char *cg_reduction_source(const qt_codegen *g, const int *dtypes, int num
   ops_buf s = {0};
   int nparams = g->nin + g->nout, ntensors = 0;
   for (int k = 0; k < g->nin; k++) ntensors += !((numbers >> k) & 1);
-  const char *R = cg_ctype(rdtype);
+  const char *R = cg_compute_type(rdtype);  /* partials of a 16-bit reduce type: float32 */
   const char *idx = layout == 2 ? "long long" : "unsigned int";
-  cg_head(&s, g, dtypes, ntensors);
+  cg_head(&s, g, dtypes, rdtype, ntensors);
   ops_buf_printf(&s, "typedef %s _qR;\n", R);
   ops_buf_printf(&s, "#define _QREDUCE(_qx, _qy) ([&]() { _qR a = (_qx), b = (_qy); (void)a; (void)b; "
              "return (_qR)(%s); }())\n", g->reduce);
@@ -441,8 +503,9 @@ static char *cg_reduction_source(const qt_codegen *g, const int *dtypes, int num
   int t = 0;
   for (int k = 0; k < g->nin; k++) {
     if ((numbers >> k) & 1) continue;
-    ops_buf_printf(&s, "      const %s %s = _qp_%s[_qo%d + _qj * _ql.stride[%d][0]];\n",
-           cg_ctype(dtypes[k]), g->params[k].name, g->params[k].name, t, t);
+    char at[64];
+    snprintf(at, sizeof at, "_qo%d + _qj * _ql.stride[%d][0]", t, t);
+    cg_operand(&s, "      ", dtypes[k], g->params[k].name, true, at);
     t++;
   }
   ops_buf_printf(&s, "      _qacc = _QREDUCE(_qacc, (_qR)(%s));\n"
@@ -473,13 +536,12 @@ static char *cg_reduction_source(const qt_codegen *g, const int *dtypes, int num
              "      __syncthreads();\n"
              "    }\n"
              "    if (threadIdx.x == 0) {\n"
-             "      const _qR a = _qsh[0]; (void)a;\n"
-             "      %s &%s = _qp_%s[_qrow];\n"
-             "      %s;\n"
+             "      const _qR a = _qsh[0]; (void)a;\n", g->identity);
+  cg_operand(&s, "      ", dtypes[g->nin], g->params[g->nin].name, false, "_qrow");
+  ops_buf_printf(&s, "      %s;\n"
              "    }\n"
              "    __syncthreads();\n"
-             "  }\n}\n", g->identity, cg_ctype(dtypes[g->nin]), g->params[g->nin].name,
-         g->params[g->nin].name, g->post);
+             "  }\n}\n", g->post);
   if (s.failed) {
     free(s.data);
     return NULL;
@@ -723,7 +785,8 @@ int qt_codegen_call(qt_ctx *ctx, qt_codegen *g, int nargs, const qt_kernel_arg *
     void *kargs[CG_MAXPARAMS + 2];
     for (int k = 0; k < nparams; k++) {
       if ((numbers >> k) & 1) {
-        qt_scalar_store((qt_dtype)dtypes[k], &values[k].cell, args[k].value);
+        qt_scalar_store(cg_is_half(dtypes[k]) ? QT_F32 : (qt_dtype)dtypes[k], &values[k].cell,
+                        args[k].value);
       } else {
         values[k].p = addresses[k];
       }
@@ -822,12 +885,13 @@ int qt_codegen_call(qt_ctx *ctx, qt_codegen *g, int nargs, const qt_kernel_arg *
     int64_t most = rows >= 1024 ? 1 : 1024 / rows;
     if (bpr > most) bpr = (int)most;
     if (bpr < 1) bpr = 1;
-    size_t rsize = qt_elsize((qt_dtype)rdtype);
+    qt_dtype pdtype = cg_is_half(rdtype) ? QT_F32 : (qt_dtype)rdtype;  /* the partials' */
+    size_t rsize = qt_elsize(pdtype);
     void *partial = NULL;
     qt_tensor part;
     qt_tensor_init(&part);
     int64_t nparts = rows * bpr;
-    if (qt_empty(ctx, &part, dev, (qt_dtype)rdtype, 1, &nparts) != 0) {
+    if (qt_empty(ctx, &part, dev, pdtype, 1, &nparts) != 0) {
       for (int w = 0; w < nwork; w++) qt_tensor_release(&work[w]);
       goto fail_rename;
     }
@@ -837,7 +901,8 @@ int qt_codegen_call(qt_ctx *ctx, qt_codegen *g, int nargs, const qt_kernel_arg *
     int na = 0;
     for (int k = 0; k < g->nin; k++) {
       if ((numbers >> k) & 1) {
-        qt_scalar_store((qt_dtype)dtypes[k], &values[k].cell, args[k].value);
+        qt_scalar_store(cg_is_half(dtypes[k]) ? QT_F32 : (qt_dtype)dtypes[k], &values[k].cell,
+                        args[k].value);
       } else {
         values[k].p = addresses[k];
       }

@@ -400,6 +400,7 @@ static int kernel_make(qt_ctx *ctx, const char *op, qt_module *m, const char *di
   for (int i = 0; i < nparams && info.nparams == nparams; i++) {
     size_t want = params[i].kind == QT_PARAM_I32 || params[i].kind == QT_PARAM_U32 ||
                           params[i].kind == QT_PARAM_F32 ? 4
+                  : params[i].kind == QT_PARAM_F16 || params[i].kind == QT_PARAM_BF16 ? 2
                   : params[i].kind == QT_PARAM_BOOL ? 1 : 8;
     if (info.param_size[i] != want) {
       qt_errorf(&ctx->err, "%s: '%s' parameter %d is %zu bytes in the compiled code, but its "
@@ -619,6 +620,7 @@ static int kernel_integer(qt_ctx *ctx, const qt_kernel *k, int i, const char *wh
 
 typedef union kernel_slot {
   void *ptr;
+  qt_cell cell;               /* a __half or __nv_bfloat16: its bits, as a tensor stores them */
   int32_t i32;
   uint32_t u32;
   int64_t i64;
@@ -748,11 +750,15 @@ int qt_kernel_launch(qt_ctx *ctx, qt_kernel *k, const qt_launch_cfg *cfg, int na
         break;
       case QT_PARAM_F32:
       case QT_PARAM_F64:
+      case QT_PARAM_F16:
+      case QT_PARAM_BF16:
         if (a->is_bool)
           return qt_errorf(&ctx->err, "launch: kernel '%s': argument %d, %s, wants a number, "
                            "got a boolean", k->name, i + 1, what);
         if (p->kind == QT_PARAM_F32) slots[i].f32 = (float)a->value.f;
-        else slots[i].f64 = a->value.f;
+        else if (p->kind == QT_PARAM_F64) slots[i].f64 = a->value.f;
+        else  /* rounded once from the number (.f), as storing it in a 16-bit tensor does */
+          qt_scalar_store(p->kind == QT_PARAM_F16 ? QT_F16 : QT_BF16, &slots[i].cell, a->value);
         break;
       default: {
         if (a->is_bool)

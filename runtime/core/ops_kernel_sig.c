@@ -118,14 +118,17 @@ static const struct {
   { "uint64_t", QT_PARAM_U64, QT_PARAM_NO_DTYPE, true },
   { "size_t", QT_PARAM_U64, QT_PARAM_NO_DTYPE, true },
   { "bool", QT_PARAM_BOOL, QT_BOOL, true },
+  /* cuda_fp16.h's and cuda_bf16.h's types (and their typedefs): float16 and bfloat16
+  ** tensors, or a Lua number rounded to the type */
+  { "__half", QT_PARAM_F16, QT_F16, true },
+  { "half", QT_PARAM_F16, QT_F16, true },
+  { "__nv_bfloat16", QT_PARAM_BF16, QT_BF16, true },
+  { "nv_bfloat16", QT_PARAM_BF16, QT_BF16, true },
   /* pointees only (scalars of these types are not passed) */
   { "unsigned char", QT_PARAM_POINTER, QT_U8, false },
   { "uint8_t", QT_PARAM_POINTER, QT_U8, false },
-  /* pointees only (no qlua dtype yet: a launch with such a parameter says so) */
+  /* pointees only (no qlua dtype: a launch with such a parameter says so) */
   { "char", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE, false },
-  { "__half", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE, false },
-  { "half", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE, false },
-  { "__nv_bfloat16", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE, false },
   { "void", QT_PARAM_POINTER, QT_PARAM_ANY_DTYPE, false },
 };
 
@@ -199,7 +202,7 @@ static int kernel_parse_param(qt_ctx *ctx, const char *op, int position, const c
     return qt_errorf(&ctx->err, "%s: parameter %d (%.*s): type '%s%s' cannot be passed from "
                      "Lua (pointers to float, double, int, long long, unsigned char, bool, "
                      "__half, __nv_bfloat16 or void, and int, unsigned, long long, float, "
-                     "double, bool are)", op, position, (int)n, decl, base,
+                     "double, bool, __half, __nv_bfloat16 are)", op, position, (int)n, decl, base,
                      pointers == 1 ? " *" : pointers > 1 ? " **" : "");
   if (pointers == 1) {
     p->kind = QT_PARAM_POINTER;
@@ -399,6 +402,14 @@ static int kernel_demangle_type(const char **pp, qt_param *p, char subs[][40], i
     s++;
     if (index >= *nsubs) return -1;
     snprintf(spelled, sizeof spelled, "%s", subs[index]);
+  } else if (*s >= '1' && *s <= '9') {  /* a source name: 6__half, 13__nv_bfloat16 */
+    const char *q = s;
+    long len = 0;
+    while (*q >= '0' && *q <= '9' && len < 1000) len = len * 10 + (*q++ - '0');
+    if (len > 30 || (long)strlen(q) < len) return -1;
+    snprintf(spelled, sizeof spelled, "%.*s", (int)(q - s + len), s);
+    s = q + len;
+    if (*nsubs < 32) snprintf(subs[(*nsubs)++], 40, "%s", spelled);  /* a candidate itself */
   } else {
     code = *s++;
     snprintf(spelled, sizeof spelled, "%c", code);
@@ -412,12 +423,27 @@ static int kernel_demangle_type(const char **pp, qt_param *p, char subs[][40], i
     if (*nsubs < 32 && is_const) snprintf(subs[(*nsubs)++], 40, "K%.38s", spelled);
     if (*nsubs < 32 && pointers > 0) snprintf(subs[(*nsubs)++], 40, "%s", full);
   }
-  /* decode the element code (the last letter of spelled, after any P/K) */
+  /* decode the element (spelled after any P/K: one letter, or a source name) */
   const char *e = spelled;
   while (*e == 'P' || *e == 'K' || *e == 'V' || *e == 'r') {
     if (*e == 'P') pointers++;
     if (*e == 'K') is_const = true;
     e++;
+  }
+  static const struct { const char *name; qt_param_kind kind; int dtype; } names[] = {
+    {"6__half", QT_PARAM_F16, QT_F16}, {"13__nv_bfloat16", QT_PARAM_BF16, QT_BF16},
+  };
+  for (size_t c = 0; c < sizeof names / sizeof names[0]; c++) {
+    if (strcmp(e, names[c].name) != 0 || pointers > 1) continue;
+    const char *type = names[c].name + (names[c].name[1] == '_' ? 1 : 2);
+    memset(p, 0, sizeof *p);
+    p->kind = pointers == 1 ? QT_PARAM_POINTER : names[c].kind;
+    p->dtype = pointers == 1 ? names[c].dtype : QT_PARAM_NO_DTYPE;
+    p->is_const = pointers == 1 && is_const;
+    snprintf(p->type, sizeof p->type, "%s%s%s", p->is_const ? "const " : "", type,
+             pointers == 1 ? " *" : "");
+    *pp = s;
+    return 0;
   }
   static const struct { char code; const char *type; qt_param_kind kind; int dtype; } codes[] = {
     {'f', "float", QT_PARAM_F32, QT_F32}, {'d', "double", QT_PARAM_F64, QT_F64},
