@@ -211,6 +211,13 @@ int qt_errorf(qt_err *err, const char *fmt, ...)
 ** function serving a differently named op: zeros is built on empty). Always returns -1. */
 int qt_err_rename(qt_err *err, const char *from, const char *to);
 
+/* The message of a failed step of a composed op, made to name the op: whatever op name
+** leads it ("matmul: ...", "empty: ..." from the steps einsum or multinomial is made of)
+** becomes `op`, so the user always reads the function they called and no list of the steps'
+** names can go stale. A message led by something else (a device: "cpu: ...", "gpu:0: ...")
+** gets "op: " in front; one that already names op is kept. Always returns -1. */
+int qt_err_as(qt_err *err, const char *op);
+
 /* ------------------------------------------------------------------ storage and tensor */
 
 struct qt_device;

@@ -55,14 +55,9 @@ static const char *const npy_descr[QT_NDTYPES] = {
 };
 
 /* A message from a core function that npy.c called ("empty: cpu: out of memory ...")
-** renamed to the user's call ("load: cpu: out of memory ..."). Only the core's own op
-** names are replaced, so a device name that happens to lead a message stays. */
-static int npy_rename_error(qt_ctx *ctx, const char *as) {
-  static const char *const core_ops[] = { "empty", "to", "contiguous", "permute", "read" };
-  for (size_t i = 0; i < sizeof core_ops / sizeof core_ops[0]; i++)
-    qt_err_rename(&ctx->err, core_ops[i], as);
-  return -1;
-}
+** renamed to the user's call ("load: cpu: out of memory ..."); a device name that leads a
+** message stays (qt_err_as). */
+static int npy_rename_error(qt_ctx *ctx, const char *as) { return qt_err_as(&ctx->err, as); }
 
 /* ================================================================== save */
 

@@ -68,11 +68,7 @@ int qt_lerp(qt_ctx *ctx, qt_tensor *out, const qt_tensor *a, const qt_tensor *b,
   rc = 0;
 cleanup:
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qt_tensor_release(all[i]);
-  if (rc != 0) {
-    static const char *const parts[] = { "sub", "mul", "add", "abs", "lt", "where" };
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-      qt_err_rename(&ctx->err, parts[i], "lerp");
-  }
+  if (rc != 0) qt_err_as(&ctx->err, "lerp");
   return rc;
 }
 
@@ -102,10 +98,7 @@ int qt_lerp_(qt_ctx *ctx, qt_tensor *a, const qt_tensor *b, const qt_tensor *w_t
   int rc = qt_lerp(ctx, &res, a, b, w_tensor, w);
   if (rc == 0) rc = qt_copy_(ctx, a, &res);
   qt_tensor_release(&res);
-  if (rc != 0) {
-    qt_err_rename(&ctx->err, "lerp", "lerp_");
-    qt_err_rename(&ctx->err, "copy_", "lerp_");
-  }
+  if (rc != 0) qt_err_as(&ctx->err, "lerp_");
   return rc;
 }
 
@@ -133,12 +126,7 @@ int qt_addc_(qt_ctx *ctx, qt_tensor *t, qt_binop op, const qt_tensor *a, const q
              qt_binary_(ctx, QT_ADD, t, &scaled) == 0) {
     rc = 0;
   }
-  if (rc != 0) {
-    qt_err_rename(&ctx->err, qt_binop_name(op), name);
-    qt_err_rename(&ctx->err, "mul", name);
-    qt_err_rename(&ctx->err, "add_", name);
-    qt_err_rename(&ctx->err, "copy_", name);
-  }
+  if (rc != 0) qt_err_as(&ctx->err, name);
   qt_tensor_release(&prod);
   qt_tensor_release(&scaled);
   qt_tensor_release(&ft);

@@ -447,5 +447,6 @@ cleanup:
   for (int k = 0; k < QT_EINSUM_MAX; k++) qt_tensor_release(&s->op[k].t);
   qt_tensor_release(&res);
   free(s);
+  if (rc != 0) qt_err_as(&ctx->err, "einsum");  /* a step's message (matmul's, sum's...) */
   return rc;
 }

@@ -152,13 +152,7 @@ static int ops_ce_targets(qt_ctx *ctx, const char *op, const qt_tensor *tgt, int
 }
 
 /* Messages of the ops composed here are renamed to cross_entropy's. */
-static int ops_ce_rename(qt_ctx *ctx, const char *op) {
-  static const char *const parts[] = { "log_softmax", "gather", "mul", "sub", "add", "div",
-                                       "sum", "view", "index_fill_", "neg" };
-  for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
-    qt_err_rename(&ctx->err, parts[k], op);
-  return -1;
-}
+static int ops_ce_rename(qt_ctx *ctx, const char *op) { return qt_err_as(&ctx->err, op); }
 
 int qt_cross_entropy(qt_ctx *ctx, qt_tensor *out, const qt_tensor *logits,
                      const qt_tensor *target, const qt_cross_entropy_opts *opts) {

@@ -329,12 +329,7 @@ static int sort_median_float(qt_ctx *ctx, const char *op, qt_tensor *vo, qt_tens
   }
   rc = 0;
 cleanup:
-  if (rc) {
-    const char *names[] = { "sort", "eq", "sum", "lt", "to", "sub", "mul", "add", "view",
-                            "gather" };
-    for (size_t j = 0; j < sizeof names / sizeof names[0]; j++)
-      qt_err_rename(&ctx->err, names[j], op);
-  }
+  if (rc) qt_err_as(&ctx->err, op);
   for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) qt_tensor_release(all[j]);
   return rc;
 }

@@ -61,12 +61,7 @@ static void st_code_list(char *buf, size_t cap) {
 }
 
 /* A core function's message ("empty: cpu: out of memory ...") renamed to the user's call. */
-static int st_rename_error(qt_ctx *ctx, const char *as) {
-  static const char *const core_ops[] = { "empty", "to", "read" };
-  for (size_t i = 0; i < sizeof core_ops / sizeof core_ops[0]; i++)
-    qt_err_rename(&ctx->err, core_ops[i], as);
-  return -1;
-}
+static int st_rename_error(qt_ctx *ctx, const char *as) { return qt_err_as(&ctx->err, as); }
 
 /* ================================================================== strings */
 

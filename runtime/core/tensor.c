@@ -124,6 +124,25 @@ int qt_err_rename(qt_err *err, const char *from, const char *to) {
   return -1;
 }
 
+/* An op name is lowercase letters, digits and underscores ("save_safetensors",
+** "index_fill_", "log1p_"), followed by ": ". "cpu" and "gpu" lead device messages, and a
+** device's name is kept ("gpu:0: ..." is not an op name at all: no space after the colon). */
+int qt_err_as(qt_err *err, const char *op) {
+  if (err == NULL) return -1;
+  size_t n = 0;
+  while ((err->msg[n] >= 'a' && err->msg[n] <= 'z') || (err->msg[n] >= '0' && err->msg[n] <= '9') ||
+         err->msg[n] == '_')
+    n++;
+  bool named = n > 0 && err->msg[n] == ':' && err->msg[n + 1] == ' ';
+  if (named && strlen(op) == n && strncmp(err->msg, op, n) == 0) return -1;
+  bool device = named && ((n == 3 && strncmp(err->msg, "cpu", 3) == 0) ||
+                          (n == 3 && strncmp(err->msg, "gpu", 3) == 0));
+  char rest[QT_ERRLEN];
+  snprintf(rest, sizeof rest, "%s", named && !device ? err->msg + n + 2 : err->msg);
+  qt_errorf(err, "%s: %s", op, rest);
+  return -1;
+}
+
 /* ------------------------------------------------------------------ tensor */
 
 int qt_tensor_check(const qt_tensor *t, const char *op, qt_err *err) {
