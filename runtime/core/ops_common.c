@@ -58,6 +58,38 @@ int ops_check_index_dtype(qt_ctx *ctx, const char *op, const qt_tensor *index) {
   return 0;
 }
 
+/* ================================================================== values a dtype holds */
+
+/* Significand bits (the implicit one included): every integer of magnitude up to
+** 2^digits is exact, 2^digits + 1 is not. */
+static int ops_float_digits(qt_dtype d) {
+  switch (d) {
+    case QT_F16: return 11;
+    case QT_BF16: return 8;
+    case QT_F32: return 24;
+    default: return 53;
+  }
+}
+
+void ops_exact_ints(qt_dtype d, int64_t *lo, int64_t *hi) {
+  if (qt_is_float(d)) {
+    *hi = (int64_t)1 << ops_float_digits(d);
+    *lo = -*hi;
+  } else {
+    *lo = qt_dtypes[d].min;
+    *hi = qt_dtypes[d].max;
+  }
+}
+
+/* Stored and read back, so the dtype's own rounding decides (65519 rounds to float16's
+** 65504 and fits; 65520 rounds to inf). */
+bool ops_float_fits(qt_dtype d, double v) {
+  if (!isfinite(v)) return true;  /* stored as itself: not a value that failed to fit */
+  qt_cell cell;
+  qt_scalar_store(d, &cell, qt_scalar_from_double(v));
+  return isfinite(qt_scalar_load(d, &cell).f);
+}
+
 /* In-place targets: a dimension of stride 0 and size > 1 (an expanded view) would make
 ** several elements one memory location, and a parallel device would race on it. */
 int ops_check_writable(qt_ctx *ctx, const char *op, const qt_tensor *t) {

@@ -187,7 +187,7 @@ static int ops_range_int(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype d
   const qt_dtype_info *info = &qt_dtypes[dtype];
   for (int64_t k = 0; k < n; k++) {
     int64_t v = (int64_t)((uint64_t)first + (uint64_t)k * (uint64_t)step);  /* exact */
-    if (!info->is_float && (v < info->min || v > info->max)) {
+    if (info->is_float ? !ops_float_fits(dtype, (double)v) : v < info->min || v > info->max) {
       qt_tensor_release(&host);
       return qt_errorf(&ctx->err, "range: value %lld out of range for %s", (long long)v,
                        info->name);
@@ -207,18 +207,19 @@ static int ops_range_float(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype
   ** too small to move i (i + step == i) is an error: Lua's loop would never end. */
   double estimate = floor((last - first) / step) + 1;
   if (estimate > (double)((int64_t)1 << 40))
-    return qt_errorf(&ctx->err, "range: too many elements (%f to %f step %f)", first, last, step);
+    return qt_errorf(&ctx->err, "range: too many elements (%.14g to %.14g step %.14g)", first, last,
+                     step);
   int64_t n = 0;
   for (double i = first; step > 0 ? i <= last : i >= last; i += step) {
     if (i + step == i)
-      return qt_errorf(&ctx->err, "range: step %f does not move %f (the loop would never end)",
+      return qt_errorf(&ctx->err, "range: step %.14g does not move %.14g (the loop would never end)",
                        step, i);
     n++;
   }
   if (!qt_is_float(dtype))
     for (int a = 0; a < 3; a++)
       if (is_float[a] && arg[a].f != floor(arg[a].f))
-        return qt_errorf(&ctx->err, "range: %f is not an integer (dtype %s)", arg[a].f,
+        return qt_errorf(&ctx->err, "range: %.14g is not an integer (dtype %s)", arg[a].f,
                          qt_dtypes[dtype].name);
   qt_tensor host;
   qt_tensor_init(&host);
@@ -227,9 +228,10 @@ static int ops_range_float(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype
   const qt_dtype_info *info = &qt_dtypes[dtype];
   double v = first;
   for (int64_t k = 0; k < n; k++, v += step) {
-    if (!info->is_float && !(v >= (double)info->min && v < (double)info->max + 1.0)) {
+    if (info->is_float ? !ops_float_fits(dtype, v)
+                       : !(v >= (double)info->min && v < (double)info->max + 1.0)) {
       qt_tensor_release(&host);
-      return qt_errorf(&ctx->err, "range: value %f out of range for %s", v, info->name);
+      return qt_errorf(&ctx->err, "range: value %.14g out of range for %s", v, info->name);
     }
     qt_scalar_store(dtype, (char *)data + (size_t)k * info->size, qt_scalar_from_double(v));
   }
@@ -296,10 +298,13 @@ static int ops_arange_int(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype 
     n = (int64_t)count;
   }
   const qt_dtype_info *info = &qt_dtypes[dtype];
-  if (n > 0 && !info->is_float) {  /* monotone: the first and the last bound the rest */
+  if (n > 0) {  /* monotone: the first and the last bound the rest */
     int64_t last = (int64_t)((uint64_t)start + (uint64_t)(n - 1) * (uint64_t)step);
-    bool first_bad = start < info->min || start > info->max;
-    if (first_bad || last < info->min || last > info->max)
+    bool first_bad = info->is_float ? !ops_float_fits(dtype, (double)start)
+                                    : start < info->min || start > info->max;
+    bool last_bad = info->is_float ? !ops_float_fits(dtype, (double)last)
+                                   : last < info->min || last > info->max;
+    if (first_bad || last_bad)
       return qt_errorf(&ctx->err, "arange: value %lld out of range for %s",
                        (long long)(first_bad ? start : last), info->name);
   }
@@ -335,6 +340,12 @@ static int ops_arange_float(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtyp
     while (n > 0 && !OPS_INSIDE(n - 1)) n--;
     while (OPS_INSIDE(n)) n++;
 #undef OPS_INSIDE
+  }
+  for (int64_t k = 0; k < n; k += n - 1 > 0 ? n - 1 : 1) {  /* monotone: the ends bound it */
+    double v = start + (double)k * step;
+    if (!ops_float_fits(dtype, v))
+      return qt_errorf(&ctx->err, "arange: value %.14g out of range for %s", v,
+                       qt_dtypes[dtype].name);
   }
   qt_tensor host;
   qt_tensor_init(&host);
@@ -392,6 +403,10 @@ static int ops_spaced(qt_ctx *ctx, const char *op, qt_tensor *out, qt_device *de
     if (base != NULL) v = pow(*base, v);
     qt_scalar s;
     if (info->is_float) {
+      if (!ops_float_fits(dtype, v)) {
+        qt_tensor_release(&host);
+        return qt_errorf(&ctx->err, "%s: value %g out of range for %s", op, v, info->name);
+      }
       s = qt_scalar_from_double(v);
     } else {
       double t = trunc(v);
@@ -463,7 +478,8 @@ int qt_randperm(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, int
   if (dev == NULL) dev = qt_cpu_device();
   if (n < 0) return qt_errorf(&ctx->err, "%s: n %lld is negative", op, (long long)n);
   const qt_dtype_info *info = &qt_dtypes[dtype];
-  int64_t exact = info->is_float ? ((int64_t)1 << (info->size == 4 ? 24 : 53)) : info->max;
+  int64_t lowest, exact;  /* 1..n must all be exact: n <= 2^digits (PyTorch's rule, 0-based) */
+  ops_exact_ints(dtype, &lowest, &exact);
   if (n > exact)
     return qt_errorf(&ctx->err, "%s: n %lld is too large for %s (at most %lld)", op,
                      (long long)n, info->name, (long long)exact);

@@ -54,6 +54,13 @@ int ops_check_dim(qt_ctx *ctx, const char *op, int dim, int ndim);
 int ops_check_dtype(qt_ctx *ctx, const char *op, qt_dtype dtype);
 int ops_check_index_dtype(qt_ctx *ctx, const char *op, const qt_tensor *index);
 int ops_check_writable(qt_ctx *ctx, const char *op, const qt_tensor *t);
+/* The values a dtype holds, for the ops that make them (creation, random fills), which
+** refuse what does not fit rather than store inf or an inexact integer. ops_exact_ints: the
+** integers it holds exactly, -2^digits..2^digits for a float (float16 2048, bfloat16 256,
+** float32 2^24, float64 2^53), min..max for the others. ops_float_fits: whether the
+** finite double v stored in float dtype d stays finite (rounded, as every float is). */
+void ops_exact_ints(qt_dtype d, int64_t *lo, int64_t *hi);
+bool ops_float_fits(qt_dtype d, double v);
 bool ops_same_geometry(const qt_tensor *a, const qt_tensor *b);
 bool ops_may_overlap(const qt_tensor *dst, const qt_tensor *src);
 bool ops_same_shape(const qt_tensor *a, const qt_tensor *b);

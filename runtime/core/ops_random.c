@@ -20,22 +20,28 @@ static int ops_check_float_target(qt_ctx *ctx, const char *op, const qt_tensor *
 }
 
 /* The core op names of a failed composition step, as the user's op. */
-static int ops_random_rename(qt_ctx *ctx, const char *op) {
-  static const char *const parts[] = { "rand", "randn", "randint", "mul_", "add_", "log1p_",
-                                       "neg_", "copy_", "lt", "to", "empty" };
-  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) qt_err_rename(&ctx->err, parts[i], op);
-  return -1;
-}
+static int ops_random_rename(qt_ctx *ctx, const char *op) { return qt_err_as(&ctx->err, op); }
 
-/* t = lo + (hi - lo) u, u uniform in [0, 1). */
+/* t = lo + (hi - lo) u, u uniform in [0, 1), computed in t's dtype (16-bit: float32).
+** lo and hi must fit the dtype (PyTorch's rule), but hi - lo need not: (-3e38, 3e38) in
+** float32, (-1.7e308, 1.7e308) in float64. Then the width would be inf, so the draw is
+** 2 (lo/2 + (hi/2 - lo/2) u) instead, whose every step stays within [lo, hi]; halving and
+** doubling are exact (short of subnormals, far from such bounds), so it is the same
+** number, rounded the same way as far as the dtype allows. */
 int qt_uniform_(qt_ctx *ctx, qt_tensor *t, double lo, double hi) {
   const char *op = "uniform_";
   if (ops_check_float_target(ctx, op, t)) return -1;
   if (!(lo <= hi) || !isfinite(lo) || !isfinite(hi))
     return qt_errorf(&ctx->err, "%s: bounds %g and %g must be finite with lo <= hi", op, lo, hi);
+  if (!ops_float_fits(t->dtype, lo) || !ops_float_fits(t->dtype, hi))
+    return qt_errorf(&ctx->err, "%s: bounds %g and %g do not fit %s", op, lo, hi,
+                     qt_dtypes[t->dtype].name);
+  bool wide = !isfinite(hi - lo) || !ops_float_fits(t->dtype, hi - lo);  /* inf in double or t's dtype */
+  double half = wide ? 0.5 : 1.0;
   if (qt_random_(ctx, t, QT_RAND_UNIFORM, qt_scalar_i(0), qt_scalar_i(0)) ||
-      qt_binary_scalar_(ctx, QT_MUL, t, qt_scalar_from_double(hi - lo), true) ||
-      qt_binary_scalar_(ctx, QT_ADD, t, qt_scalar_from_double(lo), true))
+      qt_binary_scalar_(ctx, QT_MUL, t, qt_scalar_from_double(hi * half - lo * half), true) ||
+      qt_binary_scalar_(ctx, QT_ADD, t, qt_scalar_from_double(lo * half), true) ||
+      (wide && qt_binary_scalar_(ctx, QT_MUL, t, qt_scalar_from_double(2.0), true)))
     return ops_random_rename(ctx, op);
   return 0;
 }
@@ -54,15 +60,21 @@ int qt_normal_(qt_ctx *ctx, qt_tensor *t, double mean, double sd) {
 }
 
 /* t = integers uniform in lo..hi (inclusive, as qlua.randint and math.random); a float
-** or bool tensor gets them through an int64 draw converted on the device. */
+** or bool tensor gets them through an int64 draw converted on the device. Every integer of
+** lo..hi must be one the dtype holds exactly: a float's integers past 2^digits (float16's
+** past 2048) are rounded to their neighbours, or to inf, and would not be uniform. */
 int qt_random_int_(qt_ctx *ctx, qt_tensor *t, int64_t lo, int64_t hi) {
   const char *op = "random_";
   if (ops_live(ctx, op, t) || ops_check_writable(ctx, op, t)) return -1;
   if (lo > hi)
     return qt_errorf(&ctx->err, "%s: empty range %lld..%lld", op, (long long)lo, (long long)hi);
-  if (!qt_is_float(t->dtype) && (lo < qt_dtypes[t->dtype].min || hi > qt_dtypes[t->dtype].max))
-    return qt_errorf(&ctx->err, "%s: bounds %lld..%lld do not fit %s", op, (long long)lo,
-                     (long long)hi, qt_dtypes[t->dtype].name);
+  int64_t exact_lo, exact_hi;
+  ops_exact_ints(t->dtype, &exact_lo, &exact_hi);
+  if (lo < exact_lo || hi > exact_hi)
+    return qt_errorf(&ctx->err, "%s: bounds %lld..%lld do not fit %s%s", op, (long long)lo,
+                     (long long)hi, qt_dtypes[t->dtype].name,
+                     qt_is_float(t->dtype) ? " (its integers are exact up to magnitude 2^digits)"
+                                           : "");
   if (!qt_is_float(t->dtype) && !qt_is_bool(t->dtype)) {
     if (qt_random_(ctx, t, QT_RAND_INT, qt_scalar_i(lo), qt_scalar_i(hi))) return ops_random_rename(ctx, op);
     return 0;
@@ -163,9 +175,14 @@ static int ops_reduce_value(qt_ctx *ctx, qt_redop op, const qt_tensor *t, int di
 
 /* out (n, or rows x n; int64, 1-based) = category draws from each row of probs (k weights,
 ** not necessarily normalised; 1-D or 2-D). With replacement: inverse transform sampling,
-** the 1-based position of u * total in the row's cumulative sums (searchsorted); without:
-** the n smallest of e_j / p_j, e_j exponential, which draws without replacement with
-** probabilities proportional to p (the "exponential race"), through topk. */
+** the 1-based position of u * total in the cumulative sums of the row divided by its
+** largest weight (searchsorted): those are in [0, 1], so the sums cannot overflow, where
+** finite float64 weights near 1e308 sum to inf and every draw would be the last category.
+** Without: the n smallest of e_j / p_j, e_j exponential, which draws without replacement
+** with probabilities proportional to p (the "exponential race"), through topk; compared as
+** log(e_j) - log(p_j), the same order, because the quotient overflows to inf for a
+** subnormal p_j and would tie with a zero weight's e_j / 0. A zero weight's key is +inf
+** (where), never among the n smallest: every row has n nonzero weights (checked). */
 int qt_multinomial(qt_ctx *ctx, qt_tensor *out, const qt_tensor *probs, int64_t n,
                    bool replacement) {
   const char *op = "multinomial";
@@ -181,11 +198,12 @@ int qt_multinomial(qt_ctx *ctx, qt_tensor *out, const qt_tensor *probs, int64_t 
                      "categories", op, (long long)n, (long long)k);
   qt_device *dev = ops_device(probs);
   int rc = -1;
-  qt_tensor p, bad, sums, u, keys, res, cdf, total, scaled, counts, vals;
-  qt_tensor *all[] = { &p, &bad, &sums, &u, &keys, &res, &cdf, &total, &scaled, &counts, &vals };
+  qt_tensor p, bad, top, u, keys, res, cdf, total, scaled, counts, vals, pn, logp, diff, pos;
+  qt_tensor *all[] = { &p, &bad, &top, &u, &keys, &res, &cdf, &total, &scaled, &counts, &vals,
+                       &pn, &logp, &diff, &pos };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qt_tensor_init(all[i]);
   qt_scalar v;
-  /* weights: finite, >= 0, each row's sum > 0 (computed in float64) */
+  /* weights: finite, >= 0, each row's largest > 0 (computed in float64) */
   if (ops_cast(ctx, op, &p, probs, QT_F64)) goto cleanup;
   if (qt_unary(ctx, &bad, QT_ISFINITE, &p, NULL) || ops_reduce_value(ctx, QT_MIN, &bad, -1, NULL, &v))
     goto cleanup;
@@ -198,8 +216,8 @@ int qt_multinomial(qt_ctx *ctx, qt_tensor *out, const qt_tensor *probs, int64_t 
     qt_errorf(&ctx->err, "%s: probabilities must be >= 0, found %g", op, v.f);
     goto cleanup;
   }
-  if (ops_reduce_value(ctx, QT_SUM, &p, last, &sums, NULL) ||
-      ops_reduce_value(ctx, QT_MIN, &sums, -1, NULL, &v))
+  if (qt_reduce_dims(ctx, &top, QT_MAX, &p, 1, &last, true, 0) ||
+      ops_reduce_value(ctx, QT_MIN, &top, -1, NULL, &v))
     goto cleanup;
   if (!(v.f > 0)) {
     qt_errorf(&ctx->err, "%s: a row of probabilities sums to 0", op);
@@ -210,7 +228,7 @@ int qt_multinomial(qt_ctx *ctx, qt_tensor *out, const qt_tensor *probs, int64_t 
   const int64_t *out_size = nd == 2 ? shape : shape + 1;
   if (replacement) {
     /* u * total in 0..total, positions in the cumulative sums, at most k */
-    if (qt_scan(ctx, &cdf, NULL, QT_CUMSUM, &p, last) ||
+    if (qt_binary(ctx, &pn, QT_DIV, &p, &top) || qt_scan(ctx, &cdf, NULL, QT_CUMSUM, &pn, last) ||
         qt_narrow(ctx, &total, &cdf, last, k - 1, 1) ||
         qt_empty(ctx, &u, dev, QT_F64, nd, out_size) ||
         qt_random_(ctx, &u, QT_RAND_UNIFORM, qt_scalar_i(0), qt_scalar_i(0)))
@@ -229,8 +247,13 @@ int qt_multinomial(qt_ctx *ctx, qt_tensor *out, const qt_tensor *probs, int64_t 
                 "categories of nonzero probability", op, (long long)n, (long long)v.i);
       goto cleanup;
     }
+    qt_where_arg key = { &diff, qt_scalar_i(0), false, false };
+    qt_where_arg never = { NULL, qt_scalar_from_double(INFINITY), true, false };
     if (qt_empty(ctx, &u, dev, QT_F64, nd, probs->size) || qt_exponential_(ctx, &u, 1.0) ||
-        qt_binary(ctx, &keys, QT_DIV, &u, &p) ||
+        qt_unary_(ctx, QT_LOG, &u, NULL) || qt_unary(ctx, &logp, QT_LOG, &p, NULL) ||
+        qt_binary(ctx, &diff, QT_SUB, &u, &logp) ||
+        qt_binary_scalar(ctx, &pos, QT_GT, &p, qt_scalar_i(0), false, false) ||
+        qt_where(ctx, &keys, &pos, &key, &never) ||
         qt_topk(ctx, &vals, &res, &keys, n, last, false, true))
       goto cleanup;
   }
@@ -239,11 +262,6 @@ int qt_multinomial(qt_ctx *ctx, qt_tensor *out, const qt_tensor *probs, int64_t 
   rc = 0;
 cleanup:
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qt_tensor_release(all[i]);
-  if (rc != 0) {
-    static const char *const parts[] = { "cumsum", "searchsorted", "topk", "div", "mul",
-                                         "clamp", "sum", "min", "isfinite", "count_nonzero",
-                                         "exponential_", "narrow" };
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) qt_err_rename(&ctx->err, parts[i], op);
-  }
+  if (rc != 0) qt_err_as(&ctx->err, op);
   return rc;
 }
