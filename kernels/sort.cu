@@ -764,9 +764,7 @@ __global__ void histc_kernel(const T *src, unsigned long long *counts, int64_t n
   for (int64_t i = sort_thread_index(); i < n; i += sort_thread_count()) {
     double x = (double)src[i];
     if (!(x >= lo && x <= hi)) continue;  /* NaN fails both */
-    int64_t b = (int64_t)((x - lo) / (hi - lo) * (double)bins);
-    if (b >= bins) b = bins - 1;
-    atomicAdd(&counts[b], 1ull);
+    atomicAdd(&counts[qt_histc_bin(x, lo, hi, bins)], 1ull);  /* scalar.h: as the CPU */
   }
 }
 

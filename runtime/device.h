@@ -336,7 +336,8 @@ typedef struct qt_device_iface {
                   const qt_view *weights, qt_err *err);
   /* dst (bins, int64, contiguous, zeroed) counts the elements x of src (contiguous, not
   ** bool) with lo <= x <= hi (lo < hi), x in bin min(floor((x - lo) / (hi - lo) * bins),
-  ** bins - 1), computed in double; NaN is in no bin. */
+  ** bins - 1), computed in double (qt_histc_bin, scalar.h, also when hi - lo overflows);
+  ** NaN is in no bin. */
   int (*histc)(qt_device *dev, const qt_view *dst, const qt_view *src, double lo, double hi,
                qt_err *err);
   /* dst (rows, m) int64 = 1 + the number of elements of sorted's row (rows, n) that are

@@ -246,6 +246,23 @@ QT_HD int qt_is_negative(int64_t x) { return x < 0; }
 #define QT_CLAMP(x, lo, hi) \
   ((x) < (lo) ? ((lo) > (hi) ? (hi) : (lo)) : ((x) > (hi) ? (hi) : (x)))
 
+/* ------------------------------------------------------------------ histc's bins */
+
+/* The bin of x for histc (device.h): floor((x - lo) / (hi - lo) * bins), at most bins - 1,
+** for lo <= x <= hi, lo < hi, all finite, in double on every device. A range wider than
+** the largest double (lo = -1e308, hi = 1e308) makes hi - lo inf and every x bin 0: then
+** each term is halved first, which is exact for every normal double and so gives the bin
+** the formula means. */
+QT_HD int64_t qt_histc_bin(double x, double lo, double hi, int64_t bins) {
+  double offset = x - lo, width = hi - lo;
+  if (width > 1.7976931348623157e308) {  /* inf: overflowed */
+    offset = x * 0.5 - lo * 0.5;
+    width = hi * 0.5 - lo * 0.5;
+  }
+  int64_t b = (int64_t)(offset / width * (double)bins);
+  return b >= bins ? bins - 1 : b;
+}
+
 /* ------------------------------------------------------------------ the op lists */
 
 /* Binary ops: X(P, ENUM, name, ints, result, float expression, integer expression).

@@ -26,10 +26,21 @@ int qt_flatten(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int first, int l
   int64_t size[QT_MAXDIM];
   int n = 0;
   for (int d = 0; d < first; d++) size[n++] = t->size[d];
+  /* The product fits when t has elements (numel does); an empty t may have sizes whose
+  ** product does not (0 x 2^40 x 2^40 merging the last two): that shape cannot exist. */
   int64_t merged = 1;
-  for (int d = first; d <= last; d++) merged *= t->size[d];  /* fits: numel does */
-  for (int d = first; d <= last; d++)
-    if (t->size[d] == 0) merged = 0;
+  bool zero = false, overflow = false;
+  for (int d = first; d <= last; d++) {
+    zero |= t->size[d] == 0;
+    if (!overflow && __builtin_mul_overflow(merged, t->size[d], &merged)) overflow = true;
+  }
+  if (zero) {
+    merged = 0;
+  } else if (overflow) {
+    char s1[OPS_SHAPE_LEN];
+    return qt_errorf(&ctx->err, "%s: dims %d..%d of shape %s merge into a size past int64", op,
+                     first + 1, last + 1, ops_shape(t, s1));
+  }
   size[n++] = merged;
   for (int d = last + 1; d < t->ndim; d++) size[n++] = t->size[d];
   if (qt_reshape(ctx, out, t, n, size) != 0) return ops_prefix_error(ctx, op);

@@ -508,6 +508,10 @@ int qt_bincount(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, const qt_tensor
     if (lo.i < 0)
       return qt_errorf(&ctx->err, "bincount: the input holds the negative value %lld (values "
                        "must be >= 0)", (long long)lo.i);
+    if (hi.i == INT64_MAX)  /* its bin would be the 2^63-th: no size holds that */
+      return qt_errorf(&ctx->err, "bincount: the input holds the value %lld, which needs %llu "
+                       "bins (more than a tensor can have)", (long long)hi.i,
+                       (unsigned long long)hi.i + 1);
     if (hi.i + 1 > len) len = hi.i + 1;
   }
   int rc = -1;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "scalar.h"
 
 #define SORT_SIGN64 ((uint64_t)1 << 63)
 
@@ -192,9 +193,7 @@ int cpu_histc(qt_device *dev, const qt_view *dst, const qt_view *src, double lo,
   for (int64_t i = 0; i < n; i++) {
     double x = qt_scalar_load(src->dtype, (const char *)src->data + (size_t)i * es).f;
     if (!(x >= lo && x <= hi)) continue;  /* NaN fails both */
-    int64_t b = (int64_t)((x - lo) / (hi - lo) * (double)bins);
-    if (b >= bins) b = bins - 1;
-    c[b]++;
+    c[qt_histc_bin(x, lo, hi, bins)]++;
   }
   return 0;
 }
