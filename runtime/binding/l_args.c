@@ -12,6 +12,33 @@
 
 /* ================================================================ argument parsing */
 
+/* A string with its length: strlen stops at a NUL inside. */
+static const char *a_cstring(lua_State *L, const char *s, size_t len, const char *op,
+                             const char *what) {
+  size_t n = strlen(s);
+  if (n != len)
+    luaL_error(L, "%s: %s contains a NUL byte (at byte %d)", op, what, (int)n + 1);
+  return s;
+}
+
+const char *lq_checkcstring(lua_State *L, int arg, const char *op, const char *what) {
+  size_t len;
+  const char *s = luaL_checklstring(L, arg, &len);
+  return a_cstring(L, s, len, op, what);
+}
+
+const char *lq_tocstring(lua_State *L, int idx, const char *op, const char *what) {
+  size_t len;
+  const char *s = lua_tolstring(L, idx, &len);
+  if (s == NULL) luaL_error(L, "%s: %s must be a string, got %s", op, what, luaL_typename(L, idx));
+  return a_cstring(L, s, len, op, what);
+}
+
+const char *lq_keystring(lua_State *L, int idx, const char *op) {
+  if (lua_type(L, idx) != LUA_TSTRING) return NULL;
+  return lq_tocstring(L, idx, op, "an option name");
+}
+
 qt_dtype lq_dtype_by_name(lua_State *L, const char *op, const char *name) {
   int d = qt_dtype_from_name(name);
   if (d >= 0) return (qt_dtype)d;
@@ -75,7 +102,7 @@ qt_device *lq_checkdevice(lua_State *L, int arg, const char *op) {
     return lq_gpu(L, op, (int)n);
   }
   if (lua_type(L, arg) != LUA_TSTRING) luaL_typeerror(L, arg, "device name or GPU ordinal");
-  return lq_device_by_name(L, op, lua_tostring(L, arg));
+  return lq_device_by_name(L, op, lq_tocstring(L, arg, op, "the device name"));
 }
 
 void lq_checkopts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_device **dev) {
@@ -85,14 +112,14 @@ void lq_checkopts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_dev
   lua_pushnil(L);
   while (lua_next(L, arg) != 0) {
     lua_pop(L, 1);
-    const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    const char *key = lq_keystring(L, -1, op);
     if (key == NULL || (strcmp(key, "dtype") != 0 && strcmp(key, "device") != 0))
       luaL_error(L, "%s: unknown option '%s' (dtype, device)", op, luaL_tolstring(L, -1, NULL));
   }
   if (lua_getfield(L, arg, "dtype") != LUA_TNIL) {
     if (lua_type(L, -1) != LUA_TSTRING)
       luaL_error(L, "%s: opts.dtype must be a string, got %s", op, luaL_typename(L, -1));
-    *dtype = lq_dtype_by_name(L, op, lua_tostring(L, -1));
+    *dtype = lq_dtype_by_name(L, op, lq_tocstring(L, -1, op, "opts.dtype"));
   }
   lua_pop(L, 1);
   if (lua_getfield(L, arg, "device") != LUA_TNIL) {

@@ -186,7 +186,7 @@ static int lk_kernel_launch(lua_State *L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_pushnil(L);
   while (lua_next(L, 2) != 0) {
-    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    const char *key = lq_keystring(L, -2, "launch");
     if (key == NULL || (strcmp(key, "grid") && strcmp(key, "block") && strcmp(key, "shared") &&
                         strcmp(key, "args")))
       luaL_error(L, "launch: kernel '%s': unknown field %s (grid, block, shared, args)", name,
@@ -239,8 +239,9 @@ static int lk_checklist(lua_State *L, int opts, const char *field, const char **
       if (lua_type(L, -1) != LUA_TSTRING)
         luaL_error(L, "kernel: opts.%s[%d] must be a string, got %s", field, i,
                    luaL_typename(L, -1));
-      list[n++] = lua_tostring(L, -1);
-      lua_pop(L, 1);
+      lua_pushfstring(L, "opts.%s[%d]", field, i);
+      list[n++] = lq_tocstring(L, -2, "kernel", lua_tostring(L, -1));
+      lua_pop(L, 2);
     }
   }
   lua_pop(L, 1);
@@ -264,7 +265,7 @@ static qt_device *lk_device(lua_State *L, int opts, const char *op) {
 static void lk_checkkeys(lua_State *L, int opts, const char *op, const char *const *keys) {
   lua_pushnil(L);
   while (lua_next(L, opts) != 0) {
-    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    const char *key = lq_keystring(L, -2, op);
     bool known = false;
     for (int i = 0; key != NULL && keys[i] != NULL; i++) known |= strcmp(key, keys[i]) == 0;
     if (!known) {
@@ -283,8 +284,8 @@ static void lk_checkkeys(lua_State *L, int opts, const char *op, const char *con
 }
 
 static int q_kernel(lua_State *L) {
-  const char *source = luaL_checkstring(L, 1);
-  const char *name = luaL_checkstring(L, 2);
+  const char *source = lq_checkcstring(L, 1, "kernel", "the source");
+  const char *name = lq_checkcstring(L, 2, "kernel", "the kernel name");
   int opts = 0;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
@@ -310,8 +311,8 @@ static int q_kernel(lua_State *L) {
         if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
           luaL_error(L, "kernel: opts.headers must map names to sources (strings)");
         if (ko.nheaders == LK_MAXLIST) luaL_error(L, "kernel: more than %d headers", LK_MAXLIST);
-        header_names[ko.nheaders] = lua_tostring(L, -2);
-        header_sources[ko.nheaders++] = lua_tostring(L, -1);
+        header_names[ko.nheaders] = lq_tocstring(L, -2, "kernel", "a header name");
+        header_sources[ko.nheaders++] = lq_tocstring(L, -1, "kernel", "a header's source");
         lua_pop(L, 1);
       }
     }
@@ -319,7 +320,7 @@ static int q_kernel(lua_State *L) {
     if (lua_getfield(L, opts, "signature") != LUA_TNIL) {
       if (lua_type(L, -1) != LUA_TSTRING)
         luaL_error(L, "kernel: opts.signature must be a string, got %s", luaL_typename(L, -1));
-      ko.signature = lua_tostring(L, -1);
+      ko.signature = lq_tocstring(L, -1, "kernel", "opts.signature");
     }
     lua_pop(L, 1);
   }
@@ -369,6 +370,7 @@ static bool lk_is_image(const char *s, size_t n) {
 static int q_module(lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
+  if (!lk_is_image(s, n)) lq_tocstring(L, 1, "module", "the path");  /* bytes may hold NULs */
   int opts = 0;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -412,11 +414,13 @@ static int q_module(lua_State *L) {
 
 static int lk_module_kernel(lua_State *L) {
   qt_module *m = lk_checkmodule(L, 1);
-  const char *name = luaL_checkstring(L, 2);
-  const char *signature = luaL_optstring(L, 3, NULL);
+  const char *name = lq_checkcstring(L, 2, "kernel", "the kernel name");
+  const char *signature =
+      lua_isnoneornil(L, 3) ? NULL : lq_checkcstring(L, 3, "kernel", "the signature");
   if (signature == NULL) {
     lua_getiuservalue(L, 1, 1);
-    if (lua_getfield(L, -1, name) == LUA_TSTRING) signature = lua_tostring(L, -1);
+    if (lua_getfield(L, -1, name) == LUA_TSTRING)
+      signature = lq_tocstring(L, -1, "kernel", "the module's signature");
   }
   qt_ctx *ctx = lq_ctx(L);
   qt_kernel *k = NULL;
@@ -504,7 +508,8 @@ static int lk_codegen_call(lua_State *L) {
   if (reduction && top >= 2 && lua_type(L, top) == LUA_TTABLE && qlua_totensor(L, top) == NULL) {
     lua_pushnil(L);
     while (lua_next(L, top) != 0) {
-      if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "dim") != 0)
+      const char *key = lq_keystring(L, -2, "reduction");
+      if (key == NULL || strcmp(key, "dim") != 0)
         luaL_error(L, "reduction: unknown option %s (dim)", luaL_tolstring(L, -2, NULL));
       lua_pop(L, 1);
     }
@@ -545,18 +550,20 @@ static int lk_codegen_tostring(lua_State *L) {
 
 /* elementwise(in_params, out_params, body [, name | {name=, preamble=}]) */
 static int q_elementwise(lua_State *L) {
-  const char *in = luaL_checkstring(L, 1);
-  const char *out = luaL_checkstring(L, 2);
-  const char *body = luaL_checkstring(L, 3);
+  const char *op = "elementwise";
+  const char *in = lq_checkcstring(L, 1, op, "in_params");
+  const char *out = lq_checkcstring(L, 2, op, "out_params");
+  const char *body = lq_checkcstring(L, 3, op, "the body");
   const char *name = NULL, *preamble = NULL;
   if (lua_type(L, 4) == LUA_TSTRING) {
-    name = lua_tostring(L, 4);
+    name = lq_tocstring(L, 4, op, "the name");
   } else if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
     static const char *const keys[] = { "name", "preamble", NULL };
     lk_checkkeys(L, 4, "elementwise", keys);
-    if (lua_getfield(L, 4, "name") != LUA_TNIL) name = luaL_checkstring(L, -1);
-    if (lua_getfield(L, 4, "preamble") != LUA_TNIL) preamble = luaL_checkstring(L, -1);
+    if (lua_getfield(L, 4, "name") != LUA_TNIL) name = lq_checkcstring(L, -1, op, "opts.name");
+    if (lua_getfield(L, 4, "preamble") != LUA_TNIL)
+      preamble = lq_checkcstring(L, -1, op, "opts.preamble");
   }
   qt_ctx *ctx = lq_ctx(L);
   qt_codegen *g = NULL;
@@ -573,8 +580,7 @@ static const char *lk_field(lua_State *L, int t, const char *key, bool required)
   }
   if (type != LUA_TSTRING && type != LUA_TNUMBER)
     luaL_error(L, "reduction: %s must be a string, got %s", key, lua_typename(L, type));
-  const char *s = lua_tostring(L, -1);  /* stays on the stack for the call */
-  return s;
+  return lq_tocstring(L, -1, "reduction", key);  /* stays on the stack for the call */
 }
 
 /* reduction{in_params=, out_params=, map_expr=, reduce_expr=, post_map_expr=, identity=,

@@ -48,7 +48,7 @@ static void p_checkscales(lua_State *L, int arg, const char *op, double *beta, d
   lua_pushnil(L);
   while (lua_next(L, arg) != 0) {
     lua_pop(L, 1);
-    const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    const char *key = lq_keystring(L, -1, op);
     if (key == NULL || (strcmp(key, "beta") != 0 && strcmp(key, "alpha") != 0))
       luaL_error(L, "%s: unknown option '%s' (beta, alpha)", op, luaL_tolstring(L, -1, NULL));
   }
@@ -99,7 +99,7 @@ static int t_addmm_(lua_State *L) {
 ** stack (or in the table there), so the collector keeps them while the core runs. */
 static int q_einsum(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
-  const char *spec = luaL_checkstring(L, 1);
+  const char *spec = lq_checkcstring(L, 1, "einsum", "the spec");
   const qt_tensor *operands[QT_EINSUM_MAX];
   int n;
   if (lua_type(L, 2) == LUA_TTABLE && qlua_totensor(L, 2) == NULL) {

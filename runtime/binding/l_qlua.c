@@ -433,7 +433,7 @@ static int q_checkordinal(lua_State *L, int arg, const char *op) {
   qt_ctx *ctx = lq_ctx(L);
   if (lua_isnoneornil(L, arg)) return ctx->current_gpu;
   if (lua_type(L, arg) == LUA_TSTRING) {
-    const char *name = lua_tostring(L, arg);
+    const char *name = lq_tocstring(L, arg, op, "the GPU name");
     if (strcmp(name, "gpu") == 0) return ctx->current_gpu;
     if (strncmp(name, "gpu:", 4) == 0) return lq_device_by_name(L, op, name)->ordinal;
     luaL_error(L, "%s: '%s' is not a GPU (gpu, gpu:N or an ordinal)", op, name);
@@ -444,7 +444,8 @@ static int q_checkordinal(lua_State *L, int arg, const char *op) {
 }
 
 static int q_device_name(lua_State *L) {
-  if (lua_type(L, 1) == LUA_TSTRING && strcmp(lua_tostring(L, 1), "cpu") == 0) {
+  if (lua_type(L, 1) == LUA_TSTRING &&
+      strcmp(lq_tocstring(L, 1, "device_name", "the device name"), "cpu") == 0) {
     lua_pushliteral(L, "cpu");
     return 1;
   }
@@ -532,16 +533,13 @@ static int q_empty_cache(lua_State *L) {
 /* ================================================================ files and time */
 
 /* A path argument: a NUL inside would silently cut it short ("x.npy\0.bak" names x.npy). */
-static const char *q_checkpath(lua_State *L, int arg) {
-  size_t len;
-  const char *path = luaL_checklstring(L, arg, &len);
-  if (strlen(path) != len) luaL_argerror(L, arg, "path contains a NUL byte");
-  return path;
+static const char *q_checkpath(lua_State *L, int arg, const char *op) {
+  return lq_checkcstring(L, arg, op, "path");
 }
 
 static int q_save(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
-  const char *path = q_checkpath(L, 1);
+  const char *path = q_checkpath(L, 1, "save");
   qt_tensor *t = qlua_checktensor(L, 2);
   if (qt_npy_save(ctx, path, t) != 0) return lq_raise(L, ctx);
   return 0;
@@ -550,7 +548,7 @@ static int q_save(lua_State *L) {
 /* load(path [, opts]): a CPU tensor unless opts.device says; opts.dtype converts. */
 static int q_load(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
-  const char *path = q_checkpath(L, 1);
+  const char *path = q_checkpath(L, 1, "load");
   qt_dtype dtype = QT_NDTYPES;
   qt_device *dev = NULL;
   q_opts(L, 2, "load", &dtype, &dev);
@@ -593,7 +591,7 @@ static qt_safetensors *q_st_box(lua_State *L) {
 static int q_load_safetensors(lua_State *L) {
   const char *op = "load_safetensors";
   qt_ctx *ctx = lq_ctx(L);
-  const char *path = q_checkpath(L, 1);
+  const char *path = q_checkpath(L, 1, op);
   qt_dtype dtype = QT_NDTYPES;
   qt_device *dev = NULL;
   q_opts(L, 2, op, &dtype, &dev);
@@ -649,7 +647,7 @@ static size_t q_st_pairs(lua_State *L, int arg, bool tensors, size_t most) {
 /* save_safetensors(path, {name = tensor, ...} [, {key = value, ...}]) */
 static int q_save_safetensors(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
-  const char *path = q_checkpath(L, 1);
+  const char *path = q_checkpath(L, 1, "save_safetensors");
   luaL_checktype(L, 2, LUA_TTABLE);
   if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
   lua_settop(L, 3);

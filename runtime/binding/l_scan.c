@@ -64,14 +64,14 @@ static void s_checkceopts(lua_State *L, int arg, qt_cross_entropy_opts *o) {
   lua_pushnil(L);
   while (lua_next(L, arg) != 0) {
     lua_pop(L, 1);
-    const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    const char *key = lq_keystring(L, -1, op);
     if (key == NULL || (strcmp(key, "reduction") != 0 && strcmp(key, "ignore_index") != 0 &&
                         strcmp(key, "label_smoothing") != 0))
       luaL_error(L, "%s: unknown option '%s' (reduction, ignore_index, label_smoothing)", op,
                  luaL_tolstring(L, -1, NULL));
   }
   if (lua_getfield(L, arg, "reduction") != LUA_TNIL) {
-    const char *r = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    const char *r = lua_type(L, -1) == LUA_TSTRING ? lq_tocstring(L, -1, op, "opts.reduction") : NULL;
     if (r != NULL && strcmp(r, "mean") == 0) o->reduction = QT_REDUCE_MEAN;
     else if (r != NULL && strcmp(r, "sum") == 0) o->reduction = QT_REDUCE_SUM;
     else if (r != NULL && strcmp(r, "none") == 0) o->reduction = QT_REDUCE_NONE;

@@ -123,7 +123,7 @@ static int t_unique(lua_State *L) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_pushnil(L);
     while (lua_next(L, 2) != 0) {
-      const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+      const char *key = lq_keystring(L, -2, "unique");
       bool flag = lua_toboolean(L, -1);
       if (key == NULL || lua_type(L, -1) != LUA_TBOOLEAN)
         return luaL_error(L, "unique: opts takes boolean fields return_inverse, return_counts "

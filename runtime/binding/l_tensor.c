@@ -312,7 +312,7 @@ static int t_to(lua_State *L) {
   if (lua_type(L, 2) == LUA_TTABLE) {
     lq_checkopts(L, 2, "to", &dtype, &dev);
   } else {
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = lq_checkcstring(L, 2, "to", "the dtype or device name");
     int d = qt_dtype_from_name(name);
     if (d >= 0) dtype = (qt_dtype)d;
     else if ((dev = lq_device_by_name_or_null(L, "to", name)) == NULL)

@@ -135,6 +135,17 @@ int lq_checkshape(lua_State *L, int arg, const char *op, int flags, int *ndim, i
 /* Reads the optional opts table at arg ({dtype=, device=}); fields left nil keep the
 ** values already in *dtype / *dev. Unknown keys are an error. */
 void lq_checkopts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_device **dev);
+/* Strings for the core, which reads C strings up to their first NUL: a Lua string with a
+** NUL inside would reach it cut short ("ij\0..." read as "ij"), so one is refused, naming
+** op and what the string is ("einsum: spec contains a NUL byte (at byte 3)"). Every string
+** argument, option and option key of the binding goes through one of these.
+**   lq_checkcstring: argument arg, a string (or a number, as luaL_checkstring converts it);
+**   lq_tocstring: the string (or number) at idx, which the caller checked is one;
+**   lq_keystring: a table key during lua_next: the key when it is a string (checked as
+**   above), NULL when it is not one (never converted: that would confuse lua_next). */
+const char *lq_checkcstring(lua_State *L, int arg, const char *op, const char *what);
+const char *lq_tocstring(lua_State *L, int idx, const char *op, const char *what);
+const char *lq_keystring(lua_State *L, int idx, const char *op);
 /* A device by name: "cpu", "gpu" (the current GPU), "gpu:N". */
 qt_device *lq_device_by_name(lua_State *L, const char *op, const char *name);
 /* The same, or NULL when name is not a device name at all (so `to` can try dtypes first). */
