@@ -68,6 +68,10 @@ int qt_empty(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, int nd
 int qt_from_host(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, int ndim,
                  const int64_t *size, const void *host_data);
 int qt_fill_(qt_ctx *ctx, qt_tensor *t, qt_scalar value);
+/* Whether t may be written in place: not an expanded view (a dim of stride 0 and size > 1,
+** whose elements share memory), which every in-place write refuses ("op: cannot write into
+** an expanded tensor (dim 1 has stride 0)"). 0, or -1 with the message. */
+int qt_check_writable(qt_ctx *ctx, const char *op, const qt_tensor *t);
 /* Fills t (contiguous) with random numbers; lo/hi are the inclusive bounds for
 ** QT_RAND_INT. Advances ctx->rng_offset. */
 int qt_random_(qt_ctx *ctx, qt_tensor *t, qt_random_kind kind, qt_scalar lo, qt_scalar hi);

@@ -455,12 +455,36 @@ static int64_t t_keypos(lua_State *L, lua_Integer p, int k, int64_t n) {
   return (int64_t)(q - 1);
 }
 
+/* The table at idx (the index table, or its entry `entry` when > 0) must be a sequence:
+** a key other than 1..len would be ignored ({x = 1}, or {[2] = 1}, whose length is 0, gave
+** the whole tensor), so it is an error naming the key. */
+static void t_checksequence(lua_State *L, int idx, lua_Unsigned len, int entry) {
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    lua_pop(L, 1);
+    int isint = 0;
+    lua_Integer k = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0;
+    if (isint && k >= 1 && (lua_Unsigned)k <= len) continue;
+    const char *shown = lua_type(L, -1) == LUA_TSTRING
+                            ? lua_pushfstring(L, "'%s'", lua_tostring(L, -1))
+                        : lua_type(L, -1) == LUA_TNUMBER
+                            ? luaL_tolstring(L, -1, NULL)
+                            : lua_pushfstring(L, "of type %s", luaL_typename(L, -1));
+    if (entry > 0)
+      luaL_error(L, "index: entry %d of the index table has key %s ({first, last [, step]} "
+                 "takes entries 1..3 only)", entry, shown);
+    luaL_error(L, "index: the index table has key %s (it takes entries 1..%d only: a number, "
+               "{first, last [, step]} or {} for each dim)", shown, (int)len);
+  }
+}
+
 /* t[{...}] (Torch7): entry k applies to dim k of t; a number selects (the dim goes), {a, b}
 ** or {a, b, step} is an inclusive slice, {a} is {a, a}, {} takes the dim whole; dims after
 ** the last entry are taken whole. Positions are 1-based, negative ones from the end. Pushes
 ** the view (a new userdata, sharing t's storage). */
 static qt_tensor *t_pushtableview(lua_State *L, qt_ctx *ctx, qt_tensor *t, int key) {
   lua_Unsigned len = lua_rawlen(L, key);
+  t_checksequence(L, key, len, 0);
   if (len > (lua_Unsigned)t->ndim)
     luaL_error(L, "index: %I entries in the index table for a %d-d tensor", (lua_Integer)len,
                t->ndim);
@@ -482,6 +506,7 @@ static qt_tensor *t_pushtableview(lua_State *L, qt_ctx *ctx, qt_tensor *t, int k
       if (m > 3)
         luaL_error(L, "index: entry %d of the index table has %I numbers ({first, last [, step]} "
                    "or {} expected)", k, (lua_Integer)m);
+      t_checksequence(L, e, m, k);
       if (m > 0) {
         lua_Integer v[3] = {0, 0, 1};
         for (int j = 1; j <= (int)m; j++) {
@@ -660,6 +685,9 @@ static int t_index(lua_State *L) {
 static int t_newindex(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, "index");
+  /* a write into t: refused for an expanded t as every in-place write is, even where the
+  ** part written (a row of it) is not expanded itself: the other rows share it */
+  if (qt_check_writable(ctx, "index", t) != 0) return lq_raise(L, ctx);
   if (lua_type(L, 2) == LUA_TTABLE) {  /* t[{...}] = v: fill_ or copy_ into the view */
     qt_tensor *view = t_pushtableview(L, ctx, t, 2);
     if (lua_type(L, 3) == LUA_TNUMBER || lua_type(L, 3) == LUA_TBOOLEAN) {

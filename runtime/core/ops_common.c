@@ -101,6 +101,10 @@ int ops_check_writable(qt_ctx *ctx, const char *op, const qt_tensor *t) {
   return 0;
 }
 
+int qt_check_writable(qt_ctx *ctx, const char *op, const qt_tensor *t) {
+  return ops_check_writable(ctx, op, t);
+}
+
 bool ops_same_geometry(const qt_tensor *a, const qt_tensor *b) {
   if (a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset) return false;
   for (int d = 0; d < a->ndim; d++)

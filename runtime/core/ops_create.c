@@ -57,9 +57,11 @@ int qt_from_host(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, in
   return 0;
 }
 
+/* Refused for an expanded view, like every other write (ops_check_writable): its
+** elements share memory, so "fill every element" is not what the write would do. */
 int qt_fill_(qt_ctx *ctx, qt_tensor *t, qt_scalar value) {
   const char *op = "fill_";
-  if (ops_live(ctx, op, t)) return -1;
+  if (ops_live(ctx, op, t) || ops_check_writable(ctx, op, t)) return -1;
   qt_view v;
   qt_view_of(&v, t);
   return ops_fill_view(ctx, op, ops_device(t), &v, value);

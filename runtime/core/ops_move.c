@@ -200,7 +200,9 @@ int qt_get(qt_ctx *ctx, const qt_tensor *t, const int64_t *pos, qt_scalar *value
 int qt_set(qt_ctx *ctx, qt_tensor *t, const int64_t *pos, qt_scalar value) {
   const char *op = "set";
   int64_t off;
-  if (ops_live(ctx, op, t) || ops_element_offset(ctx, op, t, pos, &off)) return -1;
+  if (ops_live(ctx, op, t) || ops_check_writable(ctx, op, t) ||  /* as every write */
+      ops_element_offset(ctx, op, t, pos, &off))
+    return -1;
   size_t es = qt_elsize(t->dtype);
   if (ops_check_dtype(ctx, op, t->dtype)) return -1;
   qt_cell cell;
