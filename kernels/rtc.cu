@@ -11,7 +11,10 @@
 ** device's stream, in order with the built-in ops. The runtime reports a bad image only
 ** when a kernel is looked up, so the loader's JIT log is kept with the module for that
 ** message. Launch limits are checked by the core from qt_kernel_info (the runtime answers
-** a bad configuration with a bare "invalid argument").
+** a bad configuration with a bare "invalid argument"). A kernel's parameters are asked of
+** the runtime one by one, for exactly as many as the kernel has (the count from the driver,
+** or from the image itself: rtc_image.h), so no query fails on the way (compute-sanitizer
+** logs every failed call).
 */
 #include <dlfcn.h>
 #include <nvrtc.h>
@@ -24,6 +27,7 @@
 #include <unistd.h>
 
 #include "kernels.h"
+#include "rtc_image.h"
 
 /* NVRTC's soname carries the toolkit's major version: libnvrtc.so.13 for CUDA 13. */
 #define RTC_CUDA_MAJOR (CUDART_VERSION / 1000)
@@ -358,6 +362,7 @@ done:
 
 typedef struct rtc_module {
   cudaLibrary_t library;
+  rtc_image_params params;  /* each kernel's parameter count, as the image tells it */
   char log[1024];  /* the loader's JIT messages, for a failed lookup */
 } rtc_module;
 
@@ -421,6 +426,7 @@ extern "C" int qt_cuda_module_load(qt_device *dev, const void *image, size_t nby
     free(m);
     return -1;
   }
+  rtc_image_read(&m->params, image, nbytes);  /* best effort: a kernel left out is probed */
   *module = m;
   return 0;
 }
@@ -431,7 +437,46 @@ extern "C" void qt_cuda_module_unload(qt_device *dev, void *module) {
   if (m == NULL) return;
   (void)cudaLibraryUnload(m->library);
   (void)cudaGetLastError();
+  rtc_image_free(&m->params);
   free(m);
+}
+
+/* cuKernelGetParamCount, where the driver has it (drivers after CUDA 13.0; 13.0's headers
+** do not declare it): looked up once, for the driver's own version, so that a driver
+** without it answers "not found" instead of failing the lookup. */
+typedef int (*rtc_param_count_fn)(cudaKernel_t kernel, size_t *count);  /* CUresult (CUkernel, size_t *) */
+static rtc_param_count_fn rtc_param_count;
+static pthread_once_t rtc_param_count_once = PTHREAD_ONCE_INIT;
+
+static void rtc_param_count_find(void) {
+  int driver = 0;
+  void *fn = NULL;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0 &&
+      cudaGetDriverEntryPointByVersion("cuKernelGetParamCount", &fn, (unsigned)driver,
+                                       cudaEnableDefault, &found) == cudaSuccess &&
+      found == cudaDriverEntryPointSuccess && fn != NULL)
+    rtc_param_count = (rtc_param_count_fn)fn;
+}
+
+/* The parameters' sizes into info: exactly `count` of them asked of the runtime, checked
+** against the image's own table where it has offsets and sizes; false when any answer
+** disagrees (then the caller probes). */
+static bool rtc_params_asked(cudaKernel_t k, int count, const rtc_kernel_params *known,
+                             qt_kernel_info *info) {
+  if (count < 0 || count > QT_KERNEL_MAXPARAMS) return false;
+  for (int i = 0; i < count; i++) {
+    size_t offset = 0, size = 0;
+    if (cudaFuncGetParamInfo((const void *)k, (size_t)i, &offset, &size) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (known != NULL && known->sized && (known->offset[i] != offset || known->size[i] != size))
+      return false;
+    info->param_size[i] = size;
+  }
+  info->nparams = count;
+  return true;
 }
 
 extern "C" int qt_cuda_module_kernels(qt_device *dev, void *module,
@@ -506,14 +551,29 @@ extern "C" int qt_cuda_kernel_get(qt_device *dev, void *module, const char *name
     info->max_block[d] = (unsigned)b;
     info->max_grid[d] = (unsigned)g;
   }
-  info->nparams = 0;
-  for (size_t i = 0; i < QT_KERNEL_MAXPARAMS; i++) {
-    size_t offset = 0, size = 0;
-    if (cudaFuncGetParamInfo((const void *)k, i, &offset, &size) != cudaSuccess) break;
-    info->param_size[i] = size;
-    info->nparams = (int)i + 1;
+  /* the parameter count: the driver's, else the image's (a cubin's records, checked by
+  ** the runtime's offsets and sizes; PTX's .entry list), else a probe up to the first
+  ** parameter the runtime does not know (one failed call: a compressed fatbin) */
+  pthread_once(&rtc_param_count_once, rtc_param_count_find);
+  const rtc_kernel_params *known = rtc_image_find(&m->params, name);
+  size_t driver_count = 0;
+  bool asked = false;
+  if (rtc_param_count != NULL && rtc_param_count(k, &driver_count) == 0) {
+    if (known != NULL && known->nparams != (int)driver_count) known = NULL;
+    asked = rtc_params_asked(k, (int)driver_count, known, info);
+  } else if (known != NULL) {
+    asked = rtc_params_asked(k, known->nparams, known, info);
   }
-  (void)cudaGetLastError();  /* the probe past the last parameter */
+  if (!asked) {
+    info->nparams = 0;
+    for (size_t i = 0; i < QT_KERNEL_MAXPARAMS; i++) {
+      size_t offset = 0, size = 0;
+      if (cudaFuncGetParamInfo((const void *)k, i, &offset, &size) != cudaSuccess) break;
+      info->param_size[i] = size;
+      info->nparams = (int)i + 1;
+    }
+    (void)cudaGetLastError();  /* the probe past the last parameter */
+  }
   *kernel = (void *)k;
   return 0;
 }

@@ -130,6 +130,104 @@ int main(int argc, char **argv) {
 }
 ]==]
 
+-- kernels/rtc_image.h (how rtc.cu knows a kernel's parameter count without a failing
+-- query) on NVRTC's own output: cubins and PTX of kernels whose parameters are known, a
+-- fatbin-like container around the cubin, and every truncation of each (under ASan when it
+-- works: an image is the user's bytes).
+local RTC_IMAGE_CHECK = [==[
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "rtc_image.h"
+typedef struct prog *program;
+static const char *SRC =
+  "#include <cuda_fp16.h>\n"
+  "extern \"C\" __global__ void copy_kinds(const float *a, double *b, const int *c, long long *d,\n"
+  "  int ni, unsigned nu, long long nl, float f, double g, bool flag, int n) { if (n) b[0] = a[0]; }\n"
+  "extern \"C\" __global__ void none() {}\n"
+  "extern \"C\" __global__ void halves(__half *x, __half s, char c, short t) {}\n"
+  "struct Big { int a[33]; };\n"
+  "extern \"C\" __global__ void big(Big b, float *x) { x[0] = b.a[3]; }\n"
+  "template <typename T> __global__ void axpy(T *y, const T *x, T a, int n) {}\n";
+static const struct { const char *expr; int n; unsigned sizes[12]; } WANT[] = {
+  { "copy_kinds", 11, { 8, 8, 8, 8, 4, 4, 8, 4, 8, 1, 4 } },
+  { "none", 0, { 0 } },
+  { "halves", 4, { 8, 2, 1, 2 } },
+  { "big", 2, { 132, 8 } },
+  { "axpy<float>", 4, { 8, 8, 4, 4 } },
+  { "axpy<double>", 4, { 8, 8, 8, 4 } },
+};
+#define NWANT (int)(sizeof WANT / sizeof WANT[0])
+static int failures = 0;
+static void check(const char *what, const unsigned char *img, size_t n, const char **lowered, bool sized) {
+  rtc_image_params t;
+  rtc_image_read(&t, img, n);
+  for (int i = 0; i < NWANT; i++) {
+    const rtc_kernel_params *k = rtc_image_find(&t, lowered[i]);
+    if (k == NULL) { printf("%s: no entry for %s\n", what, lowered[i]); failures++; continue; }
+    if (k->nparams != WANT[i].n) { printf("%s: %s has %d parameters, expected %d\n", what, lowered[i], k->nparams, WANT[i].n); failures++; }
+    if (sized != k->sized) { printf("%s: %s sized %d\n", what, lowered[i], k->sized); failures++; }
+    for (int j = 0; sized && j < WANT[i].n && j < k->nparams; j++)
+      if (k->size[j] != WANT[i].sizes[j]) { printf("%s: %s parameter %d is %u bytes, expected %u\n", what, lowered[i], j + 1, k->size[j], WANT[i].sizes[j]); failures++; }
+  }
+  rtc_image_free(&t);
+  /* every truncation (and a flipped byte in each) reads without a fault */
+  unsigned char *copy = malloc(n + 1);
+  for (size_t len = 0; len <= n; len += len < 256 ? 1 : 7) {
+    memcpy(copy, img, len);
+    if (len > 0) copy[len / 2] ^= 0x5a;
+    rtc_image_read(&t, copy, len);
+    rtc_image_free(&t);
+  }
+  free(copy);
+}
+int main(int argc, char **argv) {
+  if (argc < 3) return 2;
+  void *h = dlopen(argv[1], RTLD_NOW);
+  if (!h) { printf("cannot load %s\n", argv[1]); return 2; }
+  int (*create)(program *, const char *, const char *, int, const char *const *, const char *const *) = dlsym(h, "nvrtcCreateProgram");
+  int (*add_name)(program, const char *) = dlsym(h, "nvrtcAddNameExpression");
+  int (*compile)(program, int, const char *const *) = dlsym(h, "nvrtcCompileProgram");
+  int (*lowered_name)(program, const char *, const char **) = dlsym(h, "nvrtcGetLoweredName");
+  int (*cubin_size)(program, size_t *) = dlsym(h, "nvrtcGetCUBINSize");
+  int (*cubin)(program, char *) = dlsym(h, "nvrtcGetCUBIN");
+  int (*ptx_size)(program, size_t *) = dlsym(h, "nvrtcGetPTXSize");
+  int (*ptx)(program, char *) = dlsym(h, "nvrtcGetPTX");
+  if (!create || !add_name || !compile || !lowered_name || !cubin_size || !cubin || !ptx_size || !ptx) return 2;
+  char inc[1200];
+  snprintf(inc, sizeof inc, "-I%s/include", argv[2]);
+  const char *opts[] = { "-arch=sm_90", inc };
+  program p;
+  if (create(&p, SRC, "kernel.cu", 0, NULL, NULL) != 0) return 2;
+  for (int i = 0; i < NWANT; i++) add_name(p, WANT[i].expr);
+  if (compile(p, 2, opts) != 0) { printf("the test source does not compile\n"); return 2; }
+  const char *lowered[NWANT];
+  for (int i = 0; i < NWANT; i++) {
+    const char *l = NULL;
+    lowered_name(p, WANT[i].expr, &l);
+    lowered[i] = l ? strdup(l) : "";
+  }
+  size_t nc = 0, np = 0;
+  cubin_size(p, &nc);
+  ptx_size(p, &np);
+  unsigned char *c = malloc(nc), *x = malloc(np);
+  cubin(p, (char *)c);
+  ptx(p, (char *)x);
+  check("cubin", c, nc, lowered, true);
+  check("ptx", x, np, lowered, false);
+  /* a fatbin-like container: its magic, some bytes, the cubin inside */
+  size_t nf = 64 + nc;
+  unsigned char *f = calloc(1, nf);
+  memcpy(f, "\x50\xed\x55\xba", 4);
+  memcpy(f + 64, c, nc);
+  check("fatbin", f, nf, lowered, true);
+  printf("rtc_image: %d failures\n", failures);
+  return failures != 0;
+}
+]==]
+
 local SAN_FLAGS = { "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
                     "-fno-sanitize-recover=undefined" }
 
@@ -196,6 +294,18 @@ describe("user kernels in the core, through a fake device", function()
       local b = P.run({ cc, "-O1", c_src, "-ldl", "-o", checker }, { timeout = 120 })
       assert(b.status == 0, "building the NVRTC check failed:\n" .. b.stdout .. b.stderr)
       nv = P.run({ checker, root .. "/lib64/libnvrtc.so", root, sources }, { timeout = 600 })
+      if nv.status == 0 then  -- and rtc_image.h on NVRTC's cubins and PTX
+        local image_check = dir .. "/rtc_image_check"
+        local argv2 = { cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Ikernels" }
+        if sanitized then for _, flag in ipairs(SAN_FLAGS) do argv2[#argv2 + 1] = flag end end
+        for _, a in ipairs({ P.write(dir .. "/rtc_image_check.c", RTC_IMAGE_CHECK), "-ldl", "-o", image_check }) do
+          argv2[#argv2 + 1] = a
+        end
+        local b2 = P.run(argv2, { timeout = 120 })
+        assert(b2.status == 0, "building the rtc_image check failed:\n" .. b2.stdout .. b2.stderr)
+        nv = P.run({ image_check, root .. "/lib64/libnvrtc.so", root },
+                   { env = { ASAN_OPTIONS = "detect_leaks=0:exitcode=99" }, timeout = 300 })
+      end
     end
     P.cleanup()
     assert(r.status == 0, "the harness failed with status " .. r.status .. ":\n" .. r.stdout .. r.stderr)
