@@ -217,6 +217,26 @@ describe("range arithmetic that overflows", function()
     refuses("flatten", function() return qlua.empty({ big, big, 0 }):flatten(1, 2) end, tostring(big))
   end)
 
+  -- Signed overflow is undefined behaviour: a release build may compute something, UBSan
+  -- (CI's ASan build) aborts. Each of these multiplied the other sizes of an empty tensor.
+  it("ops on an empty tensor whose other sizes multiply past int64 (UBSan)", function()
+    local big = 1 << 40
+    local e = qlua.empty({ 0, big, big })
+    T.assert_shape(e:unsqueeze(2), { 0, 1, big, big })             -- ops_view.c unsqueeze
+    local pieces = e:chunk(2, 2)                                   -- narrow's offset
+    T.assert_shape(pieces[2], { 0, big // 2, big })
+    T.assert_shape(e[{ {}, { 2, big, 3 } }], { 0, (big - 2) // 3 + 1, big })  -- slice
+    T.assert_shape(e:select(2, big), { 0, big })
+    T.assert_shape(e:diagonal(0, 2, 3), { 0, big })
+    T.assert_shape(e:sum({ 2, 3 }), { 0 })                          -- ops_reduce.c extent
+    T.assert_shape(e:masked_select(e:gt(0)), { 0 })                  -- ops_mask.c
+    T.assert_shape(qlua.einsum("ijk->kji", e), { big, big, 0 })      -- ops_einsum.c 3-D shapes
+    local z = qlua.einsum("ijk->i", qlua.empty({ 3, 0, big }))     -- sums over nothing: 0
+    T.assert_equal(z, { 0, 0, 0 })
+    T.assert_shape(qlua.empty({ big, big, 0, 3 }):matmul(qlua.ones(3, 2)), { big, big, 0, 2 })
+    T.assert_shape(qlua.where(e:gt(0), e, 0), { 0, big, big })
+  end)
+
   it("bincount of the largest int64 names the value, not a negative size", function()
     local msg = refuses("bincount", function() return qlua.tensor({ 1, MAXINT }):bincount() end,
                         tostring(MAXINT))

@@ -642,18 +642,28 @@ static int cg_shape(qt_ctx *ctx, const char *op, const qt_codegen *g, int nargs,
   return 0;
 }
 
+/* The element count of a shape: 0 when a size is 0 (the others may then multiply past
+** int64: 0 x 2^40 x 2^40), -1 when a shape without zeros has more than INT64_MAX. */
+static int64_t cg_numel(int ndim, const int64_t *size) {
+  for (int d = 0; d < ndim; d++)
+    if (size[d] == 0) return 0;
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++)
+    if (__builtin_mul_overflow(n, size[d], &n)) return -1;
+  return n;
+}
+
 /* t as a view of shape (ndim, size), broadcast (stride 0 where t has size 1 or no dim). */
 static void cg_view(qt_view *v, const qt_tensor *t, int ndim, const int64_t *size) {
   qt_view_of(v, t);
   qt_view b = *v;
   b.ndim = ndim;
-  b.numel = 1;
   for (int d = 0; d < ndim; d++) {
     int dt = d - (ndim - t->ndim);
     b.size[d] = size[d];
     b.stride[d] = dt >= 0 && t->size[dt] == size[d] ? t->stride[dt] : 0;
-    b.numel *= size[d];
   }
+  b.numel = cg_numel(ndim, size);  /* the caller checked it fits */
   *v = b;
 }
 
@@ -756,8 +766,13 @@ int qt_codegen_call(qt_ctx *ctx, qt_codegen *g, int nargs, const qt_kernel_arg *
   }
   if (cg_outputs(ctx, op, g, nargs, args, dtypes, dev, out_ndim, out_size, results)) goto fail;
 
-  int64_t numel = 1;
-  for (int d = 0; d < ndim; d++) numel *= size[d];
+  int64_t numel = cg_numel(ndim, size);
+  if (numel < 0) {
+    char s1[OPS_SHAPE_LEN];
+    qt_errorf(&ctx->err, "%s '%s': the arguments' shape %s is too large", op, g->name,
+              qt_shape_str(ndim, size, s1, sizeof s1));
+    goto fail;
+  }
 
   /* operand views over the iteration shape */
   qt_view views[CG_MAXPARAMS], *vp[CG_MAXPARAMS];
@@ -812,9 +827,11 @@ int qt_codegen_call(qt_ctx *ctx, qt_codegen *g, int nargs, const qt_kernel_arg *
   {
     int64_t len = dim >= 0 && ndim > 0 ? size[dim] : numel;
     int64_t rows = len > 0 ? numel / len : 1;
-    if (ndim > 0 && dim >= 0) {
-      rows = 1;
-      for (int d = 0; d < ndim; d++) if (d != dim) rows *= size[d];
+    if (ndim > 0 && dim >= 0) {  /* the output's shape: it exists, so its count fits */
+      int64_t kept[QT_MAXDIM];
+      int nkept = 0;
+      for (int d = 0; d < ndim; d++) if (d != dim) kept[nkept++] = size[d];
+      rows = cg_numel(nkept, kept);
     }
     /* outer geometry (kept dims) and the stride along the reduced elements, per input */
     cg_geom outer, inner;
@@ -834,7 +851,7 @@ int qt_codegen_call(qt_ctx *ctx, qt_codegen *g, int nargs, const qt_kernel_arg *
         int64_t expect = 1;
         for (int d = ndim - 1; d >= 0; d--) {
           if (v.size[d] != 1 && v.stride[d] != expect) dense = false;
-          expect *= v.size[d];
+          if (__builtin_mul_overflow(expect, v.size[d], &expect)) expect = INT64_MAX;  /* empty */
         }
         if (!dense) {
           qt_tensor_init(&work[nwork]);

@@ -253,11 +253,14 @@ void ops_view_expanded(qt_view *v, const qt_tensor *t, int ndim, const int64_t *
   int64_t stride[QT_MAXDIM];
   ops_expand_strides(t, ndim, size, stride);
   int64_t numel = 1;
+  bool empty = false;  /* then the other sizes may multiply past int64: not multiplied */
   for (int d = 0; d < ndim; d++) {
     v->size[d] = size[d];
     v->stride[d] = stride[d];
-    numel *= size[d];
+    empty = empty || size[d] == 0;
   }
+  for (int d = 0; d < ndim && !empty; d++) numel *= size[d];
+  if (empty) numel = 0;
   for (int d = ndim; d < QT_MAXDIM; d++) v->size[d] = 1, v->stride[d] = 0;
   v->ndim = ndim;
   v->numel = numel;

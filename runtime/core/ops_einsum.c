@@ -401,6 +401,22 @@ int qt_einsum(qt_ctx *ctx, qt_tensor *out, const char *spec, int n,
     goto cleanup;
   }
   if (es_parse(s) || es_check_operands(s, operands) || es_label(s, operands)) goto cleanup;
+  /* A letter (or a "..." dim) of size 0: each output element is a sum over nothing, 0, or
+  ** there is none. Answered here, as the views and 3-D shapes below would multiply the
+  ** other sizes, which may overflow int64 (0 x 2^40 x 2^40). */
+  bool empty = false;
+  for (int l = 0; l < ES_NLABELS; l++) empty = empty || (s->label_seen[l] && s->label_size[l] == 0);
+  if (empty) {
+    int64_t size[QT_MAXDIM];
+    for (int i = 0; i < s->nout; i++) size[i] = s->label_size[s->out_label[i]];
+    if (ops_alloc(ctx, "einsum", &res, ops_device(operands[0]), operands[0]->dtype, s->nout, size) == 0 &&
+        (qt_numel(&res) == 0 || qt_fill_(ctx, &res, qt_scalar_i(0)) == 0)) {
+      *out = res;
+      qt_tensor_init(&res);
+      rc = 0;
+    }
+    goto cleanup;
+  }
   for (int k = 0; k < n; k++) es_view(s, k, operands[k]);
 
   bool in_output[ES_NLABELS] = {false};

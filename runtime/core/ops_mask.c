@@ -298,9 +298,10 @@ int qt_masked_select(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, const qt_t
   qt_tensor_init(&m);
   qt_tensor_init(&me);
   qt_tensor_init(&res);
-  int64_t count = 0, one = 1;
-  for (int d = 0; d < ndim; d++) one *= size[d];
-  if (one > 0) {
+  int64_t count = 0;
+  bool empty = false;  /* a zero size, not a product: the other sizes may overflow int64 */
+  for (int d = 0; d < ndim; d++) empty = empty || size[d] == 0;
+  if (!empty) {
     /* the mask as the slot sees it: bool, broadcast to the common shape (stride 0), which
     ** is also what is counted */
     if (ops_mask_bool(ctx, op, &m, mask)) goto cleanup;

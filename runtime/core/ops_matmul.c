@@ -159,8 +159,13 @@ static int ops_product_shape(qt_ctx *ctx, const char *op, const qt_tensor *a,
     p->bsize[d] = sa == 1 ? sb : sa;
   }
   p->ndim = 0;
-  p->batch = 1;
-  for (int d = 0; d < p->nbatch; d++) p->size[p->ndim++] = p->bsize[d], p->batch *= p->bsize[d];
+  p->batch = 1;  /* saturated: an empty operand's batch sizes may multiply past int64 (the
+                 ** result is empty then, and nothing runs) */
+  for (int d = 0; d < p->nbatch; d++) {
+    p->size[p->ndim++] = p->bsize[d];
+    if (p->bsize[d] == 0 || p->batch == 0) p->batch = 0;
+    else if (__builtin_mul_overflow(p->batch, p->bsize[d], &p->batch)) p->batch = INT64_MAX;
+  }
   if (a->ndim >= 2) p->size[p->ndim++] = p->ma.rows;
   if (b->ndim >= 2) p->size[p->ndim++] = p->mb.cols;
   return 0;

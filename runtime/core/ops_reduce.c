@@ -171,10 +171,12 @@ int qt_reduce_dims(qt_ctx *ctx, qt_tensor *out, qt_redop op, const qt_tensor *t,
 
   int ndim = 0, one_dim = -1;
   int64_t size[QT_MAXDIM];
-  int64_t extent = 1;
+  int64_t extent = 1;  /* saturated: an empty t's other sizes may multiply past int64, and
+                       ** then the result is empty too and extent only tells 0 from not 0 */
   for (int d = 0; d < t->ndim; d++) {
     if (reduced[d]) {
-      extent *= t->size[d];
+      if (t->size[d] == 0 || extent == 0) extent = 0;
+      else if (__builtin_mul_overflow(extent, t->size[d], &extent)) extent = INT64_MAX;
       one_dim = d;
       if (keepdim) size[ndim++] = 1;
     } else {

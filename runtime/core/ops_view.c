@@ -133,6 +133,15 @@ int qt_reshape(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int ndim, const 
   return ops_view(ctx, "reshape", out, t, ndim, size, true);
 }
 
+/* a * b for a view's offset or stride: an empty t's strides come from sizes that may
+** multiply past int64 (0 x 2^40 x 2^40), and its offset and strides are never used, so
+** an overflow there gives `fallback` instead of undefined behaviour. A t with elements
+** never overflows: its positions are in its storage. */
+static int64_t ops_view_mul(int64_t a, int64_t b, int64_t fallback) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? fallback : r;
+}
+
 int qt_narrow(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int64_t start,
               int64_t length) {
   const char *op = "narrow";
@@ -143,7 +152,7 @@ int qt_narrow(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int64_t 
                      "%s: start %lld with length %lld out of range for dim %d of size %lld", op,
                      (long long)start + 1, (long long)length, dim + 1, (long long)n);
   qt_tensor_share(out, t);
-  if (length > 0) out->offset += start * t->stride[dim];
+  if (length > 0) out->offset += ops_view_mul(start, t->stride[dim], 0);
   out->size[dim] = length;
   return 0;
 }
@@ -155,7 +164,7 @@ int qt_select(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int64_t 
     return qt_errorf(&ctx->err, "%s: index %lld out of range (1..%lld) for dim %d", op,
                      (long long)i + 1, (long long)t->size[dim], dim + 1);
   qt_tensor_share(out, t);
-  out->offset += i * t->stride[dim];
+  out->offset += ops_view_mul(i, t->stride[dim], 0);
   for (int d = dim; d + 1 < t->ndim; d++) {
     out->size[d] = t->size[d + 1];
     out->stride[d] = t->stride[d + 1];
@@ -247,9 +256,9 @@ int qt_slice(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim, int64_t f
   if (step < 1) return qt_errorf(&ctx->err, "%s: step %lld must be >= 1", op, (long long)step);
   int64_t length = pos[0] > pos[1] ? 0 : (pos[1] - pos[0]) / step + 1;
   qt_tensor_share(out, t);
-  out->offset += pos[0] * t->stride[dim];
+  out->offset += ops_view_mul(pos[0], t->stride[dim], 0);
   out->size[dim] = length;
-  out->stride[dim] = length > 1 ? t->stride[dim] * step : t->stride[dim];
+  out->stride[dim] = length > 1 ? ops_view_mul(t->stride[dim], step, t->stride[dim]) : t->stride[dim];
   return 0;
 }
 
@@ -281,8 +290,10 @@ int qt_unsqueeze(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int dim) {
   for (int d = 0, k = 0; d <= t->ndim; d++) {
     if (d == dim) {
       size[d] = 1;
-      stride[d] = dim < t->ndim ? t->size[dim] * t->stride[dim] : 1;
-      if (stride[d] == 0) stride[d] = 1;
+      /* any stride serves a size-1 dim; the product may overflow for an empty t */
+      if (dim == t->ndim ||
+          __builtin_mul_overflow(t->size[dim], t->stride[dim], &stride[d]) || stride[d] == 0)
+        stride[d] = 1;
     } else {
       size[d] = t->size[k], stride[d] = t->stride[k], k++;
     }
@@ -309,10 +320,10 @@ int qt_diagonal(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t offset,
   int64_t n1 = t->size[d1], n2 = t->size[d2], length = 0, start = 0;
   if (offset >= 0 && offset < n2) {  /* offset < n2 first: n2 - offset cannot overflow */
     length = n1 < n2 - offset ? n1 : n2 - offset;
-    start = offset * t->stride[d2];
+    start = ops_view_mul(offset, t->stride[d2], 0);
   } else if (offset < 0 && offset > -n1) {
     length = n1 + offset < n2 ? n1 + offset : n2;
-    start = -offset * t->stride[d1];
+    start = ops_view_mul(-offset, t->stride[d1], 0);
   }
   int64_t size[QT_MAXDIM], stride[QT_MAXDIM];
   int n = 0;
@@ -321,7 +332,7 @@ int qt_diagonal(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t offset,
     size[n] = t->size[d], stride[n] = t->stride[d], n++;
   }
   size[n] = length;
-  stride[n] = t->stride[d1] + t->stride[d2];
+  if (__builtin_add_overflow(t->stride[d1], t->stride[d2], &stride[n])) stride[n] = 1;  /* empty t */
   n++;
   ops_share_with_shape(out, t, n, size, stride);
   bool empty = false;  /* an empty view keeps t's offset, as narrow's does */

@@ -246,8 +246,10 @@ const char *qt_shape_str(int ndim, const int64_t *size, char *buf, size_t len) {
 void qt_views_collapse(qt_view **views, int nviews) {
   if (nviews <= 0 || nviews > 64) return;  /* > 64: left as is, still a valid walk */
   int ndim = views[0]->ndim;
-  int64_t numel = 1;
-  for (int d = 0; d < ndim; d++) numel *= views[0]->size[d];
+  int64_t numel = 1;  /* a zero first: an empty view's other sizes may multiply past int64 */
+  for (int d = 0; d < ndim && numel != 0; d++)
+    if (views[0]->size[d] == 0) numel = 0;
+  for (int d = 0; d < ndim && numel != 0; d++) numel *= views[0]->size[d];
 
   if (numel == 0 || numel == 1) {
     for (int v = 0; v < nviews; v++) {
