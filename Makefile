@@ -9,8 +9,15 @@
 #   make fuzz / asan / valgrind / embed   reliability checks (see the section at the end)
 #   make extension  the sample C extension, $(BUILD)/extension/gather_ext.so (needs CUDA)
 #
-# Lua comes from pkg-config (LUA_CFLAGS / LUA_LIBS override it); CUDA=auto builds the
-# CUDA device when nvcc is found, CUDA=0 builds a CPU-only qlua.
+# Lua comes from pkg-config (LUA_CFLAGS / LUA_LIBS override it). CUDA=auto (the default)
+# builds the CUDA device when nvcc is found and this machine has a GPU; CUDA=1 builds it
+# wherever nvcc is (CI does, to keep it compiling), CUDA=0 never. Builds run one job per
+# core unless the command line says -j.
+
+# One job per core by default: the CUDA files take minutes each, and run side by side.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
 
 PREFIX   ?= /usr/local
 BUILD    ?= build
@@ -54,11 +61,22 @@ ifeq ($(origin NVCC),undefined)
   NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 endif
 CUDA     ?= auto
+# auto: nvcc, and a GPU to run on (a /dev/nvidia<n> device node, or nvidia-smi seeing one).
+# Without a GPU the CUDA device could only be compiled, which takes minutes, so it is
+# skipped with one line that says so.
 ifeq ($(CUDA),auto)
-  ifneq ($(strip $(NVCC)),)
+  ifeq ($(strip $(NVCC)),)
+    override CUDA := 0
+  else ifneq ($(shell ls /dev/nvidia[0-9]* >/dev/null 2>&1 && echo y || \
+                nvidia-smi -L 2>/dev/null | grep -q GPU && echo y),)
     override CUDA := 1
   else
     override CUDA := 0
+    ifeq ($(MAKELEVEL),0)
+      ifneq ($(filter-out clean deps uninstall,$(or $(MAKECMDGOALS),all)),)
+        $(info make: nvcc is here but no GPU, so this qlua is CPU-only (CUDA=1 builds the CUDA device too))
+      endif
+    endif
   endif
 endif
 # The toolkit root: where nvcc lives, unless that nvcc is a wrapper elsewhere (e.g. a
@@ -80,8 +98,21 @@ RUNTIME_SRC := $(filter-out $(HOST_SRC),$(wildcard runtime/*.c runtime/*/*.c))
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/obj/%.o)
 HOST_OBJ    := $(HOST_SRC:%.c=$(BUILD)/obj/%.o)
 KERNEL_SRC  := $(wildcard kernels/*.cu)
+# The CUDA objects depend on nvcc's flags only, not on CC/CFLAGS, so a build with other C
+# flags (the rock's, in build/rock) may share another build's: KERNEL_BUILD says whose.
+KERNEL_BUILD ?= $(BUILD)
+KOBJ := $(KERNEL_BUILD)/obj
+# The files whose per-dtype code takes minutes are compiled as several objects side by
+# side (kernels/dispatch.cuh, "Parts"): stem:parts. One part per dtype the file's slots
+# take (sort's take no 16-bit floats): each then takes about as long as the lighter files.
+CU_PARTS := elementwise:8 reduce:8 sort:6
+cu_stem  = $(word 1,$(subst :, ,$(1)))
+cu_count = $(word 2,$(subst :, ,$(1)))
+cu_part_objs = $(foreach k,$(shell seq 0 $$(($(call cu_count,$(1)) - 1))),\
+                 $(KOBJ)/kernels/$(call cu_stem,$(1)).part$(k).o)
 ifeq ($(CUDA),1)
-  KERNEL_OBJ := $(KERNEL_SRC:%.cu=$(BUILD)/obj/%.o)
+  # the parts first: make starts jobs in this order, and they are the longest
+  KERNEL_OBJ := $(foreach p,$(CU_PARTS),$(call cu_part_objs,$(p))) $(KERNEL_SRC:%.cu=$(KOBJ)/%.o)
   QCFLAGS    += -DQLUA_CUDA
   # cuBLAS is not linked: matmul.cu loads it on the first product that needs it.
   QNVCCFLAGS += -DQLUA_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"'
@@ -89,7 +120,18 @@ ifeq ($(CUDA),1)
 else
   KERNEL_OBJ :=
 endif
-HEADERS := $(wildcard runtime/*.h runtime/*/*.h kernels/*.h)
+HEADERS := $(wildcard runtime/*.h runtime/*/*.h kernels/*.h kernels/*.cuh)
+
+# The flags each kind of object was built with, one file each: when they change (CUDA=0
+# after CUDA=1, another CFLAGS), the objects they made are rebuilt instead of mixed.
+C_STAMP  := $(BUILD)/obj/c.flags
+CU_STAMP := $(KOBJ)/cu.flags
+flags_stamp = $(shell mkdir -p $(dir $(1)) && { [ -f $(1) ] && [ "$$(cat $(1))" = '$(subst ','\'',$(2))' ] || \
+                printf '%s\n' '$(subst ','\'',$(2))' > $(1); })
+$(call flags_stamp,$(C_STAMP),$(CC) $(QCFLAGS) $(CFLAGS))
+ifeq ($(CUDA),1)
+$(call flags_stamp,$(CU_STAMP),$(NVCC) $(QNVCCFLAGS) $(NVCCFLAGS) $(CU_PARTS))
+endif
 
 QLUA := $(BUILD)/qlua
 
@@ -98,20 +140,30 @@ all: $(QLUA) $(BUILD)/qlua.so
 
 # The host: -Wl,-E exports the Lua API so C modules loaded by require (lfs, busted's
 # term/system) bind to the Lua inside qlua.
-$(QLUA): $(HOST_OBJ) $(RUNTIME_OBJ) $(KERNEL_OBJ)
+$(QLUA): $(KERNEL_OBJ) $(HOST_OBJ) $(RUNTIME_OBJ)
 	$(CC) $(LDFLAGS) -Wl,-E -o $@ $^ $(LUA_LIBS) $(READLINE_LIBS) $(LIBS)
 
 # The Lua C module: the Lua API comes from whichever host loads it.
-$(BUILD)/qlua.so: $(RUNTIME_OBJ) $(KERNEL_OBJ)
+$(BUILD)/qlua.so: $(KERNEL_OBJ) $(RUNTIME_OBJ)
 	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIBS)
 
-$(BUILD)/obj/%.o: %.c $(HEADERS)
+$(BUILD)/obj/%.o: %.c $(HEADERS) $(C_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(QCFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/obj/%.o: %.cu $(HEADERS)
+$(KOBJ)/%.o: %.cu $(HEADERS) $(CU_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(QNVCCFLAGS) $(NVCCFLAGS) -c -o $@ $<
+	$(NVCC) $(QNVCCFLAGS) $(NVCCFLAGS) $(CU_PARTS_FLAGS) -c -o $@ $<
+
+# A file built in parts: its own object is the entry (the slots, dispatching to the parts),
+# and part k instantiates the per-dtype code of the dtypes whose enum value is k modulo n.
+define cu_parts_rules
+$(KOBJ)/kernels/$(1).o: CU_PARTS_FLAGS := -DQT_NPARTS=$(2)
+$(KOBJ)/kernels/$(1).part%.o: kernels/$(1).cu $$(HEADERS) $$(CU_STAMP)
+	@mkdir -p $$(dir $$@)
+	$$(NVCC) $$(QNVCCFLAGS) $$(NVCCFLAGS) -DQT_NPARTS=$(2) -DQT_PART=$$* -c -o $$@ $$<
+endef
+$(foreach p,$(CU_PARTS),$(eval $(call cu_parts_rules,$(call cu_stem,$(p)),$(call cu_count,$(p)))))
 
 # ---- tests: busted started inside qlua (spec/run.lua), so specs see qlua as scripts do
 SPEC ?= spec
@@ -152,8 +204,10 @@ bench: all $(BENCH_BASELINE)
 	  $(if $(PYTHON),--python $(PYTHON)) $(CASES)
 
 # ---- packages: Debian's, installed only when missing
+# (luarocks: the rock; python3-numpy: the .npy round trips and the bench's baseline;
+# util-linux: `script`, for the REPL's terminal specs)
 DEB_PACKAGES := lua5.4 liblua5.4-dev lua-busted libreadline-dev libopenblas-dev libjansson-dev \
-                pkg-config
+                pkg-config luarocks python3-numpy util-linux
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -4,13 +4,14 @@
 --
 --   luarocks --lua-version 5.4 make qlua-0.1.0-1.rockspec     (in the checkout)
 --
--- The project Makefile builds the module in build/rock/ (apart from build/, so a
--- developer's own build is neither reused nor clobbered), with the CFLAGS and compiler
--- LuaRocks gives and the headers of the Lua it targets. CUDA is left to the Makefile's
--- own detection: with nvcc (on PATH or in /usr/local/cuda) the module has the CUDA
--- device, and still loads and runs on the CPU on a machine without a GPU or driver;
--- without nvcc it is CPU-only. `CUDA=0 luarocks make ...` forces a CPU-only build
--- (the Makefile reads CUDA from the environment). OpenBLAS (libopenblas-dev) and jansson
+-- The project Makefile builds the module's C objects in build/rock/ (apart from build/,
+-- so a developer's own C build is not clobbered), with the CFLAGS and compiler LuaRocks
+-- gives and the headers of the Lua it targets. The CUDA objects depend on nvcc's flags
+-- alone, so they are build/'s (KERNEL_BUILD): compiled once for both, and rebuilt only
+-- when those flags change. CUDA is left to the Makefile's own detection: with nvcc and a
+-- GPU the module has the CUDA device; `CUDA=1 luarocks make ...` builds it without a
+-- GPU too (it then loads and runs on the CPU), `CUDA=0` never (the Makefile reads CUDA
+-- from the environment). OpenBLAS (libopenblas-dev) and jansson
 -- (libjansson-dev, for .safetensors headers) are needed; the Makefile links both.
 rockspec_format = "3.0"
 package = "qlua"
@@ -40,6 +41,7 @@ build = {
    build_target = "build/rock/qlua.so",
    build_variables = {
       BUILD = "build/rock",
+      KERNEL_BUILD = "build",
       CC = "$(CC)",
       CFLAGS = "$(CFLAGS)",
       LUA_CFLAGS = "-I$(LUA_INCDIR)"

@@ -82,6 +82,71 @@ inline T qt_scalar_as(qt_scalar s) {
   else return (T)(typename qt_dtype_traits<T>::unsigned_type)(uint64_t)s.i;
 }
 
+/* ---- Parts: a heavy file compiled as several objects side by side ----
+** A file whose per-dtype code takes minutes to compile is built as several objects (the
+** Makefile's CU_PARTS): once as its entry, with -DQT_NPARTS=n, and once per part k, with
+** -DQT_NPARTS=n -DQT_PART=k. The file writes its per-dtype work as function templates of
+** one signature, `template <typename T> R fn(args)`, which its slots reach through
+** qt_dtype_switch as usual, and names each once:
+**
+**   QT_PARTS(int, ew_binary_run, (const ew_binary_call &))
+**
+** (QT_PARTS_UNLESS_HALF for work that qt_dtype_switch reaches, which leaves the 16-bit
+** floats out.) In the entry, that declares fn<T> `extern template` for every dtype, so the entry holds
+** the slots and none of the per-dtype code; in part k, it instantiates fn<T> for the dtypes
+** whose enum value is k modulo n (QT_PART_HOLDS), and the slots are left out (QT_IF_ENTRY).
+** Compiled whole (no QT_NPARTS), the file is one object, as any other. A dtype no part
+** instantiates is an undefined symbol at link time, and one instantiated twice is never
+** made: the split cannot go wrong silently. */
+#ifdef QT_PART
+#define QT_IF_ENTRY(...)
+#else
+#define QT_IF_ENTRY(...) __VA_ARGS__
+#endif
+/* Whether this object holds dtype d's code: always, unless it is part of a split file. */
+constexpr bool qt_part_holds(qt_dtype d) {
+#if defined(QT_PART)
+  return (int)d % QT_NPARTS == QT_PART;
+#elif defined(QT_NPARTS)
+  return (void)d, false;
+#else
+  return (void)d, true;
+#endif
+}
+#define QT_PP_CAT_(a, b) a##b
+#define QT_PP_CAT(a, b) QT_PP_CAT_(a, b)
+#if defined(QT_NPARTS) && !defined(QT_PART)
+#define QT_PARTS_EXTERN_(P, E, sfx, name, T, ...) QT_PP_CALL(QT_PARTS_EXTERN2_, T, QT_PP_UNPAREN P)
+#define QT_PARTS_EXTERN2_(T, R, fn, params) extern template R fn<T> params;
+#define QT_PARTS_EXTERN_UNLESS_HALF_(P, E, sfx, name, T, U, size, kind) \
+  QT_UNLESS_HALF_##kind(QT_PARTS_EXTERN_(P, E, sfx, name, T))
+#define QT_PARTS(R, fn, params) QT_DTYPE_LIST(QT_PARTS_EXTERN_, (R, fn, params))
+#define QT_PARTS_UNLESS_HALF(R, fn, params) \
+  QT_DTYPE_LIST(QT_PARTS_EXTERN_UNLESS_HALF_, (R, fn, params))
+#elif defined(QT_PART)
+/* fn<T>'s address, taken in the branch that `if constexpr` keeps, instantiates it (with
+** the usual vague linkage, which the entry's calls link to); the table is its anchor. */
+template <typename T, typename FP, typename F>
+constexpr FP qt_part_pick(F address_of) {
+  if constexpr (qt_part_holds(qt_dtype_traits<T>::dtype)) return address_of(T());
+  else return (void)address_of, nullptr;
+}
+#define QT_PARTS_ADDRESS_(P, E, sfx, name, T, ...) QT_PP_CALL(QT_PARTS_ADDRESS2_, T, QT_PP_UNPAREN P)
+#define QT_PARTS_ADDRESS2_(T, R, fn, params) \
+  qt_part_pick<T, R(*) params>([](auto tag) -> R(*) params { return &fn<decltype(tag)>; }),
+#define QT_PARTS_ADDRESS_UNLESS_HALF_(P, E, sfx, name, T, U, size, kind) \
+  QT_UNLESS_HALF_##kind(QT_PARTS_ADDRESS_(P, E, sfx, name, T))
+#define QT_PARTS_TABLE_(R, fn, params, each)                                             \
+  __attribute__((used)) R (*const QT_PP_CAT(QT_PP_CAT(fn, _part), QT_PART)[]) params = { \
+      QT_DTYPE_LIST(each, (R, fn, params)) nullptr};
+#define QT_PARTS(R, fn, params) QT_PARTS_TABLE_(R, fn, params, QT_PARTS_ADDRESS_)
+#define QT_PARTS_UNLESS_HALF(R, fn, params) \
+  QT_PARTS_TABLE_(R, fn, params, QT_PARTS_ADDRESS_UNLESS_HALF_)
+#else
+#define QT_PARTS(R, fn, params)
+#define QT_PARTS_UNLESS_HALF(R, fn, params)
+#endif
+
 /* The type CUDA's atomics and intrinsics take for T: int64_t is `long` on Linux, for
 ** which CUDA declares no atomicAdd; `long long` has the same representation. */
 template <typename T> struct qt_cuda_word { typedef T type; };

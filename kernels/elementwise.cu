@@ -391,6 +391,7 @@ __global__ void ew_copy_strided(TD *dst, const TS *src, ew_geometry<2> g, int64_
 ** aligned in both, so a thread moves 16 bytes with no index arithmetic (blockIdx.y walks
 ** the rows, x the columns). qlua.cat writes each piece so, into a block of columns of the
 ** result, where the strided kernel's per-element divisions held it to 2.4 TB/s. */
+QT_IF_ENTRY(
 __global__ void ew_copy_rows16(uint4 *dst, int64_t dpitch16, const uint4 *src, int64_t spitch16,
                                int64_t width16, int64_t rows) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -400,7 +401,7 @@ __global__ void ew_copy_rows16(uint4 *dst, int64_t dpitch16, const uint4 *src, i
          c += (int64_t)gridDim.x * blockDim.x)
       d[c] = s[c];
   }
-}
+})
 
 /* Transposing copies (x:t():contiguous() and friends): src is dense along dim P, dst along
 ** another dim Q, so a plain walk reads or writes one element per 32-byte sector. A 32x32
@@ -487,7 +488,7 @@ static void ew_plan_make(ew_plan<NV> *plan, const qt_view *const *views) {
 }
 
 /* Blocks for the contiguous kernels: one thread per pack (or per element). */
-static unsigned ew_blocks(qt_device *dev, int64_t n, size_t elsize, bool packed) {
+inline unsigned ew_blocks(qt_device *dev, int64_t n, size_t elsize, bool packed) {
   int64_t units = packed ? (n * (int64_t)elsize + 15) / 16 : n;
   return qt_cuda_blocks(dev, units, EW_THREADS);
 }
@@ -516,6 +517,15 @@ static void ew_binary_launch(qt_device *dev, int op, const ew_plan<3> &p) {
   }
 }
 
+/* The binary op on dtype T: the family's kernels (bool results or T's). */
+template <typename T>
+void ew_binary_run(qt_device *dev, int op, const ew_plan<3> &p, bool bool_out) {
+  if (bool_out) ew_binary_launch<T, true>(dev, op, p);
+  else ew_binary_launch<T, false>(dev, op, p);
+}
+QT_PARTS(void, ew_binary_run, (qt_device *, int, const ew_plan<3> &, bool))
+
+#ifndef QT_PART
 /* The operands' dtype and the result's: a's, or bool for comparisons and logical ops. */
 static int ew_check_binary(qt_binop op, const qt_view *dst, const qt_view *a, qt_err *err) {
   qt_dtype result = qt_binop_gives_bool(op) ? QT_BOOL : a->dtype;
@@ -540,12 +550,11 @@ extern "C" int qt_cuda_binary(qt_device *dev, qt_binop op, const qt_view *dst, c
   ew_plan_make<3>(&plan, views);
   const bool bool_out = qt_binop_gives_bool(op);
   qt_dtype_switch_all(a->dtype, [&](auto zero) {
-    using T = decltype(zero);
-    if (bool_out) ew_binary_launch<T, true>(dev, op, plan);
-    else ew_binary_launch<T, false>(dev, op, plan);
+    ew_binary_run<decltype(zero)>(dev, op, plan, bool_out);
   });
   return qt_cuda_check_launch(dev, name, err);
 }
+#endif
 
 /* ---- binary with a scalar */
 
@@ -574,6 +583,19 @@ static void ew_scalar_launch(qt_device *dev, int op, const ew_plan<2> &p, ew_cal
   }
 }
 
+/* a 16-bit tensor computes with the number in float32, as PyTorch does (not rounded to
+** 16 bits first) */
+template <typename T>
+void ew_scalar_run(qt_device *dev, int op, const ew_plan<2> &p, qt_scalar s, bool scalar_first,
+                   bool bool_out) {
+  using C = ew_calc_t<T>;
+  C sc = qt_is_half_v<T> ? (C)(float)s.f : (C)qt_scalar_as<C>(s);
+  if (bool_out) ew_scalar_launch<T, true>(dev, op, p, sc, scalar_first);
+  else ew_scalar_launch<T, false>(dev, op, p, sc, scalar_first);
+}
+QT_PARTS(void, ew_scalar_run, (qt_device *, int, const ew_plan<2> &, qt_scalar, bool, bool))
+
+#ifndef QT_PART
 extern "C" int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst,
                                      const qt_view *a, qt_scalar s, bool scalar_first,
                                      qt_err *err) {
@@ -586,17 +608,12 @@ extern "C" int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view 
   ew_plan<2> plan;
   ew_plan_make<2>(&plan, views);
   const bool bool_out = qt_binop_gives_bool(op);
-  /* a 16-bit tensor computes with the number in float32, as PyTorch does (not rounded to
-  ** 16 bits first) */
   qt_dtype_switch_all(a->dtype, [&](auto zero) {
-    using T = decltype(zero);
-    using C = ew_calc_t<T>;
-    C sc = qt_is_half_v<T> ? (C)(float)s.f : (C)qt_scalar_as<C>(s);
-    if (bool_out) ew_scalar_launch<T, true>(dev, op, plan, sc, scalar_first);
-    else ew_scalar_launch<T, false>(dev, op, plan, sc, scalar_first);
+    ew_scalar_run<decltype(zero)>(dev, op, plan, s, scalar_first, bool_out);
   });
   return qt_cuda_check_launch(dev, name, err);
 }
+#endif
 
 /* ---- unary */
 
@@ -630,6 +647,15 @@ static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p,
   }
 }
 
+template <typename T>
+void ew_unary_run(qt_device *dev, int op, const ew_plan<2> &p, const qt_unop_params *params,
+                  bool bool_out) {
+  if (bool_out) ew_unary_launch<T, true>(dev, op, p, params);
+  else ew_unary_launch<T, false>(dev, op, p, params);
+}
+QT_PARTS(void, ew_unary_run, (qt_device *, int, const ew_plan<2> &, const qt_unop_params *, bool))
+
+#ifndef QT_PART
 extern "C" int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
                              const qt_unop_params *params, qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NUNOPS) return qt_errorf(err, "unary: unknown op %d", (int)op);
@@ -650,12 +676,11 @@ extern "C" int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, con
   ew_plan<2> plan;
   ew_plan_make<2>(&plan, views);
   qt_dtype_switch_all(src->dtype, [&](auto z) {
-    using T = decltype(z);
-    if (bool_out) ew_unary_launch<T, true>(dev, op, plan, params);
-    else ew_unary_launch<T, false>(dev, op, plan, params);
+    ew_unary_run<decltype(z)>(dev, op, plan, params, bool_out);
   });
   return qt_cuda_check_launch(dev, name, err);
 }
+#endif
 
 /* ---- fill */
 
@@ -676,6 +701,13 @@ static void ew_fill_launch(qt_device *dev, const ew_plan<1> &p, T value) {
   }
 }
 
+template <typename T>
+void ew_fill_run(qt_device *dev, const ew_plan<1> &p, qt_scalar value) {
+  ew_fill_launch<T>(dev, p, qt_scalar_as<T>(value));
+}
+QT_PARTS(void, ew_fill_run, (qt_device *, const ew_plan<1> &, qt_scalar))
+
+#ifndef QT_PART
 extern "C" int qt_cuda_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
   if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES) return qt_errorf(err, "fill: unsupported dtype");
   if (qt_cuda_enter(dev, "fill", err) != 0) return -1;
@@ -684,17 +716,17 @@ extern "C" int qt_cuda_fill(qt_device *dev, const qt_view *dst, qt_scalar value,
   ew_plan<1> plan;
   ew_plan_make<1>(&plan, views);
   qt_dtype_switch_all(dst->dtype, [&](auto zero) {
-    using T = decltype(zero);
-    ew_fill_launch<T>(dev, plan, qt_scalar_as<T>(value));
+    ew_fill_run<decltype(zero)>(dev, plan, value);
   });
   return qt_cuda_check_launch(dev, "fill", err);
 }
+#endif
 
 /* ---- copy */
 
 /* Whether the collapsed copy is a (batched) transpose worth tiling: 2 or 3 dims, src
 ** dense along one of the last two, dst dense along the other, both at least a tile wide. */
-static bool ew_transpose_plan(const ew_plan<2> &p, ew_transpose_geometry *t) {
+inline bool ew_transpose_plan(const ew_plan<2> &p, ew_transpose_geometry *t) {
   int nd = p.view[0].ndim;
   if (nd != 2 && nd != 3) return false;
   const qt_view &dv = p.view[0], &sv = p.view[1];
@@ -744,6 +776,14 @@ static void ew_copy_launch(qt_device *dev, const ew_plan<2> &p) {
   }
 }
 
+/* A conversion into TD, from any dtype. */
+template <typename TD>
+void ew_copy_run(qt_device *dev, const ew_plan<2> &p, qt_dtype src) {
+  qt_dtype_switch_all(src, [&](auto src_zero) { ew_copy_launch<TD, decltype(src_zero)>(dev, p); });
+}
+QT_PARTS(void, ew_copy_run, (qt_device *, const ew_plan<2> &, qt_dtype))
+
+#ifndef QT_PART
 /* Same dtype and both dense: the copy engine's device-to-device memcpy (~4 TB/s
 ** counting both ways). A copy onto itself does nothing. */
 extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err) {
@@ -779,9 +819,8 @@ extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *s
     return qt_cuda_check_launch(dev, "copy", err);
   }
   qt_dtype_switch_all(dst->dtype, [&](auto dst_zero) {
-    qt_dtype_switch_all(src->dtype, [&](auto src_zero) {
-      ew_copy_launch<decltype(dst_zero), decltype(src_zero)>(dev, plan);
-    });
+    ew_copy_run<decltype(dst_zero)>(dev, plan, src->dtype);
   });
   return qt_cuda_check_launch(dev, "copy", err);
 }
+#endif

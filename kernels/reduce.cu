@@ -552,7 +552,7 @@ red_finish_kernel(red_outer ou, const typename R::Acc *__restrict__ partial,
 
 /* Drops size-1 dims and merges each dim into its outer neighbour when the pair is contiguous
 ** in src (and in dst / lin when asked), so the kernels decompose as few dims as possible. */
-static void red_outer_collapse(red_outer *ou, bool use_dst, bool use_lin) {
+inline void red_outer_collapse(red_outer *ou, bool use_dst, bool use_lin) {
   int n = 0;
   for (int d = 0; d < ou->ndim; d++) {
     if (ou->size[d] == 1) continue;
@@ -577,8 +577,8 @@ static void red_outer_collapse(red_outer *ou, bool use_dst, bool use_lin) {
   ou->ndim = n;
 }
 
-static int64_t red_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static int64_t red_clamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+inline int64_t red_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t red_clamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 enum { RED_ROWS, RED_COLS, RED_GENERIC };
 
@@ -594,7 +594,7 @@ typedef struct red_plan {
 
 /* Splits for the rows and cols kernels: enough groups to fill the GPU, not so many that a
 ** split gets less than a few loads per thread. */
-static void red_split(red_plan *p, int sm_count, size_t elsize) {
+inline void red_split(red_plan *p, int sm_count, size_t elsize) {
   const int64_t vec = (int64_t)(16 / elsize);
   int64_t splits, chunk;
   if (p->len <= 0) {  /* empty reductions never reach a pass-1 kernel */
@@ -619,7 +619,7 @@ static void red_split(red_plan *p, int sm_count, size_t elsize) {
 }
 
 /* Along dim: outputs are src's dims without dim (with dst's strides), collapsed. */
-static void red_plan_dim(red_plan *p, const qt_view *dst, const qt_view *src, int dim,
+inline void red_plan_dim(red_plan *p, const qt_view *dst, const qt_view *src, int dim,
                          int sm_count) {
   memset(p, 0, sizeof *p);
   red_outer *ou = &p->ou;
@@ -661,7 +661,7 @@ static void red_plan_dim(red_plan *p, const qt_view *dst, const qt_view *src, in
 ** lin carries each dim's row-major step so arg ops report row-major positions. Arg ops merge
 ** dims only when that keeps positions linear. One run left: the rows kernel with one
 ** output; otherwise the generic walk. */
-static void red_plan_all(red_plan *p, const qt_view *src, bool is_arg, int sm_count) {
+inline void red_plan_all(red_plan *p, const qt_view *src, bool is_arg, int sm_count) {
   memset(p, 0, sizeof *p);
   red_outer *ou = &p->ou;
   int64_t lin = 1, n = 1;
@@ -717,7 +717,7 @@ static void red_plan_all(red_plan *p, const qt_view *src, bool is_arg, int sm_co
 
 /* ------------------------------------------------------------------ launch */
 
-static unsigned red_grid(int64_t blocks, int sm_count) {
+inline unsigned red_grid(int64_t blocks, int sm_count) {
   const int64_t cap = (int64_t)sm_count * 64;
   return (unsigned)red_clamp(blocks, 1, cap);
 }
@@ -824,7 +824,7 @@ static int red_go(qt_device *dev, const char *name, const qt_view *dst, const qt
 /* ------------------------------------------------------------------ the slot */
 
 
-static qt_dtype red_result_dtype(qt_redop op, qt_dtype src) {
+inline qt_dtype red_result_dtype(qt_redop op, qt_dtype src) {
   switch (op) {
     case QT_SUM: case QT_PROD: return qt_is_float(src) ? src : QT_I64;
     case QT_ARGMAX: case QT_ARGMIN: return QT_I64;
@@ -872,6 +872,26 @@ static int red_dispatch_op(qt_device *dev, qt_redop op, const char *name, const 
   }
 }
 
+/* Every reduction of one dtype's elements: T is its C type (the float-only ops reach only
+** the float dtypes: the core casts the others). */
+template <typename T>
+int red_run_dtype(qt_device *dev, qt_redop op, const char *name, const qt_view *dst,
+                  const qt_view *src, int dim, double arg, bool float_only, qt_err *err) {
+  if constexpr (qt_is_half_v<T>) {
+    if (float_only) return red_dispatch_float<float, T>(dev, op, name, dst, src, dim, arg, err);
+    return red_dispatch_op<float, T>(dev, op, name, dst, src, dim, err);
+  } else if constexpr (qt_is_float_v<T>) {
+    if (float_only) return red_dispatch_float<T>(dev, op, name, dst, src, dim, arg, err);
+    return red_dispatch_op<T>(dev, op, name, dst, src, dim, err);
+  } else {
+    (void)arg, (void)float_only;
+    return red_dispatch_op<typename qt_cuda_word<T>::type>(dev, op, name, dst, src, dim, err);
+  }
+}
+QT_PARTS(int, red_run_dtype, (qt_device *, qt_redop, const char *, const qt_view *,
+                              const qt_view *, int, double, bool, qt_err *))
+
+#ifndef QT_PART
 extern "C" int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src,
                               int dim, double arg, qt_err *err) {
   if ((unsigned)op >= (unsigned)QT_NREDOPS) return qt_errorf(err, "reduce: unknown op %d", (int)op);
@@ -897,19 +917,11 @@ extern "C" int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, c
   else for (int d = 0; d < src->ndim; d++) len *= src->size[d];
   if (len == 0 && op != QT_SUM && op != QT_MEAN) return qt_errorf(err, "%s: empty tensor", name);
 
-  if (float_only) {
-    if (src->dtype == QT_F32) return red_dispatch_float<float>(dev, op, name, dst, src, dim, arg, err);
-    if (src->dtype == QT_F16) return red_dispatch_float<float, qt_f16>(dev, op, name, dst, src, dim, arg, err);
-    if (src->dtype == QT_BF16) return red_dispatch_float<float, qt_bf16>(dev, op, name, dst, src, dim, arg, err);
-    return red_dispatch_float<double>(dev, op, name, dst, src, dim, arg, err);
-  }
-  if (src->dtype == QT_F16) return red_dispatch_op<float, qt_f16>(dev, op, name, dst, src, dim, err);
-  if (src->dtype == QT_BF16) return red_dispatch_op<float, qt_bf16>(dev, op, name, dst, src, dim, err);
   int rc = -1;
-  if (!qt_dtype_switch(src->dtype, [&](auto zero) {
-        using T = typename qt_cuda_word<decltype(zero)>::type;
-        rc = red_dispatch_op<T>(dev, op, name, dst, src, dim, err);
+  if (!qt_dtype_switch_all(src->dtype, [&](auto zero) {
+        rc = red_run_dtype<decltype(zero)>(dev, op, name, dst, src, dim, arg, float_only, err);
       }))
     return qt_errorf(err, "%s: unsupported dtype %d", name, (int)src->dtype);
   return rc;
 }
+#endif

@@ -135,7 +135,7 @@ struct sort_scratch {
   char *base;
 };
 
-static void sort_scratch_plan(sort_scratch *s, const size_t *bytes, int nparts) {
+inline void sort_scratch_plan(sort_scratch *s, const size_t *bytes, int nparts) {
   s->total = 0;
   s->nparts = nparts;
   s->base = NULL;
@@ -146,16 +146,16 @@ static void sort_scratch_plan(sort_scratch *s, const size_t *bytes, int nparts) 
   if (s->total == 0) s->total = 256;
 }
 
-static int sort_scratch_take(qt_device *dev, sort_scratch *s, qt_err *err) {
+inline int sort_scratch_take(qt_device *dev, sort_scratch *s, qt_err *err) {
   void *p = NULL;
   if (qt_cuda_scratch(dev, s->total, &p, err)) return -1;
   s->base = (char *)p;
   return 0;
 }
 
-static void *sort_part(const sort_scratch *s, int k) { return s->base + s->offset[k]; }
+inline void *sort_part(const sort_scratch *s, int k) { return s->base + s->offset[k]; }
 
-static void sort_scratch_give(qt_device *dev, sort_scratch *s) {
+inline void sort_scratch_give(qt_device *dev, sort_scratch *s) {
   if (s->base != NULL) qt_cuda_scratch_free(dev, s->base, s->total);
   s->base = NULL;
 }
@@ -256,11 +256,23 @@ static int sort_rows_any(qt_device *dev, const char *op, const T *src, T *values
                                   err);
 }
 
-static bool sort_rows_ok(const qt_view *v) {
+inline bool sort_rows_ok(const qt_view *v) {
   return v->ndim == 2 && (v->size[0] <= 1 || v->stride[0] == v->size[1]) &&
          (v->size[1] <= 1 || v->stride[1] == 1);
 }
 
+/* Each row of src sorted, for src's C type T. */
+template <typename T>
+int sort_run(qt_device *dev, const qt_view *values, const qt_view *indices, const qt_view *src,
+             bool descending, qt_err *err) {
+  int64_t rows = src->size[0], n = src->size[1];
+  return sort_rows_any<T>(dev, "sort", (const T *)src->data, (T *)values->data,
+                          (int64_t *)indices->data, rows, n, n, descending, err);
+}
+QT_PARTS_UNLESS_HALF(int, sort_run, (qt_device *, const qt_view *, const qt_view *,
+                                     const qt_view *, bool, qt_err *))
+
+#ifndef QT_PART
 extern "C" int qt_cuda_sort(qt_device *dev, const qt_view *values, const qt_view *indices,
                             const qt_view *src, bool descending, qt_err *err) {
   const char *op = "sort";
@@ -273,13 +285,12 @@ extern "C" int qt_cuda_sort(qt_device *dev, const qt_view *values, const qt_view
   if (rows == 0 || n == 0) return 0;
   int rc = -1;
   if (!qt_dtype_switch(src->dtype, [&](auto zero) {
-        using T = decltype(zero);
-        rc = sort_rows_any<T>(dev, op, (const T *)src->data, (T *)values->data,
-                              (int64_t *)indices->data, rows, n, n, descending, err);
+        rc = sort_run<decltype(zero)>(dev, values, indices, src, descending, err);
       }))
     return qt_errorf(err, "sort: dtype %d cannot be sorted", (int)src->dtype);
   return rc;
 }
+#endif
 
 /* ------------------------------------------------------------------ topk, small k */
 
@@ -615,6 +626,16 @@ static int topk_run(qt_device *dev, const char *op, const T *src, T *values, int
   return sort_rows_any<T>(dev, op, src, values, indices, rows, n, k, largest, err);
 }
 
+template <typename T>
+int topk_run_views(qt_device *dev, const qt_view *values, const qt_view *indices,
+                   const qt_view *src, int64_t k, bool largest, qt_err *err) {
+  return topk_run<T>(dev, "topk", (const T *)src->data, (T *)values->data,
+                     (int64_t *)indices->data, src->size[0], src->size[1], k, largest, err);
+}
+QT_PARTS_UNLESS_HALF(int, topk_run_views, (qt_device *, const qt_view *, const qt_view *, const qt_view *,
+                               int64_t, bool, qt_err *))
+
+#ifndef QT_PART
 extern "C" int qt_cuda_topk(qt_device *dev, const qt_view *values, const qt_view *indices,
                             const qt_view *src, int64_t k, bool largest, qt_err *err) {
   const char *op = "topk";
@@ -627,15 +648,14 @@ extern "C" int qt_cuda_topk(qt_device *dev, const qt_view *values, const qt_view
   if (rows == 0 || n == 0 || k == 0) return 0;
   int rc = -1;
   if (!qt_dtype_switch(src->dtype, [&](auto zero) {
-        using T = decltype(zero);
-        rc = topk_run<T>(dev, op, (const T *)src->data, (T *)values->data,
-                         (int64_t *)indices->data, rows, n, k, largest, err);
+        rc = topk_run_views<decltype(zero)>(dev, values, indices, src, k, largest, err);
       }))
     return qt_errorf(err, "topk: dtype %d cannot be sorted", (int)src->dtype);
   return rc;
 }
 
 /* ------------------------------------------------------------------ unique */
+/* unique, bincount, histc and searchsorted are light: all of them live in the entry. */
 
 template <typename T>
 __global__ void unique_flags(const T *sorted, int64_t *flags, int64_t n) {
@@ -826,3 +846,4 @@ extern "C" int qt_cuda_searchsorted(qt_device *dev, const qt_view *dst, const qt
   });
   return qt_cuda_check_launch(dev, op, err);
 }
+#endif
