@@ -43,6 +43,13 @@ typedef struct qt_ctx {
   int64_t gpu_gc_limit;
   void (*gc)(void *gc_ud, int out_of_memory);
   void *gc_ud;
+  /* Host bytes step the collector (storage.c): cpu_live_bytes counts this state's CPU
+  ** bytes; before a CPU allocation, once they have grown by 256 KiB or more since the last
+  ** step (cpu_gc_base), the core calls gc_step(gc_ud, growth), and the binding runs that
+  ** much of Lua's own incremental collector (none while it is stopped). */
+  _Atomic int64_t cpu_live_bytes;  /* atomic, as gpu_live_bytes */
+  int64_t cpu_gc_base;
+  void (*gc_step)(void *gc_ud, int64_t bytes);
   /* Random numbers: qlua.seed(n) sets seed and resets offset; each random call advances
   ** offset by the number of counters it used. */
   uint64_t seed;

@@ -26,7 +26,9 @@
 ** (so a big working set does not turn every collection into an out-of-memory), and
 ** never less than LQ_GC_FLOOR (256 MiB: small programs do not collect at every
 ** allocation). qlua.empty_cache() collects and re-paces too, so a limit raised by a big
-** working set that is gone now comes back down there.
+** working set that is gone now comes back down there. Host bytes have a soft limit of
+** the same shape (storage.c) and, ahead of it, step Lua's own incremental collector as
+** they grow (s_gc_step), so CPU results left to the collector are reused warm.
 **
 ** The userdata: a tensor userdata is a bare qt_tensor (tensor.h) with the "qlua.Tensor"
 ** metatable. Results are created first, empty (lq_newtensor), then filled by the core,
@@ -267,11 +269,46 @@ static void s_gc_callback(void *ud, int out_of_memory) {
   s_repace(st);
 }
 
+/* ctx->gc_step: this state's host bytes grew by `bytes` since the last step (storage.c),
+** so that much garbage may be waiting behind ~300-byte userdata. It is handed to Lua's
+** own collector as debt, as if Lua had allocated it, weighted so that a cycle comes about
+** once per
+**     G = max(LQ_GC_STEP_GARBAGE, LQ_GC_STEP_HEAPS x heap)
+** of host garbage (heap: Lua's own bytes; at the default pause Lua starts a cycle once its
+** debt reaches about the heap, and finishes it soon after). A cycle costs about one
+** traversal of the heap, so the floor keeps a small program's dropped results a few
+** blocks apart (they come back to the block cache warm, where a fresh block costs page
+** faults and zeroing), and the multiple holds a big heap's collector to a thirty-second
+** of what the same bytes would cost it as Lua memory. In the generational mode (the qlua
+** host's default, as lua5.4's) the same debt brings minor collections, which take the
+** results that died young. Lua runs the steps itself: its pause and step multiplier still
+** apply, finalizers run in its order, and nothing runs while collectgarbage("stop") holds
+** (LUA_GCSTEP would run even then, so the state is asked first). A finalizer run here is
+** one of a collection, as in s_gc_callback: real garbage is on no call's stack, and what
+** a finalizer does to a call's operands waits (the releases that wait, below). */
+static void s_gc_step(void *ud, int64_t bytes) {
+  lq_state *st = (lq_state *)ud;
+  lua_State *L = st->running;
+  if (st->ctx == NULL || L == NULL || lua_gc(L, LUA_GCISRUNNING) != 1) return;
+  double heap = (double)lua_gc(L, LUA_GCCOUNT) * 1024.0 + (double)lua_gc(L, LUA_GCCOUNTB);
+  double weight = heap / LQ_GC_STEP_GARBAGE;
+  if (weight > 1.0 / LQ_GC_STEP_HEAPS) weight = 1.0 / LQ_GC_STEP_HEAPS;
+  st->step_carry += (double)bytes * weight;
+  if (st->step_carry < 1024.0) return;
+  double kb = st->step_carry / 1024.0;
+  if (kb > (double)(INT32_MAX / 2)) kb = (double)(INT32_MAX / 2);
+  int whole = (int)kb;
+  st->step_carry -= (double)whole * 1024.0;
+  if (st->step_carry > 1024.0) st->step_carry = 0;  /* beyond what one call takes */
+  lua_gc(L, LUA_GCSTEP, whole);
+}
+
 /* The box's __gc: at lua_close (or never before). */
 static int s_state_gc(lua_State *L) {
   lq_state *st = (lq_state *)lua_touserdata(L, 1);
   if (st != NULL && st->ctx != NULL) {
     st->ctx->gc = NULL;
+    st->ctx->gc_step = NULL;
     st->ctx->gc_ud = NULL;
     qt_ctx_release(st->ctx);
     st->ctx = NULL;
@@ -481,6 +518,7 @@ lq_state *lq_state_new(lua_State *L) {
   st->deferred = 0;
   st->calls = 0;
   st->outer = NULL;
+  st->step_carry = 0;
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   st->main = lua_tothread(L, -1);
   lua_pop(L, 1);
@@ -496,6 +534,7 @@ lq_state *lq_state_new(lua_State *L) {
     return NULL;  /* not reached */
   }
   st->ctx->gc = s_gc_callback;
+  st->ctx->gc_step = s_gc_step;
   st->ctx->gc_ud = st;
   st->ctx->gpu_gc_limit = LQ_GC_FLOOR;
   lua_pushvalue(L, -1);

@@ -59,10 +59,15 @@ typedef struct lq_state {
   int calls;
   lua_State *outer;
   lua_State *main;      /* the state's main thread (always alive: never anchored) */
+  double step_carry;    /* host bytes' collector debt not yet handed to Lua (under 1 KiB) */
 } lq_state;
 
 /* The GC driving policy (l_state.c): at least this much garbage between collections. */
 #define LQ_GC_FLOOR ((int64_t)256 << 20)
+/* Host bytes stepping the collector (l_state.c, s_gc_step): a cycle per about
+** max(LQ_GC_STEP_GARBAGE, LQ_GC_STEP_HEAPS x the Lua heap) of host garbage. */
+#define LQ_GC_STEP_GARBAGE ((double)(16 << 20))
+#define LQ_GC_STEP_HEAPS 32.0
 
 /* ---- l_state.c: the state */
 /* Pushes the box of a new state (the context, the GC callback, the release queue),

@@ -31,6 +31,9 @@ qt_ctx *qt_ctx_new(void) {
   ctx->gpu_gc_limit = OPS_DEFAULT_GC_LIMIT;
   ctx->gc = NULL;
   ctx->gc_ud = NULL;
+  atomic_init(&ctx->cpu_live_bytes, 0);
+  ctx->cpu_gc_base = 0;
+  ctx->gc_step = NULL;
   ctx->seed = OPS_DEFAULT_SEED;
   ctx->rng_offset = 0;
   ctx->allow_tf32 = false;
@@ -93,6 +96,9 @@ static void storage_give_back(qt_storage *s) {
   }
   if (s->owner != NULL && s->device != NULL && s->device->kind == QT_DEV_CUDA)
     atomic_fetch_sub(&s->owner->gpu_live_bytes, (int64_t)s->nbytes);
+  else if (s->owner != NULL && s->device != NULL && s->device->kind == QT_DEV_CPU)
+    atomic_fetch_sub_explicit(&s->owner->cpu_live_bytes, (int64_t)s->nbytes,
+                              memory_order_relaxed);
   s->data = NULL;
   s->freed = true;
 }
@@ -174,12 +180,12 @@ int ops_prefix_error(qt_ctx *ctx, const char *op) {
   return qt_errorf(&ctx->err, "%s: %s", op, slot);
 }
 
-/* Host memory drives the collector too: an 8 MiB CPU tensor is a ~100-byte userdata to
-** Lua, so dropped tensors would pile up. tensor.c uncharges only GPU storages from
-** ctx->gpu_live_bytes, so host bytes are read from the CPU device's own (process-wide)
-** `allocated` count instead, against a process-wide soft limit paced like the binding
-** paces the GPU one: after a collection, max(floor, 2 x what is still allocated). Small
-** allocations (< 4 KiB) skip the check: their userdata already weighs on Lua's GC. */
+/* Host memory drives the collector too: an 8 MiB CPU tensor is a ~300-byte userdata to
+** Lua, so dropped tensors would pile up. The steps below (ops_cpu_gc_step) take them back
+** as they go; behind them, a soft limit runs full collections. It reads the CPU device's
+** own (process-wide) `allocated` count against a process-wide limit paced like the
+** binding paces the GPU one: after a collection, max(floor, 2 x what is still allocated).
+** Small allocations (< 4 KiB) skip that check: their userdata already weighs on Lua's GC. */
 #define OPS_CPU_GC_FLOOR ((int64_t)256 << 20)
 #define OPS_CPU_GC_MIN_BYTES 4096
 _Atomic int64_t ops_cpu_gc_limit = OPS_CPU_GC_FLOOR;
@@ -197,9 +203,33 @@ static void ops_cpu_gc_pace(qt_ctx *ctx, size_t nbytes) {
   atomic_store(&ops_cpu_gc_limit, limit < OPS_CPU_GC_FLOOR ? OPS_CPU_GC_FLOOR : limit);
 }
 
+/* Host bytes also step Lua's incremental collector, so that results left to it come back
+** to the CPU block cache (warm, their pages already mapped) within a few allocations
+** instead of after hundreds of MiB. The measure is this state's net growth in CPU bytes
+** since the last step, checked before each CPU allocation, so that the previous
+** allocations are paid for before the block cache is asked: a program that frees (or
+** closes) its results never grows and never steps; one that drops them steps once per
+** OPS_CPU_GC_STEP of garbage or more. The binding decides how much collector work a byte
+** is worth (l_state.c). Lower bytes (frees, or a collection Lua ran by itself) move the
+** base down with them, so only growth from there counts. */
+#define OPS_CPU_GC_STEP ((int64_t)256 << 10)
+
+static void ops_cpu_gc_step(qt_ctx *ctx) {
+  if (ctx->gc_step == NULL) return;
+  int64_t live = atomic_load_explicit(&ctx->cpu_live_bytes, memory_order_relaxed);
+  int64_t growth = live - ctx->cpu_gc_base;
+  if (growth < OPS_CPU_GC_STEP) {
+    if (growth < 0) ctx->cpu_gc_base = live;
+    return;
+  }
+  ctx->gc_step(ctx->gc_ud, growth);
+  ctx->cpu_gc_base = atomic_load_explicit(&ctx->cpu_live_bytes, memory_order_relaxed);
+}
+
 /* The one way storages are made. GPU bytes are counted in ctx->gpu_live_bytes, and
 ** crossing the soft limit asks the binding for a collection first (gc(ud, 0)): the Lua
-** GC does not see device memory by itself (host memory: ops_cpu_gc_pace). An out-of-memory empties the device's cache,
+** GC does not see device memory by itself (host bytes: ctx->cpu_live_bytes,
+** ops_cpu_gc_step and ops_cpu_gc_pace). An out-of-memory empties the device's cache,
 ** asks for a full collection (gc(ud, 1)) and retries once. The storage holds a reference
 ** on ctx (storage->owner); the last qt_storage_release (above) gives it and the byte count back. */
 int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t nbytes,
@@ -212,7 +242,10 @@ int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t nbytes,
       (nbytes > (size_t)INT64_MAX ||
        atomic_load(&ctx->gpu_live_bytes) > ctx->gpu_gc_limit - (int64_t)nbytes))
     ctx->gc(ctx->gc_ud, 0);
-  if (dev->kind == QT_DEV_CPU) ops_cpu_gc_pace(ctx, nbytes);
+  if (dev->kind == QT_DEV_CPU) {
+    ops_cpu_gc_step(ctx);
+    ops_cpu_gc_pace(ctx, nbytes);
+  }
 
   void *data = NULL;
   int oom = 0;
@@ -239,6 +272,8 @@ int ops_storage_new(qt_ctx *ctx, const char *op, qt_device *dev, size_t nbytes,
   s->owner = ctx;
   qt_ctx_retain(ctx);
   if (gpu) atomic_fetch_add(&ctx->gpu_live_bytes, (int64_t)nbytes);
+  else if (dev->kind == QT_DEV_CPU)
+    atomic_fetch_add_explicit(&ctx->cpu_live_bytes, (int64_t)nbytes, memory_order_relaxed);
   *out = s;
   return 0;
 }
