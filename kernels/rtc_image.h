@@ -78,7 +78,8 @@ static inline bool rtc_image_add(rtc_image_params *t, const char *name, size_t l
 /* One .nv.info.<kernel> section: the parameters, or false when it holds a record this
 ** reader does not know or the records do not add up. */
 static inline bool rtc_nvinfo_params(const unsigned char *p, size_t n, rtc_kernel_params *k) {
-  enum { EIFMT_HVAL = 3, EIFMT_SVAL = 4, KPARAM_INFO = 0x17, CBANK_PARAM_SIZE = 0x19 };
+  enum { EIFMT_NVAL = 1, EIFMT_BVAL = 2, EIFMT_HVAL = 3, EIFMT_SVAL = 4, KPARAM_INFO = 0x17,
+         CBANK_PARAM_SIZE = 0x19 };
   memset(k, 0, sizeof *k);
   bool seen[RTC_IMAGE_MAXPARAMS] = { false };
   int64_t total = -1;
@@ -86,8 +87,8 @@ static inline bool rtc_nvinfo_params(const unsigned char *p, size_t n, rtc_kerne
   size_t at = 0;
   while (at + 4 <= n) {
     unsigned fmt = p[at], attr = p[at + 1];
-    if (fmt == EIFMT_HVAL) {
-      if (attr == CBANK_PARAM_SIZE) total = rtc_u16(p + at + 2);
+    if (fmt == EIFMT_NVAL || fmt == EIFMT_BVAL || fmt == EIFMT_HVAL) {  /* 4 bytes each */
+      if (fmt == EIFMT_HVAL && attr == CBANK_PARAM_SIZE) total = rtc_u16(p + at + 2);
       at += 4;
     } else if (fmt == EIFMT_SVAL) {
       size_t len = rtc_u16(p + at + 2);

@@ -150,8 +150,12 @@ static const char *SRC =
   "extern \"C\" __global__ void halves(__half *x, __half s, char c, short t) {}\n"
   "struct Big { int a[33]; };\n"
   "extern \"C\" __global__ void big(Big b, float *x) { x[0] = b.a[3]; }\n"
-  "template <typename T> __global__ void axpy(T *y, const T *x, T a, int n) {}\n";
+  "template <typename T> __global__ void axpy(T *y, const T *x, T a, int n) {}\n"
+  "extern \"C\" __global__ void dyn(float *x, int n) {\n"  /* a byte-valued record too */
+  "  extern __shared__ float s[]; s[threadIdx.x] = x[threadIdx.x]; __syncthreads();\n"
+  "  x[threadIdx.x] = s[n - 1 - threadIdx.x]; }\n";
 static const struct { const char *expr; int n; unsigned sizes[12]; } WANT[] = {
+  { "dyn", 2, { 8, 4 } },
   { "copy_kinds", 11, { 8, 8, 8, 8, 4, 4, 8, 4, 8, 1, 4 } },
   { "none", 0, { 0 } },
   { "halves", 4, { 8, 2, 1, 2 } },
