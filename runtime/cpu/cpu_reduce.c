@@ -82,12 +82,19 @@ typedef struct cpu_columns_acc {
   uint64_t *u;           /* integer sums */
   void *best;            /* max/min/argmax/argmin: the best value so far, in the source dtype */
   int32_t *at;           /* argmax/argmin: its 1-based row (needs len <= INT32_MAX) */
+  int64_t start;         /* the run's first row: the folds of max/min/arg start there */
 } cpu_columns_acc;
 
 typedef void (*cpu_strided_fold_fn)(const char *p, int64_t n, int64_t s, int64_t base_pos,
                                     cpu_acc *acc);
 typedef void (*cpu_columns_fold_fn)(const char *p, int64_t n, int64_t pos,
                                     const cpu_columns_acc *columns);
+/* Sums: four rows (`step` bytes apart) at once, so a wide block's accumulators are read
+** and written once per four rows instead of once per row. (Max, min and the arg ops have
+** none: as tournaments of four rows they ran slower than one row at a time, their bests
+** being narrow enough to stay in L1.) */
+typedef void (*cpu_columns4_fold_fn)(const char *p, int64_t n, int64_t step,
+                                     const cpu_columns_acc *columns);
 
 /* The section's loops are the kind GCC vectorizes only with its dynamic cost model (see
 ** the elementwise section); and only without -ftrapping-math will it turn the selects
@@ -99,10 +106,12 @@ typedef void (*cpu_columns_fold_fn)(const char *p, int64_t n, int64_t pos,
 #endif
 
 /* ---- sums */
-/* Columns float sums add each row into b plainly (a loop that vectorizes); every
-** CPU_COLUMNS_SUM_BLOCK rows, and after the last, cpu_reduce_dim folds b into the
-** compensated (f, c) with cpu_columns_sum_flush. Plain double sums of at most 128 values
-** are as exact as the leaves of the strided pairwise sum. */
+/* Columns float sums add each row into b plainly (a loop that vectorizes), four rows at a
+** time where there are four (their sum in double first: b, 32 KiB for a block of 4096
+** columns, then does not cap the loop at L2's speed); every CPU_COLUMNS_SUM_BLOCK rows,
+** and after the last, cpu_dim_task folds b into the compensated (f, c) with
+** cpu_columns_sum_flush. Plain double sums of at most 128 values are as exact as the
+** leaves of the strided pairwise sum. */
 #define CPU_COLUMNS_SUM_BLOCK 128
 #define CPU_SUM_FLOAT(SFX, T)                                                            \
   static void cpu_strided_sum_##SFX(const char *p, int64_t n, int64_t s,                 \
@@ -116,6 +125,16 @@ typedef void (*cpu_columns_fold_fn)(const char *p, int64_t n, int64_t pos,
     const T *x = (const T *)p;                                                           \
     double *restrict b = columns->b;                                                     \
     for (int64_t j = 0; j < n; j++) b[j] += (double)x[j];                                \
+  }                                                                                      \
+  CPU_MULTIVERSION static void cpu_columns4_sum_##SFX(const char *p, int64_t n, int64_t step, \
+                                                      const cpu_columns_acc *columns) {  \
+    const T *restrict x0 = (const T *)p;                                                 \
+    const T *restrict x1 = (const T *)(p + step);                                        \
+    const T *restrict x2 = (const T *)(p + 2 * step);                                    \
+    const T *restrict x3 = (const T *)(p + 3 * step);                                    \
+    double *restrict b = columns->b;                                                     \
+    for (int64_t j = 0; j < n; j++)                                                      \
+      b[j] += ((double)x0[j] + (double)x1[j]) + ((double)x2[j] + (double)x3[j]);         \
   }
 
 /* Folds the block sums b into (f, c) by Kahan's rule and clears b. An infinite sum has
@@ -147,6 +166,17 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
     const T *x = (const T *)p;                                                           \
     uint64_t *restrict u = columns->u;                                                   \
     for (int64_t j = 0; j < n; j++) u[j] += (uint64_t)(int64_t)x[j];                     \
+  }                                                                                      \
+  static void cpu_columns4_sum_##SFX(const char *p, int64_t n, int64_t step,             \
+                                     const cpu_columns_acc *columns) {                   \
+    const T *restrict x0 = (const T *)p;                                                 \
+    const T *restrict x1 = (const T *)(p + step);                                        \
+    const T *restrict x2 = (const T *)(p + 2 * step);                                    \
+    const T *restrict x3 = (const T *)(p + 3 * step);                                    \
+    uint64_t *restrict u = columns->u;                                                   \
+    for (int64_t j = 0; j < n; j++)                                                      \
+      u[j] += (uint64_t)(int64_t)x0[j] + (uint64_t)(int64_t)x1[j] +                      \
+              (uint64_t)(int64_t)x2[j] + (uint64_t)(int64_t)x3[j];                       \
   }
 
 /* ---- max / min: NaN wins (the first NaN met is kept) */
@@ -155,8 +185,9 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
 
 /* ---- float32 max/min and argmax/argmin of a contiguous run, with vector instructions.
 ** GCC does not vectorize the generic runs below for float32 (a select reduction with a
-** NaN flag beside it); these are written with SSE2 (every x86-64) and AVX-512F (picked at
-** run time by cpu_isa_level, so QLUA_CPU_ISA=generic runs the SSE2 code) and compute exactly what the generic runs do: the best non-NaN value (ties:
+** NaN flag beside it); these are written with SSE2 (every x86-64), AVX2 and AVX-512F
+** (picked at run time by cpu_isa_level, so QLUA_CPU_ISA=generic runs the SSE2 code) and
+** compute exactly what the generic runs do: the best non-NaN value (ties:
 ** any, the caller fixes a zero's sign) or its first position (ties: the smallest), and
 ** whether a NaN was seen. maxps/minps return their second operand when either is NaN,
 ** which is the generic `better(v, m) ? v : m`. */
@@ -231,8 +262,35 @@ __attribute__((target("avx512f"))) static float cpu_f32_best_avx512(const float 
   return cpu_f32_best_finish(lane, 32, x, i, n, is_max, bad != 0, has_nan);
 }
 
+/* Four sets of 8 lanes, so that four maxps chains overlap (one chain bounds a loop by
+** maxps's latency, as in the SSE2 code). */
+__attribute__((target("avx2"))) static float cpu_f32_best_avx2(const float *x, int64_t n,
+                                                                int is_max, int *has_nan) {
+  __m256 m0 = _mm256_set1_ps(x[0]), m1 = m0, m2 = m0, m3 = m0, bad = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+    __m256 v2 = _mm256_loadu_ps(x + i + 16), v3 = _mm256_loadu_ps(x + i + 24);
+    m0 = is_max ? _mm256_max_ps(v0, m0) : _mm256_min_ps(v0, m0);
+    m1 = is_max ? _mm256_max_ps(v1, m1) : _mm256_min_ps(v1, m1);
+    m2 = is_max ? _mm256_max_ps(v2, m2) : _mm256_min_ps(v2, m2);
+    m3 = is_max ? _mm256_max_ps(v3, m3) : _mm256_min_ps(v3, m3);
+    /* unordered: either operand NaN */
+    bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(v0, v1, _CMP_UNORD_Q),
+                                         _mm256_cmp_ps(v2, v3, _CMP_UNORD_Q)));
+  }
+  float lane[32];
+  _mm256_storeu_ps(lane, m0);
+  _mm256_storeu_ps(lane + 8, m1);
+  _mm256_storeu_ps(lane + 16, m2);
+  _mm256_storeu_ps(lane + 24, m3);
+  return cpu_f32_best_finish(lane, 32, x, i, n, is_max, _mm256_movemask_ps(bad) != 0, has_nan);
+}
+
 static float cpu_f32_best(const float *x, int64_t n, int is_max, int *has_nan) {
-  if (cpu_isa_level() >= 2) return cpu_f32_best_avx512(x, n, is_max, has_nan);
+  int level = cpu_isa_level();
+  if (level >= 2) return cpu_f32_best_avx512(x, n, is_max, has_nan);
+  if (level == 1) return cpu_f32_best_avx2(x, n, is_max, has_nan);
   return cpu_f32_best_sse2(x, n, is_max, has_nan);
 }
 
@@ -295,8 +353,59 @@ __attribute__((target("avx512f"))) static int64_t cpu_f32_arg_avx512(const float
   return cpu_f32_arg_finish(NULL, NULL, 0, x, 0, n, is_max, 0, has_nan);
 }
 
+/* Four sets of 8 lanes (blocks of 32 elements, a set for each quarter), as the AVX-512
+** code's two sets of 16; each lane keeps the start of the block its best came from, and
+** the position is that plus the lane's offset. Named variables, not arrays: GCC kept an
+** array of vectors on the stack, a store and a load in every step. */
+#define CPU_F32_ARG_AVX2_SET(k, PRED)                                                    \
+  do {                                                                                   \
+    __m256 v = _mm256_loadu_ps(x + i + 8 * k);                                           \
+    __m256 take = _mm256_cmp_ps(v, m##k, PRED);                                          \
+    m##k = _mm256_blendv_ps(m##k, v, take);                                              \
+    at##k = _mm256_blendv_ps(at##k, block, take);                                        \
+    v##k = v;                                                                            \
+  } while (0)
+#define CPU_F32_ARG_AVX2_LOOP(PRED)                                                      \
+  for (i = 32; i + 32 <= n; i += 32) {                                                   \
+    __m256 v0, v1, v2, v3;                                                               \
+    const __m256 block = _mm256_castsi256_ps(_mm256_set1_epi32((int32_t)i));             \
+    CPU_F32_ARG_AVX2_SET(0, PRED);                                                       \
+    CPU_F32_ARG_AVX2_SET(1, PRED);                                                       \
+    CPU_F32_ARG_AVX2_SET(2, PRED);                                                       \
+    CPU_F32_ARG_AVX2_SET(3, PRED);                                                       \
+    bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(v0, v1, _CMP_UNORD_Q),            \
+                                         _mm256_cmp_ps(v2, v3, _CMP_UNORD_Q)));          \
+  }
+__attribute__((target("avx2"))) static int64_t cpu_f32_arg_avx2(const float *x, int64_t n,
+                                                                 int is_max, int *has_nan) {
+  if (n >= 64) {
+    __m256 m0 = _mm256_loadu_ps(x), m1 = _mm256_loadu_ps(x + 8);
+    __m256 m2 = _mm256_loadu_ps(x + 16), m3 = _mm256_loadu_ps(x + 24);
+    __m256 bad = _mm256_or_ps(_mm256_cmp_ps(m0, m1, _CMP_UNORD_Q), _mm256_cmp_ps(m2, m3, _CMP_UNORD_Q));
+    __m256 at0 = _mm256_setzero_ps(), at1 = at0, at2 = at0, at3 = at0;  /* block 0 */
+    int64_t i;
+    if (is_max) CPU_F32_ARG_AVX2_LOOP(_CMP_GT_OQ)
+    else CPU_F32_ARG_AVX2_LOOP(_CMP_LT_OQ)
+    float lane[32];
+    int32_t pos[32];
+    _mm256_storeu_ps(lane, m0);
+    _mm256_storeu_ps(lane + 8, m1);
+    _mm256_storeu_ps(lane + 16, m2);
+    _mm256_storeu_ps(lane + 24, m3);
+    _mm256_storeu_ps((float *)pos, at0);
+    _mm256_storeu_ps((float *)(pos + 8), at1);
+    _mm256_storeu_ps((float *)(pos + 16), at2);
+    _mm256_storeu_ps((float *)(pos + 24), at3);
+    for (int k = 0; k < 32; k++) pos[k] += k;  /* block start + the lane's offset */
+    return cpu_f32_arg_finish(lane, pos, 32, x, i, n, is_max, _mm256_movemask_ps(bad) != 0, has_nan);
+  }
+  return cpu_f32_arg_finish(NULL, NULL, 0, x, 0, n, is_max, 0, has_nan);
+}
+
 static int64_t cpu_f32_arg(const float *x, int64_t n, int is_max, int *has_nan) {
-  if (cpu_isa_level() >= 2) return cpu_f32_arg_avx512(x, n, is_max, has_nan);
+  int level = cpu_isa_level();
+  if (level >= 2) return cpu_f32_arg_avx512(x, n, is_max, has_nan);
+  if (level == 1) return cpu_f32_arg_avx2(x, n, is_max, has_nan);
   return cpu_f32_arg_sse2(x, n, is_max, has_nan);
 }
 #else
@@ -401,7 +510,7 @@ static int64_t cpu_f32_arg(const float *x, int64_t n, int is_max, int *has_nan) 
                                          const cpu_columns_acc *columns) {               \
     const T *x = (const T *)p;                                                           \
     T *restrict best = (T *)columns->best;                                               \
-    if (pos == 0) { memcpy(best, x, (size_t)n * sizeof(T)); return; }                    \
+    if (pos == columns->start) { memcpy(best, x, (size_t)n * sizeof(T)); return; }       \
     for (int64_t j = 0; j < n; j++) {                                                    \
       T v = x[j], b = best[j];                                                           \
       best[j] = (BETTER(v, b) | (v != v)) ? v : b;                                       \
@@ -413,8 +522,8 @@ static int64_t cpu_f32_arg(const float *x, int64_t n, int is_max, int *has_nan) 
     const T *x = (const T *)p;                                                           \
     T *restrict best = (T *)columns->best;                                               \
     int32_t *restrict at = columns->at;                                                  \
-    if (pos == 0) {                                                                      \
-      for (int64_t j = 0; j < n; j++) { best[j] = x[j]; at[j] = 1; }                     \
+    if (pos == columns->start) {                                                         \
+      for (int64_t j = 0; j < n; j++) { best[j] = x[j]; at[j] = (int32_t)(pos + 1); }    \
       return;                                                                            \
     }                                                                                    \
     const int32_t row = (int32_t)(pos + 1);                                              \
@@ -576,6 +685,11 @@ static const cpu_strided_fold_fn cpu_strided_folds[QT_NDTYPES][QT_NREDOPS] = {
 };
 static const cpu_columns_fold_fn cpu_columns_folds[QT_NDTYPES][QT_NREDOPS] = {
   QT_DTYPE_LIST(CPU_RED_TABLE_ROW_, columns_)
+};
+#define CPU_RED4_TABLE_ROW_(P, E, sfx, name, T, U, size, kind)                           \
+  QT_UNLESS_HALF_##kind([E] = { cpu_columns4_sum_##sfx, cpu_columns4_sum_##sfx },)
+static const cpu_columns4_fold_fn cpu_columns4_folds[QT_NDTYPES][QT_NREDOPS] = {
+  QT_DTYPE_LIST(CPU_RED4_TABLE_ROW_, ~)
 };
 
 static void cpu_acc_init(cpu_acc *acc, qt_redop op) {
@@ -774,31 +888,89 @@ static void cpu_outer_row(const cpu_outer *o, int64_t r, int64_t *src_off, int64
   *dst_off = dof * (int64_t)qt_elsize(o->dst.dtype);
 }
 
-/* Reductions along a dim run on the pool by blocks of outputs: (outer row, a block of at
-** most CPU_REDUCE_COLS columns) is one task, and a chunk is a run of tasks of about
-** CPU_PAR_GRAIN elements of input. The blocks narrow (to CPU_REDUCE_MIN_COLS for columns
-** folds, which read each row's block as one run, and to one output otherwise) until there
-** are a few tasks per thread: a 4096 x 4096 sum along either dim is 4 blocks of 1024, which
-** kept 12 of 16 threads idle. Every output is computed exactly as on one thread, whatever
-** the width. */
-#define CPU_REDUCE_COLS 1024
+/* Reductions along a dim run on the pool by tasks. A task is (outer row, a block of at
+** most CPU_REDUCE_COLS columns, and, for a columns fold, a segment of the reduced dim's
+** rows); a chunk is a run of tasks of about CPU_PAR_GRAIN elements of input. The blocks
+** narrow (to CPU_REDUCE_MIN_COLS for columns folds, and to one output otherwise) until
+** there are a few tasks per thread, which changes nothing in what each output computes.
+**
+** A columns fold reads every row of its block as one run, so the block is wide (16 KiB
+** of float32 a row: shorter runs starve the hardware prefetcher), and the reduced dim is
+** cut into segments of cpu_dim_segment rows, so that even one block has tasks for every
+** thread.
+** Each segment's result goes to a partial (cpu_part), and a second pass merges an
+** output's partials in segment order (cpu_acc_merge): as the segments depend on the shape
+** alone, never on the thread count, so does every result. Max, min and the arg ops merge
+** to exactly what one run gives (the first best, NaN as it wins); a float sum is the
+** segments' compensated sums added by Neumaier's rule. */
+#define CPU_REDUCE_COLS 4096
 #define CPU_REDUCE_MIN_COLS 128
+#define CPU_REDUCE_SEGMENT 256   /* rows; a multiple of CPU_COLUMNS_SUM_BLOCK */
+#define CPU_REDUCE_MAX_SEGMENTS 64
+
+/* The segment length for a reduced dim of len rows: CPU_REDUCE_SEGMENT, or longer (a
+** multiple of CPU_COLUMNS_SUM_BLOCK) so that there are at most CPU_REDUCE_MAX_SEGMENTS,
+** which bounds the partials to 1 KiB an output. */
+static int64_t cpu_dim_segment(int64_t len) {
+  int64_t seg = (len + CPU_REDUCE_MAX_SEGMENTS - 1) / CPU_REDUCE_MAX_SEGMENTS;
+  seg = (seg + CPU_COLUMNS_SUM_BLOCK - 1) / CPU_COLUMNS_SUM_BLOCK * CPU_COLUMNS_SUM_BLOCK;
+  return seg > CPU_REDUCE_SEGMENT ? seg : CPU_REDUCE_SEGMENT;
+}
+
+/* One segment's result for one output: a float sum's (f, c), an integer sum's u, a best
+** value (f for floats, i for integers) and, for the arg ops, its 1-based position. */
+typedef struct cpu_part {
+  union { double f; int64_t i; uint64_t u; } v;
+  union { double c; int64_t pos; } w;
+} cpu_part;
+
+static void cpu_part_pack(cpu_part *p, const cpu_acc *acc, qt_redop op, qt_dtype dt) {
+  bool fl = qt_is_float(dt);
+  if (op == QT_SUM || op == QT_MEAN) {
+    if (fl) p->v.f = acc->f, p->w.c = acc->c;
+    else p->v.u = acc->u, p->w.pos = 0;
+  } else {
+    if (fl) p->v.f = acc->f;
+    else p->v.i = acc->i;
+    p->w.pos = acc->pos;
+  }
+}
+
+static void cpu_part_unpack(cpu_acc *acc, const cpu_part *p, qt_redop op, qt_dtype dt) {
+  bool fl = qt_is_float(dt);
+  memset(acc, 0, sizeof *acc);
+  if (op == QT_SUM || op == QT_MEAN) {
+    if (fl) acc->f = p->v.f, acc->c = p->w.c;
+    else acc->u = p->v.u;
+  } else {
+    if (fl) acc->f = p->v.f;
+    else acc->i = p->v.i;
+    acc->pos = p->w.pos;
+  }
+}
 
 typedef struct cpu_dim_job {
   const cpu_outer *o;
   qt_redop op;
   cpu_strided_fold_fn fold_strided;
   cpu_columns_fold_fn fold_columns;
+  cpu_columns4_fold_fn fold_columns4;  /* sums: four rows at once; NULL for the others */
   bool by_columns;
   int64_t width;           /* columns a block (at most CPU_REDUCE_COLS) */
   int64_t blocks;          /* column blocks per row */
+  int64_t seg_len;         /* rows a segment (the whole len for strided folds) */
+  int64_t segs;            /* segments a block */
+  cpu_part *parts;         /* segs > 1: [output][segment], output = outer row * n + column */
   int64_t tasks_per_chunk;
   int64_t tasks;
+  int64_t outputs_per_chunk;  /* the merge pass */
   bool oom;
 } cpu_dim_job;
 
-/* Columns [j0, j1) of outer row r. cols: accumulators for CPU_REDUCE_COLS columns. */
-static void cpu_dim_task(const cpu_dim_job *jb, int64_t r, int64_t j0, int64_t j1,
+/* Columns [j0, j1) of outer row r, rows [i0, i1) of the reduced dim (segment k): into
+** dst when the segment is the whole dim, else into the partials. cols: accumulators for
+** CPU_REDUCE_COLS columns. */
+static void cpu_dim_task(const cpu_dim_job *jb, int64_t r, int64_t j0, int64_t j1, int64_t k,
                          cpu_columns_acc *cols) {
   const cpu_outer *o = jb->o;
   qt_redop op = jb->op;
@@ -810,12 +982,19 @@ static void cpu_dim_task(const cpu_dim_job *jb, int64_t r, int64_t j0, int64_t j
   char *pd = (char *)o->dst.data + dof;
   int64_t n = j1 - j0, len = o->len;
   if (cols != NULL) {
+    int64_t i0 = k * jb->seg_len, i1 = i0 + jb->seg_len < len ? i0 + jb->seg_len : len;
     bool float_sum = (op == QT_SUM || op == QT_MEAN) && qt_is_float(dt);
     for (int64_t j = 0; j < n; j++) cols->f[j] = 0, cols->c[j] = 0, cols->b[j] = 0, cols->u[j] = 0;
-    for (int64_t i = 0; i < len; i++) {
-      jb->fold_columns(ps + (i * o->rstride + j0) * es, n, i, cols);
-      if (float_sum && ((i + 1) % CPU_COLUMNS_SUM_BLOCK == 0 || i + 1 == len))
-        cpu_columns_sum_flush(cols, n);
+    cols->start = i0;
+    int64_t step = o->rstride * es, i = i0;
+    while (i < i1) {
+      /* to the end of the block of CPU_COLUMNS_SUM_BLOCK rows (segments start on one) */
+      int64_t end = (i / CPU_COLUMNS_SUM_BLOCK + 1) * CPU_COLUMNS_SUM_BLOCK;
+      if (end > i1) end = i1;
+      if (jb->fold_columns4 != NULL)
+        for (; i + 4 <= end; i += 4) jb->fold_columns4(ps + i * step + j0 * es, n, step, cols);
+      for (; i < end; i++) jb->fold_columns(ps + i * step + j0 * es, n, i, cols);
+      if (float_sum) cpu_columns_sum_flush(cols, n);
     }
     for (int64_t j = 0; j < n; j++) {
       cpu_acc acc;
@@ -830,7 +1009,8 @@ static void cpu_dim_task(const cpu_dim_job *jb, int64_t r, int64_t j0, int64_t j
         else acc.i = best.i;
         acc.pos = cols->at[j];
       }
-      cpu_reduce_finish(&acc, op, dt, len, pd + (j0 + j) * o->d_in * des);
+      if (jb->segs == 1) cpu_reduce_finish(&acc, op, dt, len, pd + (j0 + j) * o->d_in * des);
+      else cpu_part_pack(&jb->parts[(r * o->n + j0 + j) * jb->segs + k], &acc, op, dt);
     }
   } else {
     for (int64_t j = j0; j < j1; j++) {
@@ -864,12 +1044,35 @@ static void cpu_dim_chunk(void *arg, int64_t chunk) {
   int64_t t0 = chunk * jb->tasks_per_chunk;
   int64_t t1 = t0 + jb->tasks_per_chunk < jb->tasks ? t0 + jb->tasks_per_chunk : jb->tasks;
   for (int64_t t = t0; t < t1; t++) {
-    int64_t r = t / jb->blocks, b = t % jb->blocks;
+    int64_t r = t / (jb->blocks * jb->segs), rest = t % (jb->blocks * jb->segs);
+    int64_t b = rest / jb->segs, k = rest % jb->segs;
     int64_t j0 = b * jb->width;
     int64_t j1 = j0 + jb->width < jb->o->n ? j0 + jb->width : jb->o->n;
-    cpu_dim_task(jb, r, j0, j1, colsp);
+    cpu_dim_task(jb, r, j0, j1, k, colsp);
   }
   free(mem);
+}
+
+/* The merge pass: every output's partials, in segment order, into dst. */
+static void cpu_dim_merge_chunk(void *arg, int64_t chunk) {
+  const cpu_dim_job *jb = (const cpu_dim_job *)arg;
+  const cpu_outer *o = jb->o;
+  qt_dtype dt = o->src.dtype;
+  int64_t des = (int64_t)qt_elsize(o->dst.dtype), outputs = o->rows * o->n;
+  int64_t q0 = chunk * jb->outputs_per_chunk;
+  int64_t q1 = q0 + jb->outputs_per_chunk < outputs ? q0 + jb->outputs_per_chunk : outputs;
+  for (int64_t q = q0; q < q1; q++) {
+    const cpu_part *p = jb->parts + q * jb->segs;
+    cpu_acc acc, part;
+    cpu_part_unpack(&acc, &p[0], jb->op, dt);
+    for (int64_t k = 1; k < jb->segs; k++) {
+      cpu_part_unpack(&part, &p[k], jb->op, dt);
+      cpu_acc_merge(&acc, &part, jb->op, dt);
+    }
+    int64_t r = q / o->n, j = q % o->n, so, dof;
+    cpu_outer_row(o, r, &so, &dof);
+    cpu_reduce_finish(&acc, jb->op, dt, o->len, (char *)o->dst.data + dof + j * o->d_in * des);
+  }
 }
 
 /* Along dim. When the outer innermost dimension is contiguous in src and the reduced
@@ -880,25 +1083,39 @@ static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, i
   cpu_outer o;
   if (!cpu_outer_make(&o, dst, src, dim)) return 0;
   cpu_dim_job jb;
+  memset(&jb, 0, sizeof jb);
   jb.o = &o;
   jb.op = op;
   jb.fold_strided = cpu_strided_folds[src->dtype][op];
   jb.fold_columns = cpu_columns_folds[src->dtype][op];
+  jb.fold_columns4 = cpu_columns4_folds[src->dtype][op];
   jb.by_columns = o.len > 1 && o.n > 1 && o.s_in == 1 && o.rstride != 1 && o.len <= INT32_MAX;
   int64_t len1 = o.len > 0 ? o.len : 1;
+  jb.seg_len = jb.by_columns ? cpu_dim_segment(o.len) : len1;
+  jb.segs = (len1 + jb.seg_len - 1) / jb.seg_len;
   int64_t piece;
   int64_t want = cpu_par_pieces(o.rows * o.n * len1, &piece);  /* tasks: the pool's cut */
   int64_t min_width = jb.by_columns ? CPU_REDUCE_MIN_COLS : 1;
-  jb.width = CPU_REDUCE_COLS;
-  while (jb.width > min_width && o.rows * ((o.n + jb.width - 1) / jb.width) < want)
+  jb.width = jb.by_columns ? CPU_REDUCE_COLS : 1024;
+  while (jb.width > min_width && o.rows * ((o.n + jb.width - 1) / jb.width) * jb.segs < want)
     jb.width /= 2;
   if (jb.width < min_width) jb.width = min_width;
   jb.blocks = (o.n + jb.width - 1) / jb.width;
-  jb.tasks = o.rows * jb.blocks;
-  int64_t per_task = (o.n < jb.width ? o.n : jb.width) * len1;
+  jb.tasks = o.rows * jb.blocks * jb.segs;
+  int64_t per_task = (o.n < jb.width ? o.n : jb.width) * (jb.segs > 1 ? jb.seg_len : len1);
   jb.tasks_per_chunk = CPU_PAR_GRAIN / per_task + 1;
-  jb.oom = false;
+  int64_t outputs = o.rows * o.n;
+  if (jb.segs > 1) {
+    jb.parts = malloc((size_t)outputs * (size_t)jb.segs * sizeof *jb.parts);
+    if (jb.parts == NULL) return qt_errorf(err, "%s: out of host memory", qt_redop_name(op));
+  }
   cpu_parallel((jb.tasks + jb.tasks_per_chunk - 1) / jb.tasks_per_chunk, cpu_dim_chunk, &jb);
+  if (jb.segs > 1 && !jb.oom) {
+    jb.outputs_per_chunk = CPU_PAR_GRAIN / (4 * jb.segs) + 1;
+    cpu_parallel((outputs + jb.outputs_per_chunk - 1) / jb.outputs_per_chunk,
+                 cpu_dim_merge_chunk, &jb);
+  }
+  free(jb.parts);
   if (jb.oom) return qt_errorf(err, "%s: out of host memory", qt_redop_name(op));
   return 0;
 }
