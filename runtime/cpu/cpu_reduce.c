@@ -89,11 +89,11 @@ typedef void (*cpu_strided_fold_fn)(const char *p, int64_t n, int64_t s, int64_t
                                     cpu_acc *acc);
 typedef void (*cpu_columns_fold_fn)(const char *p, int64_t n, int64_t pos,
                                     const cpu_columns_acc *columns);
-/* Sums: four rows (`step` bytes apart) at once, so a wide block's accumulators are read
-** and written once per four rows instead of once per row. (Max, min and the arg ops have
-** none: as tournaments of four rows they ran slower than one row at a time, their bests
-** being narrow enough to stay in L1.) */
-typedef void (*cpu_columns4_fold_fn)(const char *p, int64_t n, int64_t step,
+/* Four rows (`step` bytes apart; the first at 0-based position pos) at once, so a wide
+** block's accumulators are read and written once per four rows instead of once per row:
+** the sums, and float32 argmax/argmin with AVX2. (GCC's four-row max, min and arg
+** tournaments ran slower than one row at a time: the NaN rule costs three selects a pick.) */
+typedef void (*cpu_columns4_fold_fn)(const char *p, int64_t n, int64_t step, int64_t pos,
                                      const cpu_columns_acc *columns);
 
 /* The section's loops are the kind GCC vectorizes only with its dynamic cost model (see
@@ -127,7 +127,8 @@ typedef void (*cpu_columns4_fold_fn)(const char *p, int64_t n, int64_t step,
     for (int64_t j = 0; j < n; j++) b[j] += (double)x[j];                                \
   }                                                                                      \
   CPU_MULTIVERSION static void cpu_columns4_sum_##SFX(const char *p, int64_t n, int64_t step, \
-                                                      const cpu_columns_acc *columns) {  \
+                                          int64_t pos, const cpu_columns_acc *columns) { \
+    (void)pos;                                                                           \
     const T *restrict x0 = (const T *)p;                                                 \
     const T *restrict x1 = (const T *)(p + step);                                        \
     const T *restrict x2 = (const T *)(p + 2 * step);                                    \
@@ -167,8 +168,9 @@ static void cpu_columns_sum_flush(const cpu_columns_acc *columns, int64_t n) {
     uint64_t *restrict u = columns->u;                                                   \
     for (int64_t j = 0; j < n; j++) u[j] += (uint64_t)(int64_t)x[j];                     \
   }                                                                                      \
-  static void cpu_columns4_sum_##SFX(const char *p, int64_t n, int64_t step,             \
+  static void cpu_columns4_sum_##SFX(const char *p, int64_t n, int64_t step, int64_t pos, \
                                      const cpu_columns_acc *columns) {                   \
+    (void)pos;                                                                           \
     const T *restrict x0 = (const T *)p;                                                 \
     const T *restrict x1 = (const T *)(p + step);                                        \
     const T *restrict x2 = (const T *)(p + 2 * step);                                    \
@@ -408,10 +410,85 @@ static int64_t cpu_f32_arg(const float *x, int64_t n, int is_max, int *has_nan) 
   if (level == 1) return cpu_f32_arg_avx2(x, n, is_max, has_nan);
   return cpu_f32_arg_sse2(x, n, is_max, has_nan);
 }
+/* Columns argmax/argmin of float32, four rows at once (cpu_columns4_fold_fn): per 8
+** columns, a tournament of the four rows in order (strict comparisons: the earlier row
+** wins a tie), then against the best so far, which a NaN best survives (no comparison
+** with it is true). The tournament assumes no NaN among the four rows; 8 columns that
+** hold one take the one-row rule instead (the first NaN wins), as do the last n % 8. */
+static void cpu_f32_columns_arg_exact(const float *const *x, int64_t j0, int64_t j1,
+                                      int32_t row, int is_max, const cpu_columns_acc *columns) {
+  float *best = (float *)columns->best;
+  int32_t *at = columns->at;
+  for (int k = 0; k < 4; k++) {
+    for (int64_t j = j0; j < j1; j++) {
+      float v = x[k][j], b = best[j];
+      if (b == b && ((is_max ? v > b : v < b) || v != v)) best[j] = v, at[j] = row + k;
+    }
+  }
+}
+
+#define CPU_F32_COLUMNS_PICK(l, la, r, ra, v, a, PRED)                                   \
+  __m256 t_##v = _mm256_cmp_ps(r, l, PRED);                                              \
+  __m256 v = _mm256_blendv_ps(l, r, t_##v);                                              \
+  __m256 a = _mm256_blendv_ps(la, ra, t_##v)
+#define CPU_F32_COLUMNS_ARG_LOOP(PRED)                                                   \
+  for (; j + 8 <= n; j += 8) {                                                           \
+    __m256 a = _mm256_loadu_ps(x[0] + j), b = _mm256_loadu_ps(x[1] + j);                 \
+    __m256 c = _mm256_loadu_ps(x[2] + j), d = _mm256_loadu_ps(x[3] + j);                 \
+    __m256 nan = _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q)); \
+    if (!_mm256_testz_ps(nan, nan)) {                                                    \
+      cpu_f32_columns_arg_exact(x, j, j + 8, row, is_max, columns);                      \
+      continue;                                                                          \
+    }                                                                                    \
+    __m256 e = _mm256_loadu_ps(best + j);                                                \
+    __m256 ae = _mm256_loadu_ps((const float *)(at + j));                                \
+    CPU_F32_COLUMNS_PICK(a, r0, b, r1, ab, pab, PRED);                                   \
+    CPU_F32_COLUMNS_PICK(c, r2, d, r3, cd, pcd, PRED);                                   \
+    CPU_F32_COLUMNS_PICK(ab, pab, cd, pcd, m, pm, PRED);                                 \
+    CPU_F32_COLUMNS_PICK(e, ae, m, pm, out, pout, PRED);                                 \
+    _mm256_storeu_ps(best + j, out);                                                     \
+    _mm256_storeu_ps((float *)(at + j), pout);                                           \
+  }
+__attribute__((target("avx2"))) static void cpu_f32_columns_arg_avx2(const char *p, int64_t n,
+                                                                      int64_t step, int64_t pos,
+                                                                      int is_max,
+                                                                      const cpu_columns_acc *columns) {
+  const float *x[4] = { (const float *)p, (const float *)(p + step), (const float *)(p + 2 * step),
+                        (const float *)(p + 3 * step) };
+  float *best = (float *)columns->best;
+  int32_t *at = columns->at;
+  const int32_t row = (int32_t)(pos + 1);  /* x[0]'s, 1-based */
+  const __m256 r0 = _mm256_castsi256_ps(_mm256_set1_epi32(row));
+  const __m256 r1 = _mm256_castsi256_ps(_mm256_set1_epi32(row + 1));
+  const __m256 r2 = _mm256_castsi256_ps(_mm256_set1_epi32(row + 2));
+  const __m256 r3 = _mm256_castsi256_ps(_mm256_set1_epi32(row + 3));
+  int64_t j = 0;
+  if (is_max) CPU_F32_COLUMNS_ARG_LOOP(_CMP_GT_OQ)
+  else CPU_F32_COLUMNS_ARG_LOOP(_CMP_LT_OQ)
+  cpu_f32_columns_arg_exact(x, j, n, row, is_max, columns);
+}
+
+static void cpu_columns4_argmax_f32_avx2(const char *p, int64_t n, int64_t step, int64_t pos,
+                                         const cpu_columns_acc *columns) {
+  cpu_f32_columns_arg_avx2(p, n, step, pos, 1, columns);
+}
+static void cpu_columns4_argmin_f32_avx2(const char *p, int64_t n, int64_t step, int64_t pos,
+                                         const cpu_columns_acc *columns) {
+  cpu_f32_columns_arg_avx2(p, n, step, pos, 0, columns);
+}
+
+/* The four-row fold of op on float32 columns where the CPU has AVX2, else NULL. */
+static cpu_columns4_fold_fn cpu_f32_columns4_arg(qt_redop op) {
+  if (cpu_isa_level() < 1) return NULL;
+  if (op == QT_ARGMAX) return cpu_columns4_argmax_f32_avx2;
+  if (op == QT_ARGMIN) return cpu_columns4_argmin_f32_avx2;
+  return NULL;
+}
 #else
 #define CPU_SIMD_F32(x) 0
 #define cpu_f32_best(x, n, is_max, has_nan) 0
 #define cpu_f32_arg(x, n, is_max, has_nan) 0
+#define cpu_f32_columns4_arg(op) NULL
 #endif
 
 /* The best of a contiguous run (n >= 1) by BETTER, with eight independent lanes so the
@@ -954,7 +1031,7 @@ typedef struct cpu_dim_job {
   qt_redop op;
   cpu_strided_fold_fn fold_strided;
   cpu_columns_fold_fn fold_columns;
-  cpu_columns4_fold_fn fold_columns4;  /* sums: four rows at once; NULL for the others */
+  cpu_columns4_fold_fn fold_columns4;  /* four rows at once, or NULL */
   bool by_columns;
   int64_t width;           /* columns a block (at most CPU_REDUCE_COLS) */
   int64_t blocks;          /* column blocks per row */
@@ -987,12 +1064,16 @@ static void cpu_dim_task(const cpu_dim_job *jb, int64_t r, int64_t j0, int64_t j
     for (int64_t j = 0; j < n; j++) cols->f[j] = 0, cols->c[j] = 0, cols->b[j] = 0, cols->u[j] = 0;
     cols->start = i0;
     int64_t step = o->rstride * es, i = i0;
+    if (!(op == QT_SUM || op == QT_MEAN)) {  /* the first row starts the bests */
+      jb->fold_columns(ps + i * step + j0 * es, n, i, cols);
+      i++;
+    }
     while (i < i1) {
       /* to the end of the block of CPU_COLUMNS_SUM_BLOCK rows (segments start on one) */
       int64_t end = (i / CPU_COLUMNS_SUM_BLOCK + 1) * CPU_COLUMNS_SUM_BLOCK;
       if (end > i1) end = i1;
       if (jb->fold_columns4 != NULL)
-        for (; i + 4 <= end; i += 4) jb->fold_columns4(ps + i * step + j0 * es, n, step, cols);
+        for (; i + 4 <= end; i += 4) jb->fold_columns4(ps + i * step + j0 * es, n, step, i, cols);
       for (; i < end; i++) jb->fold_columns(ps + i * step + j0 * es, n, i, cols);
       if (float_sum) cpu_columns_sum_flush(cols, n);
     }
@@ -1089,6 +1170,7 @@ static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, i
   jb.fold_strided = cpu_strided_folds[src->dtype][op];
   jb.fold_columns = cpu_columns_folds[src->dtype][op];
   jb.fold_columns4 = cpu_columns4_folds[src->dtype][op];
+  if (jb.fold_columns4 == NULL && src->dtype == QT_F32) jb.fold_columns4 = cpu_f32_columns4_arg(op);
   jb.by_columns = o.len > 1 && o.n > 1 && o.s_in == 1 && o.rstride != 1 && o.len <= INT32_MAX;
   int64_t len1 = o.len > 0 ? o.len : 1;
   jb.seg_len = jb.by_columns ? cpu_dim_segment(o.len) : len1;
