@@ -586,8 +586,9 @@ int lq_help(lua_State *L) {
     return 0;
   }
   if (lua_type(L, 1) == LUA_TSTRING) {
-    n = lh_find_name(lua_tostring(L, 1), found);
-    if (n == 0) return luaL_error(L, "help: no documentation for '%s'", lua_tostring(L, 1));
+    const char *name = lq_tocstring(L, 1, "help", "the name");
+    n = lh_find_name(name, found);
+    if (n == 0) return luaL_error(L, "help: no documentation for '%s'", name);
   } else if (lua_isfunction(L, 1)) {
     n = lh_find_function(L, 1, found);
     if (n == 0)
