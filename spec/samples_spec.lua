@@ -34,6 +34,22 @@ describe("README", function()
       run_ok({P.qlua(), file}, "README block " .. i)
     end)
   end
+
+  -- The README's stock-lua5.4 command line, as written there, on the tour: the module of
+  -- the qlua under test (its build directory's qlua.so) loaded as the global qlua.
+  it("runs the tour under stock lua5.4 with its -l qlua command line", function()
+    local lua, why = P.lua()
+    if not lua then return pending(why) end
+    local cmd = P.read("README.md"):match('`(LUA_CPATH="build/%?%.so;;" lua5%.4 %-l qlua script%.lua)`')
+    assert.truthy(cmd, "the README's lua5.4 -l qlua command line")
+    local build = P.qlua():match("^(.*)/[^/]+$")
+    local script = P.write(P.tmpname(".lua"), blocks[1])
+    cmd = cmd:gsub('"build/', '"' .. build .. "/"):gsub("^(.-)lua5%.4", "%1" .. P.quote(lua))
+             :gsub("script%.lua$", P.quote(script))
+    run_ok({"sh", "-c", cmd}, "the tour under lua5.4")
+    local bare = P.run({lua, script}, {timeout = 60})
+    assert.are_not.equal(0, bare.status, "without -l qlua the tour should fail")
+  end)
 end)
 
 describe("samples", function()
