@@ -167,8 +167,10 @@ $(foreach p,$(CU_PARTS),$(eval $(call cu_parts_rules,$(call cu_stem,$(p)),$(call
 
 # ---- tests: busted started inside qlua (spec/run.lua), so specs see qlua as scripts do
 SPEC ?= spec
+# The specs that run make themselves get a make of their own: no jobserver or variables
+# inherited from this one (its recipe is not a sub-make).
 test: all
-	QLUA=$(QLUA) $(QLUA) spec/run.lua $(SPEC)
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL QLUA=$(QLUA) $(QLUA) spec/run.lua $(SPEC)
 
 demo: all
 	$(QLUA) samples/demo.lua

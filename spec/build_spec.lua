@@ -18,7 +18,10 @@ local P = require("spec.helpers.process")
 local function make(args, env)
   local argv = { "make", "-n", "--no-print-directory" }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
-  return P.run(argv, { env = env, timeout = 60 })
+  -- a make of its own: nothing inherited from a make that runs the specs
+  local clean = { MAKEFLAGS = false, MFLAGS = false, MAKELEVEL = false, CUDA = false }
+  for k, v in pairs(env or {}) do clean[k] = v end
+  return P.run(argv, { env = clean, timeout = 60 })
 end
 
 local function has_gpu()
