@@ -2,7 +2,7 @@
 ** cuda_internal.h — what the CUDA device's own files share, beyond kernels.h: the thread's
 ** current device, the index-error record, and the constructors and hooks of the per-device
 ** structs that qt_cuda_device_open puts in the context. Only the CUDA device's own files
-** include it; op files (elementwise.cu, gather.cu, ...) need kernels.h alone.
+** include it; op files (elementwise.cu, index.cu, ...) need kernels.h alone.
 */
 #ifndef QLUA_CUDA_INTERNAL_H
 #define QLUA_CUDA_INTERNAL_H

@@ -118,7 +118,7 @@ int qt_cuda_launch(qt_device *dev, void *kernel, const qt_launch_cfg *cfg, void 
 /* reduce.cu */
 int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
                    double arg, qt_err *err);
-/* gather.cu */
+/* index.cu */
 int qt_cuda_gather(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
                    const qt_view *index, qt_err *err);
 int qt_cuda_index_select(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,

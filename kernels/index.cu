@@ -1,5 +1,5 @@
 /*
-** gather.cu — the indexing slots of the CUDA device: gather, index_select, take, scatter,
+** index.cu — the indexing slots of the CUDA device: gather, index_select, take, scatter,
 ** index_add, scatter_add, index_fill, index_copy (semantics in runtime/device.h). The last
 ** three are walks of the general kernel: scatter_add is scatter's walk with index_add's
 ** atomic sums, index_fill and index_copy index_add's walk with scatter's plain stores.
