@@ -2253,32 +2253,6 @@ function M.run(opts)
             if res[1] ~= is_tensor(a[1]) then return "is_tensor gave " .. tostring(res[1]) end
           end }
 
-  -- ---- sampling (issue 13)
-  entry { name = "uniform_", kind = "method", ret = "self", mutates = true,
-          gen = function(a) a.n = 2; a[1] = R:chance(0.7) and g_number() or nil; a[2] = R:chance(0.7) and g_number() or nil end }
-  entry { name = "normal_", kind = "method", ret = "self", mutates = true,
-          gen = function(a) a.n = 2; a[1] = R:chance(0.7) and g_number() or nil; a[2] = R:chance(0.7) and g_number() or nil end }
-  entry { name = "random_", kind = "method", ret = "self", mutates = true,
-          gen = function(a)
-            a.n = 2
-            a[1] = R:int(-5, 5)
-            a[2] = R:chance(0.7) and R:int(-5, 300) or nil
-          end }
-  entry { name = "exponential_", kind = "method", ret = "self", mutates = true,
-          gen = function(a) a.n = 1; a[1] = R:chance(0.8) and g_number() or nil end }
-  entry { name = "bernoulli", kind = "module", ret = "tensor",
-          gen = function(a)
-            local p = pool_pick()
-            a.n = 1
-            a[1] = p
-          end }
-  entry { name = "multinomial", kind = "module", ret = "tensor",
-          gen = function(a)
-            a.n = 3
-            a[1] = pool_pick()
-            a[2] = R:int(-1, 8)
-            a[3] = R:pick({ true, false, nil, 1 })
-          end }
   -- ---- operators (the metamethods as Lua invokes them)
   local OPS = {
     { "add", "a + b", { "add", "__add" } }, { "sub", "a - b", { "sub", "__sub" } },
