@@ -263,7 +263,7 @@ int qt_lerp_(qt_ctx *ctx, qt_tensor *a, const qt_tensor *b, const qt_tensor *w_t
 /* t += value * (a * b) (op QT_MUL: addcmul_) or t += value * (a / b) (QT_DIV: addcdiv_). */
 int qt_addc_(qt_ctx *ctx, qt_tensor *t, qt_binop op, const qt_tensor *a, const qt_tensor *b,
              qt_scalar value, bool value_is_float);
-/* Whole-tensor comparisons (ops_compare.c), PyTorch's. isclose: a bool tensor of a and b
+/* Whole-tensor comparisons (ops_elementwise_compare.c), PyTorch's. isclose: a bool tensor of a and b
 ** broadcast together, true where a == b, or both are NaN and equal_nan, or |a - b| is
 ** finite and <= atol + |rtol * b|; a and b of one dtype, rtol and atol >= 0. Floats
 ** compute in their dtype, 16-bit ones in float32, integers and bool in float64.
@@ -412,7 +412,7 @@ int qt_addmm(qt_ctx *ctx, qt_tensor *out, const qt_tensor *c, const qt_tensor *a
              const qt_tensor *b, double beta, double alpha);
 int qt_addmm_(qt_ctx *ctx, qt_tensor *c, const qt_tensor *a, const qt_tensor *b, double beta,
               double alpha);
-/* NumPy's einsum (ops_einsum.c) over n operands (1 .. QT_EINSUM_MAX) of one float dtype:
+/* NumPy's einsum (ops_matmul_einsum.c) over n operands (1 .. QT_EINSUM_MAX) of one float dtype:
 ** "ij,jk->ik", implicit output without "->", "..." broadcasting, repeated letters in one
 ** operand as diagonals. Operands are contracted left to right, each pair by a permute and
 ** reshape around one batched GEMM (qt_matmul); letters no later operand or the output

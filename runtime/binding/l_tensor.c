@@ -772,7 +772,7 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   luaL_newmetatable(L, QLUA_TENSOR);            /* sets __name */
   lua_createtable(L, 0, (int)(sizeof t_methods / sizeof t_methods[0]));
   lq_setfuncs(L, t_methods, box_idx, true);     /* methods: upvalue 1 = the state box */
-  lq_setfuncs(L, lq_arith_methods, box_idx, true);
+  lq_setfuncs(L, lq_elementwise_methods, box_idx, true);
   lq_setfuncs(L, lq_random_methods, box_idx, true);
   lq_setfuncs(L, lq_shape_methods, box_idx, true);
   lq_setfuncs(L, lq_index_methods, box_idx, true);
@@ -780,7 +780,7 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   lq_setfuncs(L, lq_sort_methods, box_idx, true);
   lq_setfuncs(L, lq_scan_methods, box_idx, true);
   lq_setfuncs(L, lq_reduce_methods, box_idx, true);
-  lq_setfuncs(L, lq_products_methods, box_idx, true);
+  lq_setfuncs(L, lq_matmul_methods, box_idx, true);
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__methods");             /* for the REPL's completion */
   lua_pushvalue(L, box_idx);
@@ -790,7 +790,7 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   lua_pushvalue(L, box_idx);
   luaL_setfuncs(L, t_releases, 1);
   lq_setfuncs(L, t_metamethods, box_idx, false);
-  lq_setfuncs(L, lq_arith_metamethods, box_idx, false);
+  lq_setfuncs(L, lq_elementwise_metamethods, box_idx, false);
   /* Last (its fields are all set): the metatable is qlua.Tensor (l_qlua.c), the class
   ** users extend. A name it lacks reads the method, and a name written into it that it
   ** lacks becomes a method (function qlua.Tensor.double_it(t) return t * 2 end; then

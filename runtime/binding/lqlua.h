@@ -184,10 +184,10 @@ int lq_totable(lua_State *L);
 ** the table at module_idx. */
 void lq_open_kernel(lua_State *L, int box_idx, int module_idx);
 
-/* ---- l_arith.c: elementwise arithmetic methods and the operator metamethods,
+/* ---- l_elementwise.c: elementwise arithmetic methods and the operator metamethods,
 ** registered by l_tensor.c */
-extern const lq_Reg lq_arith_methods[];
-extern const lq_Reg lq_arith_metamethods[];
+extern const lq_Reg lq_elementwise_methods[];
+extern const lq_Reg lq_elementwise_metamethods[];
 /* ---- l_random.c: sampling methods (uniform_ ...), registered by l_tensor.c, and
 ** qlua.bernoulli and qlua.multinomial, registered by l_qlua.c */
 extern const lq_Reg lq_random_methods[];
@@ -208,10 +208,10 @@ bool lq_optkeepdim(lua_State *L, int arg, const char *op);
 ** n results on top of the stack, each t reduced over dim (t has ndim dims), become views
 ** with dim back at size 1. A 0-d t's results stay 0-d, as PyTorch's. Returns n. */
 int lq_keepdim(lua_State *L, qt_ctx *ctx, int n, int dim, int ndim, const char *op);
-/* ---- l_products.c: the product methods (matmul ...), registered by l_tensor.c, and
+/* ---- l_matmul.c: the product methods (matmul ...), registered by l_tensor.c, and
 ** qlua.matmul ..., registered by l_qlua.c */
-extern const lq_Reg lq_products_methods[];
-extern const lq_Reg lq_products_functions[];
+extern const lq_Reg lq_matmul_methods[];
+extern const lq_Reg lq_matmul_functions[];
 
 /* ---- l_scan.c: the scan and softmax methods (cumsum ... log_softmax), registered by
 ** l_tensor.c, and qlua.cross_entropy, registered by l_qlua.c */

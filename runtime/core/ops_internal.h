@@ -3,7 +3,7 @@
 ** not installed, not seen by devices or the binding.
 **
 ** The core (ops.h's functions, one file per family: ops_create.c, ops_view.c, ops_move.c,
-** ops_arith.c, ops_reduce.c, ops_index.c, ops_matmul.c) is the layer between the Lua binding (which converts Lua values and raises
+** ops_elementwise.c, ops_reduce.c, ops_index.c, ops_matmul.c) is the layer between the Lua binding (which converts Lua values and raises
 ** ctx->err.msg) and the devices (runtime/cpu/, the .cu files in kernels/). It checks everything
 ** that can be checked without reading index values (freed tensors, devices, dims, shapes,
 ** dtypes), decides result shapes and dtypes (NumPy broadcasting and promotion),

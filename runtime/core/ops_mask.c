@@ -83,7 +83,7 @@ static bool ops_is_int(qt_dtype d) { return !qt_is_float(d) && !qt_is_bool(d); }
 
 /* ================================================================== where */
 
-/* The dtype a number takes next to a tensor of dtype t, as in arithmetic (ops_arith.c's
+/* The dtype a number takes next to a tensor of dtype t, as in arithmetic (ops_elementwise.c's
 ** ops_scalar_dtypes, NumPy 2's weak Python scalars): a boolean is the weakest and takes t;
 ** an integer keeps t unless t is bool (int64); a float keeps a float t, else float64. */
 static qt_dtype ops_where_number_dtype(const qt_where_arg *n, qt_dtype t) {

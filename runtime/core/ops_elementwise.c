@@ -1,5 +1,5 @@
 /*
-** ops_arith.c — elementwise arithmetic: binary ops with broadcasting and NumPy promotion,
+** ops_elementwise.c — elementwise arithmetic: binary ops with broadcasting and NumPy promotion,
 ** tensor-scalar ops, unary ops and clamp, in place or not.
 */
 #include "ops_internal.h"

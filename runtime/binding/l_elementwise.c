@@ -1,9 +1,9 @@
 /*
-** l_arith.c — the qlua.Tensor methods of elementwise arithmetic: the binary ops with a
+** l_elementwise.c — the qlua.Tensor methods of elementwise arithmetic: the binary ops with a
 ** tensor or a number on either side (add ... floor_divide, and their in-place forms), the
 ** unary ops (neg ... isfinite), clamp, nan_to_num, lerp, addcmul_/addcdiv_, fill_ and zero_,
 ** and the operator metamethods (+ - * / % // ^ and unary -).
-** l_tensor.c registers lq_arith_methods and lq_arith_metamethods with the others.
+** l_tensor.c registers lq_elementwise_methods and lq_elementwise_metamethods with the others.
 */
 #include <math.h>
 #include <stdint.h>
@@ -328,7 +328,7 @@ static int t_zero_(lua_State *L) {
 
 /* ================================================================ registration */
 
-const lq_Reg lq_arith_methods[] = {
+const lq_Reg lq_elementwise_methods[] = {
   {"add", t_add, 2}, {"sub", t_sub, 2}, {"mul", t_mul, 2}, {"div", t_div, 2},
   {"pow", t_pow, 2}, {"maximum", t_maximum, 2}, {"minimum", t_minimum, 2},
   {"eq", t_eq, 2}, {"ne", t_ne, 2}, {"lt", t_lt, 2}, {"le", t_le, 2}, {"gt", t_gt, 2},
@@ -369,7 +369,7 @@ const lq_Reg lq_arith_methods[] = {
   {NULL, NULL, 0}
 };
 
-const lq_Reg lq_arith_metamethods[] = {
+const lq_Reg lq_elementwise_metamethods[] = {
   {"__add", t_meta_add, LQ_VARARGS}, {"__sub", t_meta_sub, LQ_VARARGS},
   {"__mul", t_meta_mul, LQ_VARARGS}, {"__div", t_meta_div, LQ_VARARGS},
   {"__pow", t_meta_pow, LQ_VARARGS}, {"__unm", t_meta_unm, LQ_VARARGS},

@@ -1,6 +1,6 @@
 /*
-** ops_compose.c — elementwise ops made of other ops: lerp (arithmetic and where) and
-** addcmul_/addcdiv_. Apart from ops_arith.c so that the arithmetic does not depend on the
+** ops_elementwise_compose.c — elementwise ops made of other ops: lerp (arithmetic and where) and
+** addcmul_/addcdiv_. Apart from ops_elementwise.c so that the arithmetic does not depend on the
 ** masks (ops_mask.c), which depend on it.
 */
 #include "ops_internal.h"

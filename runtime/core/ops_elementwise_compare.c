@@ -1,5 +1,5 @@
 /*
-** ops_compare.c — comparisons of whole tensors, PyTorch's: isclose (elementwise, a bool
+** ops_elementwise_compare.c — comparisons of whole tensors, PyTorch's: isclose (elementwise, a bool
 ** tensor), allclose and equal (one answer). Compositions of the elementwise ops, where
 ** and the reductions, so every device runs them with the kernels it already has.
 */
