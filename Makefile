@@ -26,7 +26,7 @@ PKG_CONFIG ?= pkg-config
 
 LUA_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
 LUA_LIBS   ?= $(shell $(PKG_CONFIG) --libs lua5.4 2>/dev/null || echo -llua5.4)
-# OpenBLAS is not linked: runtime/cpu/cpu_blas.c loads it on the first CPU product, after
+# OpenBLAS is not linked: runtime/cpu/cpu_matmul_blas.c loads it on the first CPU product, after
 # choosing its kernel set for this CPU (OPENBLAS_CORETYPE), which it reads when it loads.
 READLINE_LIBS ?= -lreadline
 # jansson parses and writes the JSON header of .safetensors files (runtime/core/safetensors.c)

@@ -793,7 +793,7 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   lq_setfuncs(L, q_funcs, box, false);
   lq_setfuncs(L, lq_mask_functions, box, false);  /* qlua.where (l_mask.c) */
   lq_setfuncs(L, lq_sort_functions, box, false);  /* qlua.searchsorted (l_sort.c) */
-  lq_setfuncs(L, lq_products_functions, box, false);  /* qlua.matmul ... (l_products.c) */
+  lq_setfuncs(L, lq_matmul_functions, box, false);  /* qlua.matmul ... (l_matmul.c) */
   lq_setfuncs(L, lq_random_functions, box, false);  /* qlua.bernoulli ... (l_random.c) */
   lq_setfuncs(L, lq_scan_functions, box, false);  /* qlua.cross_entropy (l_scan.c) */
   lq_open_kernel(L, box, -1);                     /* also qlua.Kernel, qlua.Module */

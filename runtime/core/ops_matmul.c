@@ -2,7 +2,7 @@
 ** ops_matmul.c — matrix products: matmul (1-D, 2-D and batched operands), dot, outer, mv,
 ** bmm and addmm, all reduced to the devices' one batched 3-D GEMM slot
 ** (c = alpha * a @ b + beta * c), with strided operands passed through when BLAS can take
-** them. einsum (ops_einsum.c) builds on qt_matmul too.
+** them. einsum (ops_matmul_einsum.c) builds on qt_matmul too.
 */
 #include "ops_internal.h"
 

@@ -13,7 +13,7 @@
 **   cpu_index.c        gather, index_select, take, scatter, index_add, scatter_add,
 **                      index_fill, index_copy
 **   cpu_matmul.c       batched matmul through BLAS
-**   cpu_blas.c         the BLAS, loaded on first use (OpenBLAS's kernel set from cpuid)
+**   cpu_matmul_blas.c         the BLAS, loaded on first use (OpenBLAS's kernel set from cpuid)
 **   cpu_pool.c         the thread pool (cpu_parallel)
 **   cpu_half.c         float16/bfloat16 rows to and from float32 (F16C, AVX2, AVX-512)
 **   cpu_random.c       rand, randn, randint (Philox, the same numbers as the GPU)
@@ -133,7 +133,7 @@ int cpu_threads(void);
 ** sizes OpenBLAS's pool with it. */
 int cpu_pool_set_threads(int n);
 
-/* cpu_blas.c: the BLAS, loaded on first use (NULL with a message when there is none). */
+/* cpu_matmul_blas.c: the BLAS, loaded on first use (NULL with a message when there is none). */
 enum { CPU_CBLAS_ROW_MAJOR = 101, CPU_CBLAS_NO_TRANS = 111, CPU_CBLAS_TRANS = 112 };
 typedef void (*cpu_sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha,
                              const float *a, int lda, const float *b, int ldb, float beta,

@@ -1,6 +1,6 @@
 /*
 ** cpu_matmul.c — the CPU device's matmul slot: batched c = alpha * a @ b + beta * c through
-** cblas_?gemm (OpenBLAS, loaded by cpu_blas.c), with strided operands handed over as they are or packed, and the
+** cblas_?gemm (OpenBLAS, loaded by cpu_matmul_blas.c), with strided operands handed over as they are or packed, and the
 ** address space OpenBLAS needs checked first where running out of it would hang it.
 */
 #include <limits.h>
@@ -101,7 +101,7 @@ static int cpu_blas_room(qt_err *err) {
     __atomic_store_n(&cpu_overcommit_strict, strict, __ATOMIC_RELAXED);
   }
   if (!bounded && !strict) return 0;
-  /* OpenBLAS's threads, or (not loaded yet) the ones it will start with (cpu_blas.c) */
+  /* OpenBLAS's threads, or (not loaded yet) the ones it will start with (cpu_matmul_blas.c) */
   const cpu_blas_api *blas = cpu_blas_loaded();
   int threads = blas != NULL ? (blas->get_num_threads != NULL ? blas->get_num_threads() : 1)
                              : cpu_threads();

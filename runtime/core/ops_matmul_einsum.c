@@ -1,5 +1,5 @@
 /*
-** ops_einsum.c — qlua.einsum: NumPy's subscript notation reduced to views, sums and GEMMs.
+** ops_matmul_einsum.c — qlua.einsum: NumPy's subscript notation reduced to views, sums and GEMMs.
 **
 ** The spec is parsed into one label per dim of every operand (letters, and one label per
 ** broadcast dim of "..."). Each operand is then made a view with unique labels: a letter

@@ -1,9 +1,9 @@
 /*
-** l_products.c — matrix products from Lua: the methods matmul, dot, outer, mv, bmm, addmm
+** l_matmul.c — matrix products from Lua: the methods matmul, dot, outer, mv, bmm, addmm
 ** and addmm_, and the module's qlua.matmul, qlua.addmm and qlua.einsum. The core does the
-** work (ops_matmul.c, ops_einsum.c); this file reads the operands and addmm's
-** {beta =, alpha =}. l_tensor.c registers lq_products_methods with the other methods,
-** l_qlua.c lq_products_functions with the module's.
+** work (ops_matmul.c, ops_matmul_einsum.c); this file reads the operands and addmm's
+** {beta =, alpha =}. l_tensor.c registers lq_matmul_methods with the other methods,
+** l_qlua.c lq_matmul_functions with the module's.
 */
 #include <string.h>
 
@@ -130,13 +130,13 @@ static int q_einsum(lua_State *L) {
 
 /* ================================================================ registration */
 
-const lq_Reg lq_products_methods[] = {
+const lq_Reg lq_matmul_methods[] = {
   {"matmul", t_matmul, 2}, {"dot", t_dot, 2}, {"outer", t_outer, 2}, {"mv", t_mv, 2},
   {"bmm", t_bmm, 2}, {"addmm", t_addmm, 4}, {"addmm_", t_addmm_, 4},
   {NULL, NULL, 0},
 };
 
-const lq_Reg lq_products_functions[] = {
+const lq_Reg lq_matmul_functions[] = {
   {"matmul", q_matmul, 2}, {"addmm", q_addmm, 4},
   {"einsum", q_einsum, LQ_VARARGS},
   {NULL, NULL, 0},

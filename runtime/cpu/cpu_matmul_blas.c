@@ -1,5 +1,5 @@
 /*
-** cpu_blas.c — the CPU's BLAS, loaded on the first product that needs it.
+** cpu_matmul_blas.c — the CPU's BLAS, loaded on the first product that needs it.
 **
 ** Debian's OpenBLAS is built for every x86-64 kernel set (DYNAMIC_ARCH) and picks one from
 ** the CPU it finds when it loads; for CPUs newer than the build (0.3.21 does not know the
