@@ -138,7 +138,7 @@ int qt_cuda_index_copy(qt_device *dev, const qt_view *dst, int dim, const qt_vie
 /* scan.cu: cumsum, cumprod, cummax, cummin, logcumsumexp */
 int qt_cuda_scan(qt_device *dev, qt_scanop op, const qt_view *dst, const qt_view *indices,
                  const qt_view *src, int dim, qt_err *err);
-/* softmax.cu: softmax and log_softmax */
+/* scan_softmax.cu: softmax and log_softmax */
 int qt_cuda_softmax(qt_device *dev, bool log, const qt_view *dst, const qt_view *src, int dim,
                     qt_err *err);
 /* mask.cu */

@@ -1,7 +1,7 @@
 /*
 ** cpu_scan.c — the CPU device's scan and softmax slots: cumsum, cumprod, cummax, cummin,
 ** logcumsumexp, softmax and log_softmax along a dim (device.h). The CUDA twins are
-** kernels/scan.cu and kernels/softmax.cu; the core (runtime/core/ops_scan.c) casts and makes
+** kernels/scan.cu and kernels/scan_softmax.cu; the core (runtime/core/ops_scan.c) casts and makes
 ** every view contiguous first, so a view here is outer x n x inner elements in row-major
 ** order, the scan running along n.
 **

@@ -1,5 +1,5 @@
 /*
-** softmax.cu — the softmax slot on the GPU: softmax and log_softmax along a dim, max-
+** scan_softmax.cu — the softmax slot on the GPU: softmax and log_softmax along a dim, max-
 ** subtracted. The CPU twin is runtime/cpu/cpu_scan.c (cpu_softmax: the same formula in
 ** double); the core (runtime/core/ops_scan.c) hands contiguous float32 / float64 views, so
 ** a view is outer x n x inner in row-major order.
