@@ -51,10 +51,7 @@ local function ref_linspace(a, b, n)
   return out
 end
 
-local function trunc(x)
-  local t = x >= 0 and math.floor(x) or math.ceil(x)
-  return math.tointeger(t) or t
-end
+local trunc = T.ref.trunc
 
 local function ref_eye(n, m)
   local out = {}

@@ -454,75 +454,26 @@ end)
 
 ------------------------------------------------------------------------ 2. arithmetic
 
-local BINOPS = {
-  { "+", function(a, b) return a + b end, function(x, y) return x + y end },
-  { "-", function(a, b) return a - b end, function(x, y) return x - y end },
-  { "*", function(a, b) return a * b end, function(x, y) return x * y end },
-  { "/", function(a, b) return a / b end, function(x, y) return x / y end },
-}
-
--- erf by its Taylor series (enough for |x| <= 4 to double precision, a little less at 4).
-local function erf(x)
-  if x ~= x or x == 0 then return x end
-  if x > 5 then return 1 elseif x < -5 then return -1 end
-  local sum, term, n = x, x, 0
-  repeat
-    n = n + 1
-    term = -term * x * x / n
-    local add = term / (2 * n + 1)
-    sum = sum + add
-  until math.abs(add) <= 1e-17 * math.abs(sum)
-  return 2 / math.sqrt(math.pi) * sum
+-- + - * / as {operator, reference on numbers, the op on tensors}: the Lua operator is both
+local BINOPS = {}
+for _, name in ipairs({ "add", "sub", "mul", "div" }) do
+  local op = T.ref.binary[name]
+  BINOPS[#BINOPS + 1] = { op.op, op.f, op.f }
 end
 
--- The C library's rounding functions: float results, and -0.0 where a negative input
--- rounds to zero (ceilf(-0.5), truncf(-0.5), rintf(-0.25) are -0.0).
-local function signed_zero(r, x)
-  r = r + 0.0
-  if r == 0 and (x < 0 or 1 / x < 0) then return -0.0 end
-  return r
-end
-local function trunc(x) return signed_zero(x >= 0 and math.floor(x) or -math.floor(-x), x) end
-local function rint(x)
-  local f = math.floor(x)
-  local d = x - f
-  if d > 0.5 or (d == 0.5 and f % 2 == 1) then f = f + 1 end
-  return signed_zero(f, x)
-end
-local function floor(x) return signed_zero(math.floor(x), x) end
-local function ceil(x) return signed_zero(math.ceil(x), x) end
+-- The C library's rounding functions, with their signed zeros
+local trunc, rint, floor = T.ref.trunc, T.ref.rint, T.ref.floor
 
--- name, reference, input range, steps allowed (0: exact: the float32 op is exactly
--- rounded or exact, and one rounding to the 16-bit type follows)
-local UNARY = {
-  { "neg", function(x) return -x end, { -100, 100 }, 0 },
-  { "abs", math.abs, { -100, 100 }, 0 },
-  { "relu", function(x) return x > 0 and x or 0 end, { -10, 10 }, 0 },
-  { "square", function(x) return x * x end, { -100, 100 }, 0 },
-  { "sqrt", math.sqrt, { 0, 1000 }, 0 },
-  { "floor", floor, { -50, 50 }, 0 },
-  { "ceil", ceil, { -50, 50 }, 0 },
-  { "trunc", trunc, { -50, 50 }, 0 },
-  { "round", rint, { -50, 50 }, 0 },
-  { "frac", function(x) return x - trunc(x) end, { -50, 50 }, 0 },
-  { "reciprocal", function(x) return 1 / x end, { 0.01, 100 }, 1 },
-  { "exp", math.exp, { -10, 10 }, 1 },
-  { "log", math.log, { 0.001, 1000 }, 1 },
-  { "sin", math.sin, { -6, 6 }, 1 },
-  { "cos", math.cos, { -6, 6 }, 1 },
-  { "tanh", function(x) return (math.exp(2 * x) - 1) / (math.exp(2 * x) + 1) end, { -5, 5 }, 1 },
-  { "sigmoid", function(x) return 1 / (1 + math.exp(-x)) end, { -12, 12 }, 1 },
-  { "gelu", function(x) return 0.5 * x * (1 + erf(x / math.sqrt(2))) end, { -4, 4 }, 1 },
-  { "silu", function(x) return x / (1 + math.exp(-x)) end, { -8, 8 }, 1 },
-  { "softplus", function(x) return x > 20 and x or math.log(1 + math.exp(x)) end, { -8, 8 }, 1 },
-  { "erf", erf, { -3, 3 }, 1 },
-  { "atan", math.atan, { -10, 10 }, 1 },
-  { "log1p", function(x) return math.log(1 + x) end, { 0, 10 }, 1 },
-  { "expm1", function(x) return math.exp(x) - 1 end, { 0.1, 5 }, 1 },
-  { "log2", function(x) return math.log(x, 2) end, { 0.01, 100 }, 1 },
-  { "exp2", function(x) return 2 ^ x end, { -10, 10 }, 1 },
-  { "rsqrt", function(x) return 1 / math.sqrt(x) end, { 0.01, 100 }, 1 },
-}
+-- The unary ops this spec tests, in the order their inputs are drawn: name, reference,
+-- input range and steps allowed, from T.ref.unary's `half`
+local UNARY = {}
+for _, name in ipairs({ "neg", "abs", "relu", "square", "sqrt", "floor", "ceil", "trunc", "round",
+                        "frac", "reciprocal", "exp", "log", "sin", "cos", "tanh", "sigmoid", "gelu",
+                        "silu", "softplus", "erf", "atan", "log1p", "expm1", "log2", "exp2",
+                        "rsqrt" }) do
+  local u = T.ref.unary[name]
+  UNARY[#UNARY + 1] = { name, u.f, { u.half[1], u.half[2] }, u.half[3] }
+end
 
 describe("float16 and bfloat16: arithmetic in float32, rounded once", function()
   both("+ - * / of two tensors are round16(float32(a op b)), bit for bit, on views", function(dev)

@@ -8,35 +8,11 @@ local ref = T.ref
 
 local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
 
-local function ipow(a, b)
-  local r = 1
-  for _ = 1, b do r = r * a end
-  return r
-end
+local ipow = ref.ipow
 
 -- The binary ops: reference on two numbers (already of the inputs' dtypes) computing the
--- value the result dtype rd holds, and the data each operand is drawn from.
-local BINARY = {
-  add = { f = function(a, b) return a + b end, op = "+" },
-  sub = { f = function(a, b) return a - b end, op = "-" },
-  mul = { f = function(a, b) return a * b end, op = "*" },
-  div = { f = function(a, b) return a / b end, op = "/" },
-  pow = {
-    f = function(a, b, rd)
-      if T.is_float_dtype(rd) then return a ^ b end
-      return ipow(a, b)
-    end,
-    op = "^",
-  },
-  maximum = { f = function(a, b) return math.max(a, b) end },
-  minimum = { f = function(a, b) return math.min(a, b) end },
-  eq = { f = function(a, b) return a == b end, cmp = true },
-  ne = { f = function(a, b) return a ~= b end, cmp = true },
-  lt = { f = function(a, b) return a < b end, cmp = true },
-  le = { f = function(a, b) return a <= b end, cmp = true },
-  gt = { f = function(a, b) return a > b end, cmp = true },
-  ge = { f = function(a, b) return a >= b end, cmp = true },
-}
+-- value the result dtype rd holds (T.ref.binary), and the order this spec walks them in.
+local BINARY = ref.binary
 local BINARY_NAMES = { "add", "sub", "mul", "div", "pow", "maximum", "minimum",
   "eq", "ne", "lt", "le", "gt", "ge" }
 
@@ -367,23 +343,9 @@ describe("binary ops with numbers", function()
   end)
 end)
 
--- The unary ops: reference and the data they are drawn from.
-local function tanh(x)
-  if x > 20 then return 1.0 elseif x < -20 then return -1.0 end
-  local e = math.exp(2 * x)
-  return (e - 1) / (e + 1)
-end
-
-local UNARY = {
-  neg = { f = function(x) return -x end },
-  abs = { f = function(x) return math.abs(x) end },
-  exp = { f = math.exp, float = true },
-  log = { f = math.log, float = true, positive = true },
-  sqrt = { f = math.sqrt, float = true, positive = true },
-  tanh = { f = tanh, float = true },
-  sigmoid = { f = function(x) return 1 / (1 + math.exp(-x)) end, float = true },
-  relu = { f = function(x) return x > 0 and x or x - x end },  -- x - x: 0 of x's type
-}
+-- The unary ops: references (T.ref.unary: `ints` keeps an integer dtype, `positive` needs
+-- inputs > 0), and the order this spec draws their data in.
+local UNARY = ref.unary
 local UNARY_NAMES = { "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu" }
 
 local function unary_data(name, shape, dtype)
@@ -401,7 +363,7 @@ describe("unary ops", function()
         for _, layout in ipairs(T.layouts) do
           local a = unary_data(name, { 3, 5 }, dtype)
           local t = T.make(a, dtype, layout)
-          local rd = (UNARY[name].float and not T.is_float_dtype(dtype)) and "float64" or dtype
+          local rd = (not UNARY[name].ints and not T.is_float_dtype(dtype)) and "float64" or dtype
           local r = t[name](t)
           local what = name .. " " .. dtype .. " " .. layout
           assert.equal(rd, r:dtype(), what)
@@ -498,7 +460,7 @@ describe("in-place ops", function()
   test("unary ops in place", function()
     for _, name in ipairs(UNARY_NAMES) do
       for _, dtype in ipairs(T.dtypes) do
-        if T.is_float_dtype(dtype) or not UNARY[name].float then
+        if T.is_float_dtype(dtype) or UNARY[name].ints then
           for _, layout in ipairs(T.layouts) do
             local a = unary_data(name, { 4, 3 }, dtype)
             local t = T.make(a, dtype, layout)
