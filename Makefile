@@ -94,7 +94,7 @@ QNVCCFLAGS := -std=c++17 -DQLUA_CUDA $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra
 # runtime/ is layered in folders (docs/ARCHITECTURE.md); the host program (the command
 # line and the REPL) is what the executable adds to the library the module is built from.
 HOST_SRC    := $(wildcard runtime/host/*.c)
-RUNTIME_SRC := $(filter-out $(HOST_SRC),$(wildcard runtime/*.c runtime/*/*.c))
+RUNTIME_SRC := $(filter-out $(HOST_SRC),$(wildcard runtime/*.c runtime/*/*.c runtime/*/*/*.c))
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/obj/%.o)
 HOST_OBJ    := $(HOST_SRC:%.c=$(BUILD)/obj/%.o)
 KERNEL_SRC  := $(wildcard kernels/*.cu)
@@ -120,7 +120,7 @@ ifeq ($(CUDA),1)
 else
   KERNEL_OBJ :=
 endif
-HEADERS := $(wildcard runtime/*.h runtime/*/*.h kernels/*.h kernels/*.cuh)
+HEADERS := $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h kernels/*.h kernels/*.cuh)
 
 # The flags each kind of object was built with, one file each: when they change (CUDA=0
 # after CUDA=1, another CFLAGS), the objects they made are rebuilt instead of mixed.

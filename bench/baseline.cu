@@ -186,7 +186,7 @@ static bool nvrtc_load(nvrtc_api *api) {
       return false;
     }
   // NVRTC opens its builtins library by bare name: load it from NVRTC's own directory
-  // first, as qlua does (kernels/rtc.cu), so a NVRTC found by path works too.
+  // first, as qlua does (kernels/kernel.cu), so a NVRTC found by path works too.
   auto version = (decltype(&nvrtcVersion))dlsym(lib, "nvrtcVersion");
   int major = 0, minor = 0;
   Dl_info where;
@@ -302,7 +302,7 @@ static void fill_random(float *d, size_t n) {
   CHECK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
 }
 
-// The options qlua gives NVRTC (kernels/rtc.cu): -arch=sm_XY for this GPU and the
+// The options qlua gives NVRTC (kernels/kernel.cu): -arch=sm_XY for this GPU and the
 // toolkit's include directories; text keeps the strings alive.
 static std::vector<const char *> compile_options(std::vector<std::string> &text) {
   cudaDeviceProp prop;

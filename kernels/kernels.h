@@ -9,7 +9,7 @@
 ** The device itself: cuda_device.cu (sync, open, the slot table), cuda_context.cu (the
 ** current device, errors, launch sizes: below every other file), cuda_alloc.cu (the
 ** caching allocator), cuda_transfer.cu (host<->device copies), cuda_host.cu (pinned host
-** memory for the CPU device) and rtc.cu (user kernels: NVRTC, modules, launches);
+** memory for the CPU device) and kernel.cu (user kernels: NVRTC, modules, launches);
 ** cuda_internal.h declares what they share beyond this header.
 **
 ** Every CUDA call and every launch is checked through qt_cuda_check(); a sticky error
@@ -102,7 +102,7 @@ int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view 
 /* random.cu */
 int qt_cuda_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
                    uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err);
-/* rtc.cu: code the user brings (NVRTC, modules, launches) */
+/* kernel.cu: code the user brings (NVRTC, modules, launches) */
 void *qt_cuda_native_stream(qt_device *dev);
 int qt_cuda_compiler_id(qt_device *dev, char *buf, size_t len, qt_err *err);
 int qt_cuda_compile(qt_device *dev, const qt_compile_job *job, qt_compile_result *out, qt_err *err);

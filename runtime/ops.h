@@ -56,7 +56,7 @@ typedef struct qt_ctx {
   uint64_t rng_offset;
   bool allow_tf32;           /* qlua.set_tf32 */
   int current_gpu;           /* what "gpu" means without an ordinal */
-  /* Compiled user kernels of this state (ops_kernel.c); freed with the context through
+  /* Compiled user kernels of this state (core/kernel/kernel.c); freed with the context through
   ** kernel_cache_free, so the storage code below the ops needs no name of theirs. */
   void *kernel_cache;
   void (*kernel_cache_free)(void *cache);
@@ -422,7 +422,7 @@ int qt_einsum(qt_ctx *ctx, qt_tensor *out, const char *spec, int n,
               const qt_tensor *const *operands);
 
 /* ---------------------------------------------------------------- code the user brings */
-/* (ops_kernel.c, over the device's compile/module/launch slots: CUDA only.) */
+/* (core/kernel/kernel.c, over the device's compile/module/launch slots: CUDA only.) */
 
 typedef struct qt_module qt_module;  /* a loaded module on one device; reference counted */
 typedef struct qt_kernel qt_kernel;  /* one kernel of a module with its signature; counted */
@@ -497,7 +497,7 @@ int qt_kernel_launch(qt_ctx *ctx, qt_kernel *k, const qt_launch_cfg *cfg, int na
 /* The same for callers that packed the parameters themselves (args[k] points at
 ** parameter k's bytes); cfg is still checked. */
 int qt_kernel_launch_packed(qt_ctx *ctx, qt_kernel *k, const qt_launch_cfg *cfg, void **args);
-/* ---- kernels written from expressions (ops_codegen.c): qlua.elementwise, qlua.reduction */
+/* ---- kernels written from expressions (core/kernel/kernel_codegen.c): qlua.elementwise, qlua.reduction */
 typedef struct qt_codegen qt_codegen;  /* reference counted */
 /* in_params / out_params: "float32 x, float32 y" or with type variables "T x, T y";
 ** body: CUDA C++ run for every element, seeing each parameter by name (outputs as

@@ -1,5 +1,5 @@
 /*
-** kernel_core_harness.c — the core's half of user kernels (runtime/core/ops_kernel.c) on
+** kernel_core_harness.c — the core's half of user kernels (runtime/core/kernel/kernel.c) on
 ** the CPU, through a fake device. Built and run by spec/kernel_core_spec.lua.
 **
 ** Without a GPU, qlua.kernel and qlua.module cannot be reached from Lua, so CI would never
@@ -22,13 +22,13 @@
 ** (argument checks, packed bytes, launch limits; no error ever reaches the fake launch),
 ** 4 the memory and disk caches (corrupt files, keys, QLUA_KERNEL_CACHE=0, clearing, four
 ** processes compiling one source at once), 5 native streams, 6 release orders of modules,
-** kernels and contexts, 7 the sources ops_codegen.c writes for qlua.elementwise and
+** kernels and contexts, 7 the sources kernel_codegen.c writes for qlua.elementwise and
 ** qlua.reduction (the 16-bit floats computed in float32), written to $KERNEL_HARNESS_SOURCES
 ** when it is set (the spec compiles them with the real NVRTC when the toolkit is there).
 **
 ** Every failure prints "FAIL line N: ..." with the values; the exit status is 1 when any
 ** check failed, and the last line is "kernel_core_harness: ok" when none did. Bugs found
-** in ops_kernel.c and not fixed yet are KNOWN_BUG checks: they print "KNOWN BUG ..." and
+** in kernel.c and not fixed yet are KNOWN_BUG checks: they print "KNOWN BUG ..." and
 ** do not fail the run unless KERNEL_HARNESS_STRICT=1 (a fixed one prints "fixed?" so the
 ** check can become a plain CHECK).
 **
@@ -77,7 +77,7 @@ static void fail(int line, const char *fmt, ...) {
     if (!(cond)) fail(__LINE__, __VA_ARGS__); \
   } while (0)
 
-/* A bug of ops_kernel.c that is reported and not fixed yet: cond is the right behaviour. */
+/* A bug of kernel.c that is reported and not fixed yet: cond is the right behaviour. */
 #define KNOWN_BUG(cond, id, ...)                                                \
   do {                                                                          \
     if (!(cond)) {                                                              \
@@ -2233,7 +2233,7 @@ int main(int argc, char **argv) {
 
   CHECK(F.live == 0, "%d fake modules still loaded at the end (a module leaked)", F.live);
   if (own_scratch) rm_tree(scratch);
-  printf("%d known bug%s of ops_kernel.c reproduced%s; %d no longer reproduce\n", known_bugs,
+  printf("%d known bug%s of kernel.c reproduced%s; %d no longer reproduce\n", known_bugs,
          known_bugs == 1 ? "" : "s", strict ? " (strict: they fail the run)" : "", fixed_bugs);
   if (failures > 0) {
     printf("kernel_core_harness: %d failure%s\n", failures, failures == 1 ? "" : "s");

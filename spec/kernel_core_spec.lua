@@ -1,6 +1,6 @@
 --[[
 User kernels in the core without a GPU: spec/kernel_core_harness.c drives
-runtime/core/ops_kernel.c (the signature parser, the memory and disk caches, the argument
+runtime/core/kernel/kernel.c (the signature parser, the memory and disk caches, the argument
 and launch-limit checks, the release orders of modules and kernels) through a fake device
 whose compile/module/launch slots record what would have reached the GPU. qlua.kernel and
 qlua.module need a GPU, so without this the code every GPU launch goes through would never
@@ -12,12 +12,12 @@ the CUDA device's objects, which a CPU-side harness has no use for, so compiling
 sources links the same way in a CPU-only build and in a CUDA one, whatever the build under
 test ($QLUA) was made with. Under ASan and UBSan when the compiler has them.
 
-Bugs of ops_kernel.c the harness found and that are not fixed yet print "KNOWN BUG [...]"
+Bugs of kernel.c the harness found and that are not fixed yet print "KNOWN BUG [...]"
 lines without failing; KERNEL_HARNESS_STRICT=1 makes them fail the run.
 
-The CUDA sources ops_codegen.c writes for qlua.elementwise and qlua.reduction (every dtype,
+The CUDA sources kernel_codegen.c writes for qlua.elementwise and qlua.reduction (every dtype,
 the 16-bit floats' helpers included) are also compiled with the real NVRTC for sm_90, as
-rtc.cu compiles them (the toolkit's include directories on the path), when the toolkit's
+kernel.cu compiles them (the toolkit's include directories on the path), when the toolkit's
 libnvrtc is found ($CUDA_HOME, else /usr/local/cuda): NVRTC needs no GPU, so a generated
 source that would not compile on the GPU fails on any machine with the toolkit.
 
@@ -53,7 +53,7 @@ end
 -- The runtime's C files under test (as the Makefile's RUNTIME_SRC, less the binding and
 -- the host: the core and the CPU device).
 local function runtime_sources()
-  local list = words(capture("ls runtime/core/*.c runtime/cpu/*.c"))
+  local list = words(capture("ls runtime/core/*.c runtime/core/*/*.c runtime/cpu/*.c"))
   assert(#list > 0, "no runtime/core/*.c: the spec runs from the repository root")
   return list
 end
@@ -73,7 +73,7 @@ local function cuda_root()
   return nil
 end
 
--- Compiles each NN-what.cu of dir with NVRTC (-arch=sm_90 and rtc.cu's include options).
+-- Compiles each NN-what.cu of dir with NVRTC (-arch=sm_90 and kernel.cu's include options).
 local NVRTC_CHECK = [==[
 #include <dirent.h>
 #include <dlfcn.h>
@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
 }
 ]==]
 
--- kernels/rtc_image.h (how rtc.cu knows a kernel's parameter count without a failing
+-- kernels/kernel_image.h (how kernel.cu knows a kernel's parameter count without a failing
 -- query) on NVRTC's own output: cubins and PTX of kernels whose parameters are known, a
 -- fatbin-like container around the cubin, and every truncation of each (under ASan when it
 -- works: an image is the user's bytes).
@@ -140,7 +140,7 @@ local RTC_IMAGE_CHECK = [==[
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "rtc_image.h"
+#include "kernel_image.h"
 typedef struct prog *program;
 static const char *SRC =
   "#include <cuda_fp16.h>\n"
@@ -298,7 +298,7 @@ describe("user kernels in the core, through a fake device", function()
       local b = P.run({ cc, "-O1", c_src, "-ldl", "-o", checker }, { timeout = 120 })
       assert(b.status == 0, "building the NVRTC check failed:\n" .. b.stdout .. b.stderr)
       nv = P.run({ checker, root .. "/lib64/libnvrtc.so", root, sources }, { timeout = 600 })
-      if nv.status == 0 then  -- and rtc_image.h on NVRTC's cubins and PTX
+      if nv.status == 0 then  -- and kernel_image.h on NVRTC's cubins and PTX
         local image_check = dir .. "/rtc_image_check"
         local argv2 = { cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Ikernels" }
         if sanitized then for _, flag in ipairs(SAN_FLAGS) do argv2[#argv2 + 1] = flag end end

@@ -1,7 +1,7 @@
 /*
 ** l_kernel.c — the Lua face of code the user brings: qlua.kernel (CUDA C++ compiled at run
 ** time), qlua.module (PTX, cubin, fatbin), the qlua.Kernel and qlua.Module userdata, and
-** qlua.kernel_cache_clear. The checks and caches are the core's (ops_kernel.c); this file
+** qlua.kernel_cache_clear. The checks and caches are the core's (core/kernel/kernel.c); this file
 ** turns Lua values into the core's arguments and back.
 */
 #include <errno.h>

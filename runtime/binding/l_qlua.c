@@ -13,8 +13,8 @@
 #include <time.h>
 
 #include "lqlua.h"
-#include "core/npy.h"
-#include "core/safetensors.h"
+#include "core/format/npy.h"
+#include "core/format/safetensors.h"
 
 /* ================================================================ creation */
 

@@ -84,7 +84,7 @@ typedef struct ops_buf {
 void ops_buf_add(ops_buf *b, const void *data, size_t n);
 void ops_buf_printf(ops_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* ---- ops_kernel_sig.c: user kernels' parameters */
+/* ---- core/kernel/kernel_sig.c: user kernels' parameters */
 /* The parameters of the __global__ function `name` (or "name<args>") in source. */
 int ops_kernel_parse_source(qt_ctx *ctx, const char *op, const char *source, const char *name,
                             qt_param *params, int *nparams);

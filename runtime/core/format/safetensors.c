@@ -14,7 +14,7 @@
 ** (files.c), which writes the file whole or not at all. Non-contiguous and GPU tensors are
 ** read into a host buffer one at a time, so the file is never assembled in memory.
 */
-#include "safetensors.h"
+#include "core/format/safetensors.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -25,7 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "files.h"
+#include "core/files.h"
 
 #define ST_MAX_HEADER 100000000u  /* the reference implementation's bound (MAX_HEADER_SIZE) */
 #define ST_NAME_SHOWN 48          /* bytes of a tensor name or key shown in a message */

@@ -1,10 +1,10 @@
 /*
-** ops_codegen.c — kernels written from a few expressions: qlua.elementwise and
+** kernel_codegen.c — kernels written from a few expressions: qlua.elementwise and
 ** qlua.reduction (CuPy's ElementwiseKernel and ReductionKernel).
 **
 ** The user gives typed parameters ("float32 x, float32 y", or type variables "T x, T y")
 ** and a body; this file writes the CUDA source of a kernel around it, once per binding
-** of the type variables and per layout, and hands it to ops_kernel.c (which compiles and
+** of the type variables and per layout, and hands it to core/kernel/kernel.c (which compiles and
 ** caches it). A call broadcasts its tensors to one shape, collapses the views together
 ** (qt_views_collapse, as the built-in ops do), and picks a layout:
 **   - dense: every operand is one contiguous run: element i is x[i];
@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops_internal.h"
+#include "core/ops_internal.h"
 #include "device.h"
 #include "ops.h"
 
@@ -107,7 +107,7 @@ static const char *cg_compute_type(int dtype) {
 static bool cg_is_half(int dtype) { return dtype == QT_F16 || dtype == QT_BF16; }
 
 /* What a kernel with 16-bit operands adds to its source: the CUDA types (NVRTC finds the
-** headers on the toolkit's include path, rtc.cu), a load and a store with half.h's rules
+** headers on the toolkit's include path, kernel.cu), a load and a store with half.h's rules
 ** (the hardware's round-to-nearest-even for every non-NaN; a NaN kept as NumPy's float16
 ** and ml_dtypes' bfloat16 keep it), and _qref, what an output parameter is in the body: it
 ** reads the element (as float) only where the body reads it and rounds what is assigned. */

@@ -1,15 +1,15 @@
 /*
-** ops_kernel_sig.c — a user kernel's parameters, read from its source (the parameter list
+** kernel_sig.c — a user kernel's parameters, read from its source (the parameter list
 ** of its __global__ declaration, with template arguments and typedefs substituted), from a
 ** signature string ("const float *x, int n"), or from an Itanium-mangled C++ name. The
-** parameters decide how ops_kernel.c passes each Lua value; nothing here touches a device.
+** parameters decide how core/kernel/kernel.c passes each Lua value; nothing here touches a device.
 */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops_internal.h"
+#include "core/ops_internal.h"
 #include "ops.h"
 
 /* ================================================================== signatures */

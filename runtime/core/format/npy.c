@@ -17,7 +17,7 @@
 ** temporary file written beside it, fsync'd and renamed over it; FIFOs and devices are
 ** written in place; nothing but our own temporary file is ever removed.
 */
-#include "npy.h"
+#include "core/format/npy.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -25,7 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "files.h"
+#include "core/files.h"
 #include "ops.h"
 
 #define NPY_MAGIC "\x93NUMPY"

@@ -1,5 +1,5 @@
 /*
-** rtc.cu — code the user brings, on the GPU: NVRTC compiles, modules load, kernels launch.
+** kernel.cu — code the user brings, on the GPU: NVRTC compiles, modules load, kernels launch.
 **
 ** NVRTC is loaded on the first compile (dlopen, as matmul.cu loads cuBLAS), so start-up
 ** stays fast and a machine without it runs everything else; its helper library
@@ -13,7 +13,7 @@
 ** message. Launch limits are checked by the core from qt_kernel_info (the runtime answers
 ** a bad configuration with a bare "invalid argument"). A kernel's parameters are asked of
 ** the runtime one by one, for exactly as many as the kernel has (the count from the driver,
-** or from the image itself: rtc_image.h), so no query fails on the way (compute-sanitizer
+** or from the image itself: kernel_image.h), so no query fails on the way (compute-sanitizer
 ** logs every failed call).
 */
 #include <dlfcn.h>
@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "kernels.h"
-#include "rtc_image.h"
+#include "kernel_image.h"
 
 /* NVRTC's soname carries the toolkit's major version: libnvrtc.so.13 for CUDA 13. */
 #define RTC_CUDA_MAJOR (CUDART_VERSION / 1000)

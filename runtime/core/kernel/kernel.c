@@ -1,9 +1,9 @@
 /*
-** ops_kernel.c — code the user brings: compiled kernels, loaded modules, launches.
+** kernel.c — code the user brings: compiled kernels, loaded modules, launches.
 **
-** The device does the CUDA work (compile, module_load, kernel_get, launch: kernels/rtc.cu);
+** The device does the CUDA work (compile, module_load, kernel_get, launch: kernels/kernel.cu);
 ** this file owns what is the same on any device that runs user code:
-**   - a kernel's signature (read by ops_kernel_sig.c), which decides how each Lua value
+**   - a kernel's signature (read by core/kernel/kernel_sig.c), which decides how each Lua value
 **     is passed;
 **   - the caches: compiled modules in memory (this state's context) and compiled images
 **     on disk, keyed by everything the image depends on;
@@ -29,9 +29,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ops_internal.h"
+#include "core/ops_internal.h"
 #include "device.h"
-#include "files.h"
+#include "core/files.h"
 #include "ops.h"
 
 /* ================================================================== objects */

@@ -1,6 +1,6 @@
 /*
-** rtc_image.h — how many parameters each kernel of a CUDA image has, read from the image
-** itself, so that rtc.cu asks the runtime about exactly those (cudaFuncGetParamInfo past the
+** kernel_image.h — how many parameters each kernel of a CUDA image has, read from the image
+** itself, so that kernel.cu asks the runtime about exactly those (cudaFuncGetParamInfo past the
 ** last one fails, and under compute-sanitizer every such probe is an "invalid argument"
 ** record; CUDA 13.0 has no call that returns the count).
 **
@@ -11,8 +11,8 @@
 **     not know make the kernel unknown);
 **   - PTX: the .param entries of each .entry declaration;
 **   - a fatbin: the cubins it holds uncompressed.
-** A kernel not found here (a compressed fatbin, an unknown record) is left to rtc.cu's
-** probe. Plain C that nvcc also compiles (rtc.cu) and that a host compiler builds for the
+** A kernel not found here (a compressed fatbin, an unknown record) is left to kernel.cu's
+** probe. Plain C that nvcc also compiles (kernel.cu) and that a host compiler builds for the
 ** spec (spec/kernel_core_spec.lua reads NVRTC's own cubins and PTX with it). Every read is
 ** bounds-checked: an image is the user's bytes.
 */
