@@ -77,51 +77,12 @@ extern "C" int qt_cuda_device_name(int ordinal, char *buf, size_t len, qt_err *e
    QT_SLOT_BIT(QT_SLOT_INDEX_COPY) | QT_SLOT_BIT(QT_SLOT_WHERE) |                     \
    QT_SLOT_BIT(QT_SLOT_MASKED_SELECT))
 
-static const qt_device_iface cuda_iface = {
-  /* .alloc         = */ qt_cuda_alloc,
-  /* .free          = */ qt_cuda_free,
-  /* .sync          = */ qt_cuda_sync,
-  /* .memory        = */ qt_cuda_memory,
-  /* .empty_cache   = */ qt_cuda_empty_cache,
-  /* .upload        = */ qt_cuda_upload,
-  /* .download      = */ qt_cuda_download,
-  /* .copy          = */ qt_cuda_copy,
-  /* .fill          = */ qt_cuda_fill,
-  /* .binary        = */ qt_cuda_binary,
-  /* .binary_scalar = */ qt_cuda_binary_scalar,
-  /* .unary         = */ qt_cuda_unary,
-  /* .reduce        = */ qt_cuda_reduce,
-  /* .gather        = */ qt_cuda_gather,
-  /* .index_select  = */ qt_cuda_index_select,
-  /* .take          = */ qt_cuda_take,
-  /* .scatter       = */ qt_cuda_scatter,
-  /* .index_add     = */ qt_cuda_index_add,
-  /* .scatter_add   = */ qt_cuda_scatter_add,
-  /* .index_fill    = */ qt_cuda_index_fill,
-  /* .index_copy    = */ qt_cuda_index_copy,
-  /* .where         = */ qt_cuda_where,
-  /* .masked_select = */ qt_cuda_masked_select,
-  /* .nonzero       = */ qt_cuda_nonzero,
-  /* .matmul        = */ qt_cuda_matmul,
-  /* .random        = */ qt_cuda_random,
-  /* .scan          = */ qt_cuda_scan,
-  /* .softmax       = */ qt_cuda_softmax,
-  /* .sort          = */ qt_cuda_sort,
-  /* .topk          = */ qt_cuda_topk,
-  /* .unique        = */ qt_cuda_unique,
-  /* .bincount      = */ qt_cuda_bincount,
-  /* .histc         = */ qt_cuda_histc,
-  /* .searchsorted  = */ qt_cuda_searchsorted,
-  /* .native_stream = */ qt_cuda_native_stream,
-  /* .compiler_id   = */ qt_cuda_compiler_id,
-  /* .compile       = */ qt_cuda_compile,
-  /* .module_load   = */ qt_cuda_module_load,
-  /* .module_unload = */ qt_cuda_module_unload,
-  /* .module_kernels= */ qt_cuda_module_kernels,
-  /* .kernel_get    = */ qt_cuda_kernel_get,
-  /* .launch        = */ qt_cuda_launch,
-  /* .half_native   = */ CUDA_HALF_NATIVE,
-};
+/* The table: every slot is qt_cuda_<slot> (kernels.h's prototypes come from the same list),
+** so it is generated from device.h's QT_SLOT_LIST, in its order, and cannot drift from it; a
+** slot the device lacks would be a link error, not a silent NULL. */
+#define CUDA_ROW_(P, E, name, ...) qt_cuda_##name,
+static const qt_device_iface cuda_iface = {QT_SLOT_LIST(CUDA_ROW_, ~) CUDA_HALF_NATIVE};
+#undef CUDA_ROW_
 
 /* Opens ordinal: stream, the mapped index-error record, staging, the allocator. A failure
 ** undoes what was made and leaves dev untouched (device.c retries on the next call).

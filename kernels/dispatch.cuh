@@ -113,8 +113,6 @@ constexpr bool qt_part_holds(qt_dtype d) {
   return (void)d, true;
 #endif
 }
-#define QT_PP_CAT_(a, b) a##b
-#define QT_PP_CAT(a, b) QT_PP_CAT_(a, b)
 #if defined(QT_NPARTS) && !defined(QT_PART)
 #define QT_PARTS_EXTERN_(P, E, sfx, name, T, ...) QT_PP_CALL(QT_PARTS_EXTERN2_, T, QT_PP_UNPAREN P)
 #define QT_PARTS_EXTERN2_(T, R, fn, params) extern template R fn<T> params;

@@ -1,7 +1,7 @@
 /*
 ** kernels.h — what the CUDA device is made of, shared by the .cu files in kernels/.
 **
-** CUDA C++ only (never included from runtime/). Three layers per op, as DESIGN.md says:
+** CUDA C++ only (never included from runtime/). Three layers per op (docs/ARCHITECTURE.md):
 ** a static __global__ kernel, a launcher taking raw pointers/views and a stream, and
 ** the device-slot function declared here (extern "C", the signature of its slot in
 ** qt_device_iface), which cuda_device.cu puts in the table.
@@ -79,91 +79,13 @@ void qt_cuda_scratch_free(qt_device *dev, void *ptr, size_t nbytes);
 /* Threads per block and a grid size for n elements (grid-stride loops beyond). */
 unsigned qt_cuda_blocks(qt_device *dev, int64_t n, unsigned threads);
 
-/* ---- slots, by file ---- */
-/* cuda_alloc.cu: memory */
-int qt_cuda_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err);
-void qt_cuda_free(qt_device *dev, void *ptr, size_t nbytes);
-int qt_cuda_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err);
-void qt_cuda_empty_cache(qt_device *dev);
-/* cuda_device.cu: sync */
-int qt_cuda_sync(qt_device *dev, qt_err *err);
-/* cuda_transfer.cu: transfers */
-int qt_cuda_upload(qt_device *dev, void *dst, const void *host_src, size_t nbytes, qt_err *err);
-int qt_cuda_download(qt_device *dev, void *host_dst, const void *src, size_t nbytes, qt_err *err);
-/* elementwise.cu */
-int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err);
-int qt_cuda_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err);
-int qt_cuda_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
-                   const qt_view *b, qt_err *err);
-int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
-                          qt_scalar s, bool scalar_first, qt_err *err);
-int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-                  const qt_unop_params *params, qt_err *err);
-/* random.cu */
-int qt_cuda_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
-                   uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err);
-/* kernel.cu: code the user brings (NVRTC, modules, launches) */
-void *qt_cuda_native_stream(qt_device *dev);
-int qt_cuda_compiler_id(qt_device *dev, char *buf, size_t len, qt_err *err);
-int qt_cuda_compile(qt_device *dev, const qt_compile_job *job, qt_compile_result *out, qt_err *err);
-int qt_cuda_module_load(qt_device *dev, const void *image, size_t nbytes, void **module,
-                        qt_err *err);
-void qt_cuda_module_unload(qt_device *dev, void *module);
-int qt_cuda_module_kernels(qt_device *dev, void *module, void (*each)(const char *, void *),
-                           void *arg, qt_err *err);
-int qt_cuda_kernel_get(qt_device *dev, void *module, const char *name, void **kernel,
-                       qt_kernel_info *info, qt_err *err);
-int qt_cuda_launch(qt_device *dev, void *kernel, const qt_launch_cfg *cfg, void **args,
-                   qt_err *err);
-/* reduce.cu */
-int qt_cuda_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
-                   double arg, qt_err *err);
-/* index.cu */
-int qt_cuda_gather(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
-                   const qt_view *index, qt_err *err);
-int qt_cuda_index_select(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
-                         const qt_view *index, qt_err *err);
-int qt_cuda_take(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *index,
-                 qt_err *err);
-int qt_cuda_scatter(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                    const qt_view *src, qt_scalar value, qt_err *err);
-int qt_cuda_index_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                      const qt_view *src, qt_err *err);
-int qt_cuda_scatter_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                        const qt_view *src, qt_err *err);
-int qt_cuda_index_fill(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                       qt_scalar value, qt_err *err);
-int qt_cuda_index_copy(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                       const qt_view *src, qt_err *err);
-/* scan.cu: cumsum, cumprod, cummax, cummin, logcumsumexp */
-int qt_cuda_scan(qt_device *dev, qt_scanop op, const qt_view *dst, const qt_view *indices,
-                 const qt_view *src, int dim, qt_err *err);
-/* scan_softmax.cu: softmax and log_softmax */
-int qt_cuda_softmax(qt_device *dev, bool log, const qt_view *dst, const qt_view *src, int dim,
-                    qt_err *err);
-/* mask.cu */
-int qt_cuda_where(qt_device *dev, const qt_view *dst, const qt_view *cond, const qt_view *a,
-                  qt_scalar a_value, const qt_view *b, qt_scalar b_value, qt_err *err);
-int qt_cuda_masked_select(qt_device *dev, const qt_view *dst, const qt_view *src,
-                          const qt_view *mask, qt_err *err);
-int qt_cuda_nonzero(qt_device *dev, const qt_view *dst, const qt_view *mask, qt_err *err);
-/* sort.cu: sort, topk, unique, bincount, histc, searchsorted */
-int qt_cuda_sort(qt_device *dev, const qt_view *values, const qt_view *indices,
-                 const qt_view *src, bool descending, qt_err *err);
-int qt_cuda_topk(qt_device *dev, const qt_view *values, const qt_view *indices,
-                 const qt_view *src, int64_t k, bool largest, qt_err *err);
-int qt_cuda_unique(qt_device *dev, const qt_view *uniques, const qt_view *inverse,
-                   const qt_view *counts, const qt_view *sorted, const qt_view *perm,
-                   int64_t *count, qt_err *err);
-int qt_cuda_bincount(qt_device *dev, const qt_view *dst, const qt_view *src,
-                     const qt_view *weights, qt_err *err);
-int qt_cuda_histc(qt_device *dev, const qt_view *dst, const qt_view *src, double lo, double hi,
-                  qt_err *err);
-int qt_cuda_searchsorted(qt_device *dev, const qt_view *dst, const qt_view *sorted,
-                         const qt_view *values, bool right, qt_err *err);
-/* matmul.cu */
-int qt_cuda_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
-                   double alpha, double beta, bool allow_tf32, qt_err *err);
+/* ---- the slots: qt_cuda_<slot> for every row of device.h's QT_SLOT_LIST, with its
+** signature, made by cuda_alloc.cu (alloc, free, memory, empty_cache), cuda_device.cu
+** (sync), cuda_transfer.cu (upload, download), elementwise.cu (copy, fill, binary,
+** binary_scalar, unary), reduce.cu, index.cu (gather ... index_copy), mask.cu (where,
+** masked_select, nonzero), matmul.cu, random.cu, scan.cu (scan), scan_softmax.cu
+** (softmax), sort.cu (sort ... searchsorted) and kernel.cu (native_stream ... launch). */
+QT_SLOT_PROTOTYPES(qt_cuda_)
 }
 
 /* ------------------------------------------------------------------ device-side helpers */

@@ -189,189 +189,223 @@ typedef struct qt_memory_stats {
 
 typedef struct qt_device qt_device;
 
+/* The device slots, in table order: X(P, ENUM, name, kind, ret, params), each row's
+** contract in the comment above it. From this one list come qt_device_iface's members,
+** qt_slot (the ELEM rows: their half_native bits), widen.c's stand-ins, every device's
+** prototypes (QT_SLOT_PROTOTYPES) and the CUDA table. kind: MEM (memory and transfers),
+** ALL16 (copy, fill: every dtype, 16-bit included), ELEM (element slots: a half_native bit,
+** and a float32 stand-in wd_<name> in widen.c), USER (code the user brings: NULL where it
+** cannot run). Consumers take `...` after params, so a later column breaks none of them. */
+#define QT_SLOT_LIST(X, P)                                                                       \
+  /* ---- memory ---- */                                                                         \
+  /* Allocates nbytes (nbytes may be 0: *ptr is then any non-NULL-or-NULL value that             \
+  ** `free` accepts). Out of memory is reported with *oom = 1 (so the core can empty             \
+  ** caches, collect garbage and retry) and a message. */                                        \
+  X(P, ALLOC, alloc, MEM, int,                                                                   \
+    (qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err))                          \
+  /* Gives a block back; never fails. On the GPU, safe to call while kernels that use            \
+  ** the block are still queued (the allocator reuses it in stream order). */                    \
+  X(P, FREE, free, MEM, void, (qt_device *dev, void *ptr, size_t nbytes))                        \
+  /* Waits for everything queued on the device; reports deferred errors. */                      \
+  X(P, SYNC, sync, MEM, int, (qt_device *dev, qt_err *err))                                      \
+  X(P, MEMORY, memory, MEM, int, (qt_device *dev, qt_memory_stats *stats, qt_err *err))          \
+  /* Returns cached blocks to the driver. */                                                     \
+  X(P, EMPTY_CACHE, empty_cache, MEM, void, (qt_device *dev))                                    \
+  /* ---- host <-> device, contiguous bytes ---- */                                              \
+  /* Both return after the bytes have landed (host memory may be reused at once). */             \
+  X(P, UPLOAD, upload, MEM, int,                                                                 \
+    (qt_device *dev, void *dst, const void *host_src, size_t nbytes, qt_err *err))               \
+  X(P, DOWNLOAD, download, MEM, int,                                                             \
+    (qt_device *dev, void *host_dst, const void *src, size_t nbytes, qt_err *err))               \
+  /* ---- elementwise, all views on this device, all of dst's shape ---- */                      \
+  /* dst = src, converting dtype; any strides. */                                                \
+  X(P, COPY, copy, ALL16, int,                                                                   \
+    (qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err))                       \
+  X(P, FILL, fill, ALL16, int,                                                                   \
+    (qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err))                          \
+  /* dst = a op b; a, b, dst have one dtype; a and b are broadcast to dst's shape by             \
+  ** the core (stride 0). dst may be a (in-place ops) but never overlaps b partially. */         \
+  X(P, BINARY, binary, ELEM, int,                                                                \
+    (qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a, const qt_view *b,        \
+     qt_err *err))                                                                               \
+  /* dst = a op s, or s op a when scalar_first; a and dst have one dtype. */                     \
+  X(P, BINARY_SCALAR, binary_scalar, ELEM, int,                                                  \
+    (qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a, qt_scalar s,             \
+     bool scalar_first, qt_err *err))                                                            \
+  /* dst = op(src, params); src and dst of one dtype, or dst bool for the ops that give          \
+  ** bool (qt_unop_gives_bool). The core casts integer inputs of the float-only ops              \
+  ** (qt_unop_takes_ints) to float64 first. */                                                   \
+  X(P, UNARY, unary, ELEM, int,                                                                  \
+    (qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,                         \
+     const qt_unop_params *params, qt_err *err))                                                 \
+  /* Along dim (0-based): dst has src's shape without dim. dim == -1: over all                   \
+  ** elements into a one-element dst (ndim 0). Never over nothing (the core answers those).      \
+  ** arg: see QT_REDOP_LIST (the correction of VAR/STD, the p of NORM). */                       \
+  X(P, REDUCE, reduce, ELEM, int,                                                                \
+    (qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,               \
+     double arg, qt_err *err))                                                                   \
+  /* ---- indexing (dims 0-based, index values 1-based, see above) ---- */                       \
+  /* dst[i][j] = src[index[i][j]][j] (dim 0); dst and index have one shape;                      \
+  ** index->size[d] <= src->size[d] for d != dim. */                                             \
+  X(P, GATHER, gather, ELEM, int,                                                                \
+    (qt_device *dev, const qt_view *dst, const qt_view *src, int dim, const qt_view *index,      \
+     qt_err *err))                                                                               \
+  /* dst = src with slices index[k] along dim; index is 1-D. */                                  \
+  X(P, INDEX_SELECT, index_select, ELEM, int,                                                    \
+    (qt_device *dev, const qt_view *dst, const qt_view *src, int dim, const qt_view *index,      \
+     qt_err *err))                                                                               \
+  /* dst[k] = flat(src)[index[k]] over src's row-major order; dst has index's shape. */          \
+  X(P, TAKE, take, ELEM, int,                                                                    \
+    (qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *index,               \
+     qt_err *err))                                                                               \
+  /* dst[index[i][j]][j] = src[i][j] (dim 0); src == NULL means every value is `value`.          \
+  ** index->size[d] <= src->size[d] (when src given) and <= dst->size[d] for d != dim. */        \
+  X(P, SCATTER, scatter, ELEM, int,                                                              \
+    (qt_device *dev, const qt_view *dst, int dim, const qt_view *index, const qt_view *src,      \
+     qt_scalar value, qt_err *err))                                                              \
+  /* dst.select(dim, index[k]) += src.select(dim, k); index 1-D; duplicates accumulate.          \
+  ** bool: a logical or (true + anything is true, as PyTorch's). */                              \
+  X(P, INDEX_ADD, index_add, ELEM, int,                                                          \
+    (qt_device *dev, const qt_view *dst, int dim, const qt_view *index, const qt_view *src,      \
+     qt_err *err))                                                                               \
+  /* The three below are slots of their own rather than modes of scatter and index_add:          \
+  ** each contract stays one line, and a device may leave any of them NULL. */                   \
+  /* dst[index[i][j]][j] += src[i][j] (dim 0): scatter's geometry (src required, dst's           \
+  ** dtype), index_add's sums (integers wrap, bool or); duplicates accumulate, in no fixed       \
+  ** order on a device that uses atomics (float sums may differ in the last bits). */            \
+  X(P, SCATTER_ADD, scatter_add, ELEM, int,                                                      \
+    (qt_device *dev, const qt_view *dst, int dim, const qt_view *index, const qt_view *src,      \
+     qt_err *err))                                                                               \
+  /* dst.select(dim, index[k]) = value for every k; index 1-D. */                                \
+  X(P, INDEX_FILL, index_fill, ELEM, int,                                                        \
+    (qt_device *dev, const qt_view *dst, int dim, const qt_view *index, qt_scalar value,         \
+     qt_err *err))                                                                               \
+  /* dst.select(dim, index[k]) = src.select(dim, k); index 1-D, src of dst's dtype and of        \
+  ** dst's shape with index->size[0] along dim. Duplicates: any one of the writes wins. */       \
+  X(P, INDEX_COPY, index_copy, ELEM, int,                                                        \
+    (qt_device *dev, const qt_view *dst, int dim, const qt_view *index, const qt_view *src,      \
+     qt_err *err))                                                                               \
+  /* ---- masks: every mask is bool (the core reads other dtypes as ne(x, 0) first) ---- */      \
+  /* dst = cond ? a : b, elementwise; a and b have dst's dtype, or are NULL for a_value /        \
+  ** b_value everywhere (both fields filled for dst's dtype); cond, a and b are broadcast        \
+  ** to dst's shape by the core (stride 0). dst may be b itself, the same view (masked_fill_),   \
+  ** but never overlaps cond or a. */                                                            \
+  X(P, WHERE, where, ELEM, int,                                                                  \
+    (qt_device *dev, const qt_view *dst, const qt_view *cond, const qt_view *a,                  \
+     qt_scalar a_value, const qt_view *b, qt_scalar b_value, qt_err *err))                       \
+  /* dst (1-D, contiguous, src's dtype) = the elements of src where mask is true, in             \
+  ** row-major order; src and mask have one shape (broadcast by the core, stride 0), and dst     \
+  ** has exactly as many elements as mask has true ones (the core counted them). */              \
+  X(P, MASKED_SELECT, masked_select, ELEM, int,                                                  \
+    (qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *mask,                \
+     qt_err *err))                                                                               \
+  /* dst (n x mask->ndim, int64, contiguous) = the 1-based positions of mask's true elements     \
+  ** in row-major order, one row each; mask->ndim >= 1 and mask has exactly n true ones. */      \
+  X(P, NONZERO, nonzero, ELEM, int,                                                              \
+    (qt_device *dev, const qt_view *dst, const qt_view *mask, qt_err *err))                      \
+  /* ---- matrix products ---- */                                                                \
+  /* c[b] = alpha * a[b] @ b[b] + beta * c[b] for every batch b (BLAS's GEMM): a is              \
+  ** (B, M, K), b (B, K, N), c (B, M, N), all 3-D, one float dtype (float32 or float64),         \
+  ** any strides for a and b (a batch stride may be 0: broadcasting). c is contiguous and        \
+  ** overlaps neither a nor b. beta == 0 does not read c (NaN there does not propagate);         \
+  ** K == 0 makes c = beta * c. allow_tf32 permits TF32 tensor cores for float32. */             \
+  X(P, MATMUL, matmul, ELEM, int,                                                                \
+    (qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b, double alpha,         \
+     double beta, bool allow_tf32, qt_err *err))                                                 \
+  /* ---- random numbers: dst is contiguous ---- */                                              \
+  /* UNIFORM [0,1), NORMAL (mean 0, sd 1), INT uniform in [lo.i, hi.i]. */                       \
+  X(P, RANDOM, random, ELEM, int,                                                                \
+    (qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,                     \
+     uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err))                                  \
+  /* ---- scans and softmax along a dim (0-based): src, dst (and indices) have one shape         \
+  ** and are all contiguous (the core copies a strided source first); a 0-d view counts as       \
+  ** one element along dim 0. NULL on a device that has neither. ---- */                         \
+  /* dst = the scan of src along dim (QT_SCANOP_LIST says the dtypes); indices: int64, the       \
+  ** 1-based positions for CUMMAX and CUMMIN, NULL for the others. Float32 sums and              \
+  ** products accumulate in float64 on the CPU and in float32 on the GPU. */                     \
+  X(P, SCAN, scan, ELEM, int,                                                                    \
+    (qt_device *dev, qt_scanop op, const qt_view *dst, const qt_view *indices,                   \
+     const qt_view *src, int dim, qt_err *err))                                                  \
+  /* dst = softmax (log: log_softmax) of src along dim, max-subtracted; float32 or float64,      \
+  ** one dtype. A NaN anywhere along dim, or a +inf (inf - inf), makes that slice NaN, and       \
+  ** so does a slice of only -inf, as PyTorch's. */                                              \
+  X(P, SOFTMAX, softmax, ELEM, int,                                                              \
+    (qt_device *dev, bool log, const qt_view *dst, const qt_view *src, int dim,                  \
+     qt_err *err))                                                                               \
+  /* ---- sorting and selection (runtime/core/ops_sort.c; cpu_sort.c, kernels/sort.cu) ----      \
+  ** The order: numbers compare as numbers (-0.0 equals 0.0), every NaN is above every           \
+  ** number and all NaNs are equal; equal elements keep their order (stable), descending         \
+  ** included. bool sorts as 0 < 1. "Rows" views are 2-D (rows, n), contiguous (strides n, 1);   \
+  ** the core makes every input so. Indices are int64, 1-based positions within the row. */      \
+  /* values and indices (rows, n) = each row of src sorted; values has src's dtype. */           \
+  X(P, SORT, sort, ELEM, int,                                                                    \
+    (qt_device *dev, const qt_view *values, const qt_view *indices, const qt_view *src,          \
+     bool descending, qt_err *err))                                                              \
+  /* values and indices (rows, k), 1 <= k <= n = the k largest (largest) or smallest of each     \
+  ** row of src, best first, ties in their order: the first k of sort (descending = largest). */ \
+  X(P, TOPK, topk, ELEM, int,                                                                    \
+    (qt_device *dev, const qt_view *values, const qt_view *indices, const qt_view *src,          \
+     int64_t k, bool largest, qt_err *err))                                                      \
+  /* sorted (1-D, n >= 1, ascending) and perm (its int64 sort indices): the runs of equal        \
+  ** elements (NaNs are one run). uniques (n) gets each run's first element, counts (n,          \
+  ** int64, or NULL) its length, inverse (n, int64, or NULL) at perm[i] - 1 the 1-based run      \
+  ** number of element i; *count = the number of runs (the slot waits for it). */                \
+  X(P, UNIQUE, unique, ELEM, int,                                                                \
+    (qt_device *dev, const qt_view *uniques, const qt_view *inverse, const qt_view *counts,      \
+     const qt_view *sorted, const qt_view *perm, int64_t *count, qt_err *err))                   \
+  /* dst (1-D, contiguous, zeroed by the core) [src[i]] += 1 (int64 dst, weights NULL) or        \
+  ** weights[i] (dst's dtype, float32 or float64); src 1-D contiguous of an integer or bool      \
+  ** dtype with values in 0..dst->numel - 1 (checked by the core). Float sums on a device        \
+  ** with atomics are in no fixed order. */                                                      \
+  X(P, BINCOUNT, bincount, ELEM, int,                                                            \
+    (qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *weights,             \
+     qt_err *err))                                                                               \
+  /* dst (bins, int64, contiguous, zeroed) counts the elements x of src (contiguous, not         \
+  ** bool) with lo <= x <= hi (lo < hi), x in bin min(floor((x - lo) / (hi - lo) * bins),        \
+  ** bins - 1), computed in double (qt_histc_bin, scalar.h, also when hi - lo overflows);        \
+  ** NaN is in no bin. */                                                                        \
+  X(P, HISTC, histc, ELEM, int,                                                                  \
+    (qt_device *dev, const qt_view *dst, const qt_view *src, double lo, double hi,               \
+     qt_err *err))                                                                               \
+  /* dst (rows, m) int64 = 1 + the number of elements of sorted's row (rows, n) that are         \
+  ** below (right: not above) values' element (rows, m); sorted and values of one dtype,         \
+  ** all contiguous. A row that is not sorted gives positions of no meaning. */                  \
+  X(P, SEARCHSORTED, searchsorted, ELEM, int,                                                    \
+    (qt_device *dev, const qt_view *dst, const qt_view *sorted, const qt_view *values,           \
+     bool right, qt_err *err))                                                                   \
+  /* ---- code the user brings (qlua.kernel, qlua.module, C extensions) ----                     \
+  ** NULL on a device that cannot run it (the CPU); the core then says so. */                    \
+  /* The queue this device's work runs on, in order (a cudaStream_t). */                         \
+  X(P, NATIVE_STREAM, native_stream, USER, void *, (qt_device *dev))                             \
+  /* What compiled code for this device depends on, as text for cache keys ("nvrtc 13.0          \
+  ** sm_90"); loads the compiler on first use, or fails saying what is missing. */               \
+  X(P, COMPILER_ID, compiler_id, USER, int,                                                      \
+    (qt_device *dev, char *buf, size_t len, qt_err *err))                                        \
+  /* Compiles job->source for this device; on success out holds the image (and lowered           \
+  ** names), on a compile error the message carries the compiler's log. */                       \
+  X(P, COMPILE, compile, USER, int,                                                              \
+    (qt_device *dev, const qt_compile_job *job, qt_compile_result *out, qt_err *err))            \
+  /* Loads an image (PTX, cubin or fatbin); *module is the device's handle. */                   \
+  X(P, MODULE_LOAD, module_load, USER, int,                                                      \
+    (qt_device *dev, const void *image, size_t nbytes, void **module, qt_err *err))              \
+  X(P, MODULE_UNLOAD, module_unload, USER, void, (qt_device *dev, void *module))                 \
+  /* The kernels a module defines: calls each(name, arg) once per kernel. */                     \
+  X(P, MODULE_KERNELS, module_kernels, USER, int,                                                \
+    (qt_device *dev, void *module, void (*each)(const char *, void *), void *arg,                \
+     qt_err *err))                                                                               \
+  /* A kernel of the module by (lowered) name, with its parameter layout and limits. */          \
+  X(P, KERNEL_GET, kernel_get, USER, int,                                                        \
+    (qt_device *dev, void *module, const char *name, void **kernel, qt_kernel_info *info,        \
+     qt_err *err))                                                                               \
+  /* Queues kernel(args) on native_stream. args[k] points at parameter k's bytes, which          \
+  ** are copied at the call. The core has checked cfg against the info's limits. */              \
+  X(P, LAUNCH, launch, USER, int,                                                                \
+    (qt_device *dev, void *kernel, const qt_launch_cfg *cfg, void **args, qt_err *err))          \
+  /* end of the list */
+
+#define QT_SLOT_MEMBER_(P, E, name, kind, ret, params, ...) ret (*name) params;
 typedef struct qt_device_iface {
-  /* ---- memory ---- */
-  /* Allocates nbytes (nbytes may be 0: *ptr is then any non-NULL-or-NULL value that
-  ** `free` accepts). Out of memory is reported with *oom = 1 (so the core can empty
-  ** caches, collect garbage and retry) and a message. */
-  int (*alloc)(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err);
-  /* Gives a block back; never fails. On the GPU, safe to call while kernels that use
-  ** the block are still queued (the allocator reuses it in stream order). */
-  void (*free)(qt_device *dev, void *ptr, size_t nbytes);
-  /* Waits for everything queued on the device; reports deferred errors. */
-  int (*sync)(qt_device *dev, qt_err *err);
-  int (*memory)(qt_device *dev, qt_memory_stats *stats, qt_err *err);
-  /* Returns cached blocks to the driver. */
-  void (*empty_cache)(qt_device *dev);
-
-  /* ---- host <-> device, contiguous bytes ---- */
-  /* Both return after the bytes have landed (host memory may be reused at once). */
-  int (*upload)(qt_device *dev, void *dst, const void *host_src, size_t nbytes, qt_err *err);
-  int (*download)(qt_device *dev, void *host_dst, const void *src, size_t nbytes, qt_err *err);
-
-  /* ---- elementwise, all views on this device, all of dst's shape ---- */
-  /* dst = src, converting dtype; any strides. */
-  int (*copy)(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err);
-  int (*fill)(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err);
-  /* dst = a op b; a, b, dst have one dtype; a and b are broadcast to dst's shape by
-  ** the core (stride 0). dst may be a (in-place ops) but never overlaps b partially. */
-  int (*binary)(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
-                const qt_view *b, qt_err *err);
-  /* dst = a op s, or s op a when scalar_first; a and dst have one dtype. */
-  int (*binary_scalar)(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
-                       qt_scalar s, bool scalar_first, qt_err *err);
-  /* dst = op(src, params); src and dst of one dtype, or dst bool for the ops that give
-  ** bool (qt_unop_gives_bool). The core casts integer inputs of the float-only ops
-  ** (qt_unop_takes_ints) to float64 first. */
-  int (*unary)(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-               const qt_unop_params *params, qt_err *err);
-  /* Along dim (0-based): dst has src's shape without dim. dim == -1: over all
-  ** elements into a one-element dst (ndim 0). Never over nothing (the core answers those).
-  ** arg: see QT_REDOP_LIST (the correction of VAR/STD, the p of NORM). */
-  int (*reduce)(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
-                double arg, qt_err *err);
-
-  /* ---- indexing (dims 0-based, index values 1-based, see above) ---- */
-  /* dst[i][j] = src[index[i][j]][j] (dim 0); dst and index have one shape;
-  ** index->size[d] <= src->size[d] for d != dim. */
-  int (*gather)(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
-                const qt_view *index, qt_err *err);
-  /* dst = src with slices index[k] along dim; index is 1-D. */
-  int (*index_select)(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
-                      const qt_view *index, qt_err *err);
-  /* dst[k] = flat(src)[index[k]] over src's row-major order; dst has index's shape. */
-  int (*take)(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *index,
-              qt_err *err);
-  /* dst[index[i][j]][j] = src[i][j] (dim 0); src == NULL means every value is `value`.
-  ** index->size[d] <= src->size[d] (when src given) and <= dst->size[d] for d != dim. */
-  int (*scatter)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                 const qt_view *src, qt_scalar value, qt_err *err);
-  /* dst.select(dim, index[k]) += src.select(dim, k); index 1-D; duplicates accumulate.
-  ** bool: a logical or (true + anything is true, as PyTorch's). */
-  int (*index_add)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                   const qt_view *src, qt_err *err);
-  /* The three below are slots of their own rather than modes of scatter and index_add:
-  ** each contract stays one line, and a device may leave any of them NULL. */
-  /* dst[index[i][j]][j] += src[i][j] (dim 0): scatter's geometry (src required, dst's
-  ** dtype), index_add's sums (integers wrap, bool or); duplicates accumulate, in no fixed
-  ** order on a device that uses atomics (float sums may differ in the last bits). */
-  int (*scatter_add)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                     const qt_view *src, qt_err *err);
-  /* dst.select(dim, index[k]) = value for every k; index 1-D. */
-  int (*index_fill)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                    qt_scalar value, qt_err *err);
-  /* dst.select(dim, index[k]) = src.select(dim, k); index 1-D, src of dst's dtype and of
-  ** dst's shape with index->size[0] along dim. Duplicates: any one of the writes wins. */
-  int (*index_copy)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                    const qt_view *src, qt_err *err);
-
-  /* ---- masks: every mask is bool (the core reads other dtypes as ne(x, 0) first) ---- */
-  /* dst = cond ? a : b, elementwise; a and b have dst's dtype, or are NULL for a_value /
-  ** b_value everywhere (both fields filled for dst's dtype); cond, a and b are broadcast
-  ** to dst's shape by the core (stride 0). dst may be b itself, the same view (masked_fill_),
-  ** but never overlaps cond or a. */
-  int (*where)(qt_device *dev, const qt_view *dst, const qt_view *cond, const qt_view *a,
-               qt_scalar a_value, const qt_view *b, qt_scalar b_value, qt_err *err);
-  /* dst (1-D, contiguous, src's dtype) = the elements of src where mask is true, in
-  ** row-major order; src and mask have one shape (broadcast by the core, stride 0), and dst
-  ** has exactly as many elements as mask has true ones (the core counted them). */
-  int (*masked_select)(qt_device *dev, const qt_view *dst, const qt_view *src,
-                       const qt_view *mask, qt_err *err);
-  /* dst (n x mask->ndim, int64, contiguous) = the 1-based positions of mask's true elements
-  ** in row-major order, one row each; mask->ndim >= 1 and mask has exactly n true ones. */
-  int (*nonzero)(qt_device *dev, const qt_view *dst, const qt_view *mask, qt_err *err);
-
-  /* ---- matrix products ---- */
-  /* c[b] = alpha * a[b] @ b[b] + beta * c[b] for every batch b (BLAS's GEMM): a is
-  ** (B, M, K), b (B, K, N), c (B, M, N), all 3-D, one float dtype (float32 or float64),
-  ** any strides for a and b (a batch stride may be 0: broadcasting). c is contiguous and
-  ** overlaps neither a nor b. beta == 0 does not read c (NaN there does not propagate);
-  ** K == 0 makes c = beta * c. allow_tf32 permits TF32 tensor cores for float32. */
-  int (*matmul)(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
-                double alpha, double beta, bool allow_tf32, qt_err *err);
-
-  /* ---- random numbers: dst is contiguous ---- */
-  /* UNIFORM [0,1), NORMAL (mean 0, sd 1), INT uniform in [lo.i, hi.i]. */
-  int (*random)(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
-                uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err);
-
-  /* ---- scans and softmax along a dim (0-based): src, dst (and indices) have one shape
-  ** and are all contiguous (the core copies a strided source first); a 0-d view counts as
-  ** one element along dim 0. NULL on a device that has neither. ---- */
-  /* dst = the scan of src along dim (QT_SCANOP_LIST says the dtypes); indices: int64, the
-  ** 1-based positions for CUMMAX and CUMMIN, NULL for the others. Float32 sums and
-  ** products accumulate in float64 on the CPU and in float32 on the GPU. */
-  int (*scan)(qt_device *dev, qt_scanop op, const qt_view *dst, const qt_view *indices,
-              const qt_view *src, int dim, qt_err *err);
-  /* dst = softmax (log: log_softmax) of src along dim, max-subtracted; float32 or float64,
-  ** one dtype. A NaN anywhere along dim, or a +inf (inf - inf), makes that slice NaN, and
-  ** so does a slice of only -inf, as PyTorch's. */
-  int (*softmax)(qt_device *dev, bool log, const qt_view *dst, const qt_view *src, int dim,
-                 qt_err *err);
-
-  /* ---- sorting and selection (runtime/core/ops_sort.c; cpu_sort.c, kernels/sort.cu) ----
-  ** The order: numbers compare as numbers (-0.0 equals 0.0), every NaN is above every
-  ** number and all NaNs are equal; equal elements keep their order (stable), descending
-  ** included. bool sorts as 0 < 1. "Rows" views are 2-D (rows, n), contiguous (strides n, 1);
-  ** the core makes every input so. Indices are int64, 1-based positions within the row. */
-  /* values and indices (rows, n) = each row of src sorted; values has src's dtype. */
-  int (*sort)(qt_device *dev, const qt_view *values, const qt_view *indices,
-              const qt_view *src, bool descending, qt_err *err);
-  /* values and indices (rows, k), 1 <= k <= n = the k largest (largest) or smallest of each
-  ** row of src, best first, ties in their order: the first k of sort (descending = largest). */
-  int (*topk)(qt_device *dev, const qt_view *values, const qt_view *indices,
-              const qt_view *src, int64_t k, bool largest, qt_err *err);
-  /* sorted (1-D, n >= 1, ascending) and perm (its int64 sort indices): the runs of equal
-  ** elements (NaNs are one run). uniques (n) gets each run's first element, counts (n,
-  ** int64, or NULL) its length, inverse (n, int64, or NULL) at perm[i] - 1 the 1-based run
-  ** number of element i; *count = the number of runs (the slot waits for it). */
-  int (*unique)(qt_device *dev, const qt_view *uniques, const qt_view *inverse,
-                const qt_view *counts, const qt_view *sorted, const qt_view *perm,
-                int64_t *count, qt_err *err);
-  /* dst (1-D, contiguous, zeroed by the core) [src[i]] += 1 (int64 dst, weights NULL) or
-  ** weights[i] (dst's dtype, float32 or float64); src 1-D contiguous of an integer or bool
-  ** dtype with values in 0..dst->numel - 1 (checked by the core). Float sums on a device
-  ** with atomics are in no fixed order. */
-  int (*bincount)(qt_device *dev, const qt_view *dst, const qt_view *src,
-                  const qt_view *weights, qt_err *err);
-  /* dst (bins, int64, contiguous, zeroed) counts the elements x of src (contiguous, not
-  ** bool) with lo <= x <= hi (lo < hi), x in bin min(floor((x - lo) / (hi - lo) * bins),
-  ** bins - 1), computed in double (qt_histc_bin, scalar.h, also when hi - lo overflows);
-  ** NaN is in no bin. */
-  int (*histc)(qt_device *dev, const qt_view *dst, const qt_view *src, double lo, double hi,
-               qt_err *err);
-  /* dst (rows, m) int64 = 1 + the number of elements of sorted's row (rows, n) that are
-  ** below (right: not above) values' element (rows, m); sorted and values of one dtype,
-  ** all contiguous. A row that is not sorted gives positions of no meaning. */
-  int (*searchsorted)(qt_device *dev, const qt_view *dst, const qt_view *sorted,
-                      const qt_view *values, bool right, qt_err *err);
-
-  /* ---- code the user brings (qlua.kernel, qlua.module, C extensions) ----
-  ** NULL on a device that cannot run it (the CPU); the core then says so. */
-  /* The queue this device's work runs on, in order (a cudaStream_t). */
-  void *(*native_stream)(qt_device *dev);
-  /* What compiled code for this device depends on, as text for cache keys ("nvrtc 13.0
-  ** sm_90"); loads the compiler on first use, or fails saying what is missing. */
-  int (*compiler_id)(qt_device *dev, char *buf, size_t len, qt_err *err);
-  /* Compiles job->source for this device; on success out holds the image (and lowered
-  ** names), on a compile error the message carries the compiler's log. */
-  int (*compile)(qt_device *dev, const qt_compile_job *job, qt_compile_result *out,
-                 qt_err *err);
-  /* Loads an image (PTX, cubin or fatbin); *module is the device's handle. */
-  int (*module_load)(qt_device *dev, const void *image, size_t nbytes, void **module,
-                     qt_err *err);
-  void (*module_unload)(qt_device *dev, void *module);
-  /* The kernels a module defines: calls each(name, arg) once per kernel. */
-  int (*module_kernels)(qt_device *dev, void *module, void (*each)(const char *, void *),
-                        void *arg, qt_err *err);
-  /* A kernel of the module by (lowered) name, with its parameter layout and limits. */
-  int (*kernel_get)(qt_device *dev, void *module, const char *name, void **kernel,
-                    qt_kernel_info *info, qt_err *err);
-  /* Queues kernel(args) on native_stream. args[k] points at parameter k's bytes, which
-  ** are copied at the call. The core has checked cfg against the info's limits. */
-  int (*launch)(qt_device *dev, void *kernel, const qt_launch_cfg *cfg, void **args,
-                qt_err *err);
-
+  QT_SLOT_LIST(QT_SLOT_MEMBER_, ~)
   /* ---- the 16-bit floats ---- */
   /* copy and fill take float16 and bfloat16 like every dtype (converting exactly as
   ** half.h says). Every other slot that reads or writes elements takes them only when
@@ -380,18 +414,35 @@ typedef struct qt_device_iface {
   ** may start with none and add native code slot by slot. */
   uint64_t half_native;
 } qt_device_iface;
+#undef QT_SLOT_MEMBER_
 
-/* The slots widen.c can stand in for, named for half_native. */
-typedef enum qt_slot {
-  QT_SLOT_BINARY, QT_SLOT_BINARY_SCALAR, QT_SLOT_UNARY, QT_SLOT_REDUCE,
-  QT_SLOT_GATHER, QT_SLOT_INDEX_SELECT, QT_SLOT_TAKE, QT_SLOT_SCATTER, QT_SLOT_INDEX_ADD,
-  QT_SLOT_SCATTER_ADD, QT_SLOT_INDEX_FILL, QT_SLOT_INDEX_COPY,
-  QT_SLOT_WHERE, QT_SLOT_MASKED_SELECT, QT_SLOT_NONZERO, QT_SLOT_MATMUL, QT_SLOT_RANDOM,
-  QT_SLOT_SCAN, QT_SLOT_SOFTMAX, QT_SLOT_SORT, QT_SLOT_TOPK, QT_SLOT_UNIQUE,
-  QT_SLOT_BINCOUNT, QT_SLOT_HISTC, QT_SLOT_SEARCHSORTED,
-  QT_NSLOTS
-} qt_slot;
+/* The element slots (kind ELEM), named for half_native: QT_SLOT_BINARY ... in list order. */
+#define QT_SLOT_ENUM_(P, E, name, kind, ...) QT_SLOT_IF_ELEM_##kind(QT_SLOT_##E, )
+#define QT_SLOT_IF_ELEM_ELEM(...) __VA_ARGS__
+#define QT_SLOT_IF_ELEM_MEM(...)
+#define QT_SLOT_IF_ELEM_ALL16(...)
+#define QT_SLOT_IF_ELEM_USER(...)
+typedef enum qt_slot { QT_SLOT_LIST(QT_SLOT_ENUM_, ~) QT_NSLOTS } qt_slot;
+#undef QT_SLOT_ENUM_
 #define QT_SLOT_BIT(s) ((uint64_t)1 << (s))
+#ifdef __cplusplus
+static_assert(QT_NSLOTS <= 64, "half_native holds one bit per element slot");
+#else
+_Static_assert(QT_NSLOTS <= 64, "half_native holds one bit per element slot");
+#endif
+
+/* The prototypes of a device's slot functions, named <prefix><name>: every slot
+** (QT_SLOT_PROTOTYPES, the CUDA device's qt_cuda_*), or the element slots with copy and
+** fill (QT_SLOT_ELEMENT_PROTOTYPES, the CPU's cpu_*, whose memory slots are its own). */
+#define QT_SLOT_PROTO_(P, E, name, kind, ret, params, ...) ret QT_PP_CAT(P, name) params;
+#define QT_SLOT_ELEMENT_PROTO_(P, E, name, kind, ret, params, ...) \
+  QT_SLOT_IF_ELEMENT_##kind(ret QT_PP_CAT(P, name) params;)
+#define QT_SLOT_IF_ELEMENT_ELEM(...) __VA_ARGS__
+#define QT_SLOT_IF_ELEMENT_ALL16(...) __VA_ARGS__
+#define QT_SLOT_IF_ELEMENT_MEM(...)
+#define QT_SLOT_IF_ELEMENT_USER(...)
+#define QT_SLOT_PROTOTYPES(prefix) QT_SLOT_LIST(QT_SLOT_PROTO_, prefix)
+#define QT_SLOT_ELEMENT_PROTOTYPES(prefix) QT_SLOT_LIST(QT_SLOT_ELEMENT_PROTO_, prefix)
 
 struct qt_device {
   const qt_device_iface *iface;   /* what the core calls: `native`, widened (widen.c) */

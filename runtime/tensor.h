@@ -73,6 +73,8 @@ typedef struct qt_bf16 { uint16_t bits; } qt_bf16;  /* bfloat16: float32's top h
 #define QT_PP_EMPTY()
 #define QT_PP_DEFER(m) m QT_PP_EMPTY()
 #define QT_PP_EXPAND(...) __VA_ARGS__
+#define QT_PP_CAT_(a, b) a##b
+#define QT_PP_CAT(a, b) QT_PP_CAT_(a, b)
 
 /* The one list of dtypes: X(P, ENUM, sfx, name, T, U, bytes, kind).
 **   sfx   a short token for generated names (cpu_copy_f32_i64);

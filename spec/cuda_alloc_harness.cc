@@ -59,13 +59,10 @@
 #endif
 #include "device.h"
 
-/* cuda_alloc.cu's slots that device.h does not declare (kernels.h does, but it is CUDA
-** C++ and needs nvcc). */
+/* The CUDA device's slots, as device.h's slot list declares them (kernels.h does too, but
+** it is CUDA C++ and needs nvcc). */
 extern "C" {
-int qt_cuda_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err);
-void qt_cuda_free(qt_device *dev, void *ptr, size_t nbytes);
-int qt_cuda_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err);
-void qt_cuda_empty_cache(qt_device *dev);
+QT_SLOT_PROTOTYPES(qt_cuda_)
 }
 
 static const size_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024 * 1024 * 1024;
@@ -234,75 +231,19 @@ void **__cudaRegisterFatBinary(void *) { return fake::fatbin_handle; }
 void __cudaRegisterFatBinaryEnd(void **) {}
 void __cudaUnregisterFatBinary(void **) {}
 
-/* the slots of the other kernels/ files, which the slot table names */
-int qt_cuda_copy(qt_device *, const qt_view *, const qt_view *, qt_err *) { return -1; }
-int qt_cuda_fill(qt_device *, const qt_view *, qt_scalar, qt_err *) { return -1; }
-int qt_cuda_binary(qt_device *, qt_binop, const qt_view *, const qt_view *, const qt_view *,
-                   qt_err *) { return -1; }
-int qt_cuda_binary_scalar(qt_device *, qt_binop, const qt_view *, const qt_view *, qt_scalar,
-                          bool, qt_err *) { return -1; }
-int qt_cuda_unary(qt_device *, qt_unop, const qt_view *, const qt_view *, qt_scalar, qt_scalar,
-                  qt_err *) { return -1; }
-void *qt_cuda_native_stream(qt_device *) { return NULL; }
-int qt_cuda_compiler_id(qt_device *, char *, size_t, qt_err *) { return -1; }
-int qt_cuda_compile(qt_device *, const qt_compile_job *, qt_compile_result *, qt_err *) {
-  return -1;
-}
-int qt_cuda_module_load(qt_device *, const void *, size_t, void **, qt_err *) { return -1; }
-void qt_cuda_module_unload(qt_device *, void *) {}
-int qt_cuda_module_kernels(qt_device *, void *, void (*)(const char *, void *), void *,
-                           qt_err *) { return -1; }
-int qt_cuda_kernel_get(qt_device *, void *, const char *, void **, qt_kernel_info *, qt_err *) {
-  return -1;
-}
-int qt_cuda_launch(qt_device *, void *, const qt_launch_cfg *, void **, qt_err *) { return -1; }
-int qt_cuda_random(qt_device *, qt_random_kind, const qt_view *, uint64_t, uint64_t, qt_scalar,
-                   qt_scalar, qt_err *) { return -1; }
-int qt_cuda_reduce(qt_device *, qt_redop, const qt_view *, const qt_view *, int, qt_err *) {
-  return -1;
-}
-int qt_cuda_scan(qt_device *, qt_scanop, const qt_view *, const qt_view *, const qt_view *, int,
-                 qt_err *) { return -1; }
-int qt_cuda_softmax(qt_device *, bool, const qt_view *, const qt_view *, int, qt_err *) {
-  return -1;
-}
-int qt_cuda_gather(qt_device *, const qt_view *, const qt_view *, int, const qt_view *,
-                   qt_err *) { return -1; }
-int qt_cuda_index_select(qt_device *, const qt_view *, const qt_view *, int, const qt_view *,
-                         qt_err *) { return -1; }
-int qt_cuda_take(qt_device *, const qt_view *, const qt_view *, const qt_view *, qt_err *) {
-  return -1;
-}
-int qt_cuda_scatter(qt_device *, const qt_view *, int, const qt_view *, const qt_view *,
-                    qt_scalar, qt_err *) { return -1; }
-int qt_cuda_index_add(qt_device *, const qt_view *, int, const qt_view *, const qt_view *,
-                      qt_err *) { return -1; }
-int qt_cuda_scatter_add(qt_device *, const qt_view *, int, const qt_view *, const qt_view *,
-                        qt_err *) { return -1; }
-int qt_cuda_index_fill(qt_device *, const qt_view *, int, const qt_view *, qt_scalar,
-                       qt_err *) { return -1; }
-int qt_cuda_index_copy(qt_device *, const qt_view *, int, const qt_view *, const qt_view *,
-                       qt_err *) { return -1; }
-int qt_cuda_where(qt_device *, const qt_view *, const qt_view *, const qt_view *, qt_scalar,
-                  const qt_view *, qt_scalar, qt_err *) { return -1; }
-int qt_cuda_masked_select(qt_device *, const qt_view *, const qt_view *, const qt_view *,
-                          qt_err *) { return -1; }
-int qt_cuda_nonzero(qt_device *, const qt_view *, const qt_view *, qt_err *) { return -1; }
-int qt_cuda_matmul(qt_device *, const qt_view *, const qt_view *, const qt_view *, double,
-                   double, bool, qt_err *) { return -1; }
-int qt_cuda_sort(qt_device *, const qt_view *, const qt_view *, const qt_view *, bool,
-                 qt_err *) { return -1; }
-int qt_cuda_topk(qt_device *, const qt_view *, const qt_view *, const qt_view *, int64_t, bool,
-                 qt_err *) { return -1; }
-int qt_cuda_unique(qt_device *, const qt_view *, const qt_view *, const qt_view *,
-                   const qt_view *, const qt_view *, int64_t *, qt_err *) { return -1; }
-int qt_cuda_bincount(qt_device *, const qt_view *, const qt_view *, const qt_view *,
-                     qt_err *) { return -1; }
-int qt_cuda_histc(qt_device *, const qt_view *, const qt_view *, double, double, qt_err *) {
-  return -1;
-}
-int qt_cuda_searchsorted(qt_device *, const qt_view *, const qt_view *, const qt_view *, bool,
-                         qt_err *) { return -1; }
+/* the slots of the other kernels/ files, which the slot table names: every row of the slot
+** list but the memory ones, which cuda_alloc.o, cuda_device.o and cuda_transfer.o make */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#define STUB_(P, E, name, kind, ret, params, ...) \
+  STUB_IF_##kind(ret qt_cuda_##name params { return static_cast<ret>(0); })
+#define STUB_IF_MEM(...)
+#define STUB_IF_ALL16(...) __VA_ARGS__
+#define STUB_IF_ELEM(...) __VA_ARGS__
+#define STUB_IF_USER(...) __VA_ARGS__
+QT_SLOT_LIST(STUB_, ~)
+#undef STUB_
+#pragma GCC diagnostic pop
 
 /* runtime/tensor.c's, which the object uses for messages */
 int qt_errorf(qt_err *err, const char *fmt, ...) {

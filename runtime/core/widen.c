@@ -321,37 +321,16 @@ static struct { const qt_device_iface *native; qt_device_iface wide; } widen_tab
 static int widen_ntables = 0;
 static pthread_mutex_t widen_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Puts the stand-in for slot `field` where the device has that slot and no 16-bit code. */
-#define WIDEN_SLOT(t, field, SLOT) \
-  if ((t)->field != NULL && !((t)->half_native & QT_SLOT_BIT(SLOT))) (t)->field = wd_##field
-
-static void widen_fill(qt_device_iface *t) {
-  WIDEN_SLOT(t, binary, QT_SLOT_BINARY);
-  WIDEN_SLOT(t, binary_scalar, QT_SLOT_BINARY_SCALAR);
-  WIDEN_SLOT(t, unary, QT_SLOT_UNARY);
-  WIDEN_SLOT(t, reduce, QT_SLOT_REDUCE);
-  WIDEN_SLOT(t, gather, QT_SLOT_GATHER);
-  WIDEN_SLOT(t, index_select, QT_SLOT_INDEX_SELECT);
-  WIDEN_SLOT(t, take, QT_SLOT_TAKE);
-  WIDEN_SLOT(t, scatter, QT_SLOT_SCATTER);
-  WIDEN_SLOT(t, index_add, QT_SLOT_INDEX_ADD);
-  WIDEN_SLOT(t, scatter_add, QT_SLOT_SCATTER_ADD);
-  WIDEN_SLOT(t, index_fill, QT_SLOT_INDEX_FILL);
-  WIDEN_SLOT(t, index_copy, QT_SLOT_INDEX_COPY);
-  WIDEN_SLOT(t, where, QT_SLOT_WHERE);
-  WIDEN_SLOT(t, masked_select, QT_SLOT_MASKED_SELECT);
-  WIDEN_SLOT(t, nonzero, QT_SLOT_NONZERO);
-  WIDEN_SLOT(t, matmul, QT_SLOT_MATMUL);
-  WIDEN_SLOT(t, random, QT_SLOT_RANDOM);
-  WIDEN_SLOT(t, scan, QT_SLOT_SCAN);
-  WIDEN_SLOT(t, softmax, QT_SLOT_SOFTMAX);
-  WIDEN_SLOT(t, sort, QT_SLOT_SORT);
-  WIDEN_SLOT(t, topk, QT_SLOT_TOPK);
-  WIDEN_SLOT(t, unique, QT_SLOT_UNIQUE);
-  WIDEN_SLOT(t, bincount, QT_SLOT_BINCOUNT);
-  WIDEN_SLOT(t, histc, QT_SLOT_HISTC);
-  WIDEN_SLOT(t, searchsorted, QT_SLOT_SEARCHSORTED);
-}
+/* Puts each element slot's stand-in wd_<name> where the device has that slot and no 16-bit
+** code of its own (device.h's QT_SLOT_LIST: a new element slot without its stand-in here
+** does not compile). */
+#define WIDEN_ROW_(P, E, name, kind, ...) WIDEN_ROW_##kind(E, name)
+#define WIDEN_ROW_ELEM(E, name) \
+  if (t->name != NULL && !(t->half_native & QT_SLOT_BIT(QT_SLOT_##E))) t->name = wd_##name;
+#define WIDEN_ROW_MEM(E, name)
+#define WIDEN_ROW_ALL16(E, name)
+#define WIDEN_ROW_USER(E, name)
+static void widen_fill(qt_device_iface *t) { QT_SLOT_LIST(WIDEN_ROW_, ~) }
 
 const qt_device_iface *qt_widen_iface(const qt_device_iface *native) {
   const qt_device_iface *found = NULL;

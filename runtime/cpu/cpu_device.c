@@ -29,7 +29,6 @@
 
 #include "cpu/cpu.h"
 #include "cpu/cpu_internal.h"
-#include "cpu/cpu_scan.h"
 #include "device.h"
 #include "tensor.h"
 
@@ -303,28 +302,6 @@ static int cpu_download(qt_device *dev, void *host_dst, const void *src, size_t 
 
 /* ====================================================================== the table */
 
-/* cpu_mask.c: where, masked_select, nonzero (device.h's contracts) */
-int cpu_where(qt_device *dev, const qt_view *dst, const qt_view *cond, const qt_view *a,
-              qt_scalar a_value, const qt_view *b, qt_scalar b_value, qt_err *err);
-int cpu_masked_select(qt_device *dev, const qt_view *dst, const qt_view *src,
-                      const qt_view *mask, qt_err *err);
-int cpu_nonzero(qt_device *dev, const qt_view *dst, const qt_view *mask, qt_err *err);
-
-/* cpu_sort.c: sort, topk, unique, bincount, histc, searchsorted (device.h's contracts) */
-int cpu_sort(qt_device *dev, const qt_view *values, const qt_view *indices, const qt_view *src,
-             bool descending, qt_err *err);
-int cpu_topk(qt_device *dev, const qt_view *values, const qt_view *indices, const qt_view *src,
-             int64_t k, bool largest, qt_err *err);
-int cpu_unique(qt_device *dev, const qt_view *uniques, const qt_view *inverse,
-               const qt_view *counts, const qt_view *sorted, const qt_view *perm,
-               int64_t *count, qt_err *err);
-int cpu_bincount(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *weights,
-                 qt_err *err);
-int cpu_histc(qt_device *dev, const qt_view *dst, const qt_view *src, double lo, double hi,
-              qt_err *err);
-int cpu_searchsorted(qt_device *dev, const qt_view *dst, const qt_view *sorted,
-                     const qt_view *values, bool right, qt_err *err);
-
 /* The slots with float16/bfloat16 code of their own (elementwise math in float32; the
 ** index and mask slots move elements by size, and store numbers through qt_scalar_store
 ** or qt_scalar_as, which round once); the registry widens the rest (device.h). */
@@ -344,50 +321,42 @@ int qt_cpu_set_threads(int n) {
 }
 
 static const qt_device_iface cpu_iface = {
-  /* .alloc         = */ cpu_alloc,
-  /* .free          = */ cpu_free,
-  /* .sync          = */ cpu_sync,
-  /* .memory        = */ cpu_memory,
-  /* .empty_cache   = */ cpu_empty_cache,
-  /* .upload        = */ cpu_upload,
-  /* .download      = */ cpu_download,
-  /* .copy          = */ cpu_copy,
-  /* .fill          = */ cpu_fill,
-  /* .binary        = */ cpu_binary,
-  /* .binary_scalar = */ cpu_binary_scalar,
-  /* .unary         = */ cpu_unary,
-  /* .reduce        = */ cpu_reduce,
-  /* .gather        = */ cpu_gather,
-  /* .index_select  = */ cpu_index_select,
-  /* .take          = */ cpu_take,
-  /* .scatter       = */ cpu_scatter,
-  /* .index_add     = */ cpu_index_add,
-  /* .scatter_add   = */ cpu_scatter_add,
-  /* .index_fill    = */ cpu_index_fill,
-  /* .index_copy    = */ cpu_index_copy,
-  /* .where         = */ cpu_where,
-  /* .masked_select = */ cpu_masked_select,
-  /* .nonzero       = */ cpu_nonzero,
-  /* .matmul        = */ cpu_matmul,
-  /* .random        = */ cpu_random,
-  /* .scan          = */ cpu_scan,
-  /* .softmax       = */ cpu_softmax,
-  /* .sort          = */ cpu_sort,
-  /* .topk          = */ cpu_topk,
-  /* .unique        = */ cpu_unique,
-  /* .bincount      = */ cpu_bincount,
-  /* .histc         = */ cpu_histc,
-  /* .searchsorted  = */ cpu_searchsorted,
-  /* code the user brings runs on GPUs only: the core says so for the CPU */
-  /* .native_stream = */ NULL,
-  /* .compiler_id   = */ NULL,
-  /* .compile       = */ NULL,
-  /* .module_load   = */ NULL,
-  /* .module_unload = */ NULL,
-  /* .module_kernels= */ NULL,
-  /* .kernel_get    = */ NULL,
-  /* .launch        = */ NULL,
-  /* .half_native   = */ CPU_HALF_NATIVE,
+  .alloc = cpu_alloc,
+  .free = cpu_free,
+  .sync = cpu_sync,
+  .memory = cpu_memory,
+  .empty_cache = cpu_empty_cache,
+  .upload = cpu_upload,
+  .download = cpu_download,
+  .copy = cpu_copy,
+  .fill = cpu_fill,
+  .binary = cpu_binary,
+  .binary_scalar = cpu_binary_scalar,
+  .unary = cpu_unary,
+  .reduce = cpu_reduce,
+  .gather = cpu_gather,
+  .index_select = cpu_index_select,
+  .take = cpu_take,
+  .scatter = cpu_scatter,
+  .index_add = cpu_index_add,
+  .scatter_add = cpu_scatter_add,
+  .index_fill = cpu_index_fill,
+  .index_copy = cpu_index_copy,
+  .where = cpu_where,
+  .masked_select = cpu_masked_select,
+  .nonzero = cpu_nonzero,
+  .matmul = cpu_matmul,
+  .random = cpu_random,
+  .scan = cpu_scan,
+  .softmax = cpu_softmax,
+  .sort = cpu_sort,
+  .topk = cpu_topk,
+  .unique = cpu_unique,
+  .bincount = cpu_bincount,
+  .histc = cpu_histc,
+  .searchsorted = cpu_searchsorted,
+  /* code the user brings runs on GPUs only: its slots stay NULL, and the core says so */
+  .half_native = CPU_HALF_NATIVE,
 };
 
 const qt_device_iface *qt_cpu_iface(void) { return &cpu_iface; }

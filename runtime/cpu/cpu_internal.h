@@ -225,42 +225,8 @@ static inline void cpu_value_set(cpu_value *out, qt_dtype dtype, qt_scalar s) {
 
 /* ====================================================================== the slots */
 /* One family per file (see the top); cpu_device.c puts them in the table. The contracts
-** are device.h's. */
-
-/* cpu_elementwise.c */
-int cpu_copy(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err);
-int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err);
-int cpu_binary(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
-               const qt_view *b, qt_err *err);
-int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_view *a,
-                      qt_scalar s, bool scalar_first, qt_err *err);
-int cpu_unary(qt_device *dev, qt_unop op, const qt_view *dst, const qt_view *src,
-              const qt_unop_params *params, qt_err *err);
-/* cpu_reduce.c */
-int cpu_reduce(qt_device *dev, qt_redop op, const qt_view *dst, const qt_view *src, int dim,
-               double arg, qt_err *err);
-/* cpu_index.c */
-int cpu_gather(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
-               const qt_view *index, qt_err *err);
-int cpu_index_select(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
-                     const qt_view *index, qt_err *err);
-int cpu_take(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *index,
-             qt_err *err);
-int cpu_scatter(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                const qt_view *src, qt_scalar value, qt_err *err);
-int cpu_index_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                  const qt_view *src, qt_err *err);
-int cpu_scatter_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                    const qt_view *src, qt_err *err);
-int cpu_index_fill(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                   qt_scalar value, qt_err *err);
-int cpu_index_copy(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                   const qt_view *src, qt_err *err);
-/* cpu_matmul.c */
-int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view *b,
-               double alpha, double beta, bool allow_tf32, qt_err *err);
-/* cpu_random.c */
-int cpu_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
-               uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err);
+** are device.h's, and so are the prototypes: cpu_<slot> for copy, fill and every element
+** slot (the memory slots are cpu_device.c's own). */
+QT_SLOT_ELEMENT_PROTOTYPES(cpu_)
 
 #endif

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 
 #include "cpu/cpu_internal.h"
-#include "cpu/cpu_scan.h"
 #include "device.h"
 #include "tensor.h"
 
