@@ -3,10 +3,7 @@
 -- shorthands), qlua.Tensor as a class users extend, and the conversion rules docs/API.md
 -- states once for every dtype. Each op against a plain-Lua reference, on every dtype it
 -- takes, on views, on both devices (the GPU cases are pending without a GPU).
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local both = T.both_devices(_ENV)
+local T, qlua, _, _, both = require("qlua.testing").spec(_ENV)
 
 local ALL = { "float32", "float64", "int32", "int64", "bool", "uint8", "float16", "bfloat16" }
 local INF, NAN = math.huge, 0 / 0

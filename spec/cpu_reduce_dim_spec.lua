@@ -6,10 +6,7 @@
 -- and amin against plain Lua in every dtype, with ties, NaNs and signed zeros in other
 -- segments than the first and inside one group of the four rows folded at once, and the
 -- same results on 1, 2, 3 and 8 threads.
-local T = require("qlua.testing")
-local qlua = T.qlua
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 
 local NaN = 0 / 0
 local abs, type = math.abs, type  -- locals: a global's lookup costs more in a spec

@@ -2,15 +2,9 @@
 -- the *_like functions, arange, linspace, logspace, eye, randperm, cat and stack, each
 -- against a plain-Lua reference in every dtype on the CPU, then GPU parity cases that run
 -- only with a GPU (pending without one, as in gpu_spec.lua).
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, test, gtest = require("qlua.testing").spec(_ENV)
 
 local HAS_GPU = T.gpu_status()
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
-
--- A test that runs only with a GPU; without one it is reported as pending.
-local gtest = T.gpu_tests(_ENV)
 
 -- t has dtype, shape and the values of the nested table (or flat list) expected.
 local function check(t, dtype, shape, expected, what)

@@ -3,13 +3,7 @@
 -- promotion, comparisons and the logical ops (which return bool), reductions, views and
 -- .npy files, each against a plain-Lua reference; every case runs on the CPU and, as a
 -- parity case, on the GPU (pending without one).
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local gtest = T.gpu_tests(_ENV)
-
--- Each case is a function of the device; it runs as a CPU test and as a GPU test.
-local both = T.both_devices(_ENV)
+local T, qlua, _, _, both = require("qlua.testing").spec(_ENV)
 
 local function check(t, dtype, expected, what)
   assert.equal(dtype, t:dtype(), (what or "") .. ": dtype")

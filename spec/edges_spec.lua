@@ -2,11 +2,9 @@
 -- sizes, strings and files reach their limits. Each describe is one finding; each case
 -- failed before its fix. Cases that reach device code run on both devices (the GPU ones
 -- are pending without a GPU); the others are device-free (checks, files, the binding).
-local T = require "qlua.testing"
+local T, qlua, _, _, both = require("qlua.testing").spec(_ENV)
 local P = require "spec.helpers.process"
-local qlua = T.qlua
 
-local both = T.both_devices(_ENV)
 local inf = math.huge
 local MAXINT = math.maxinteger
 

@@ -21,9 +21,8 @@ Pending, with the reason: the C API tests without a C compiler; the extension's 
 when it cannot be built (no nvcc, or a CPU-only qlua); its GPU tests without a GPU.
 ]]
 
-local T = require("qlua.testing")
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 local P = require("spec.helpers.process")
-local qlua = T.qlua
 
 local QLUA = P.qlua()
 local BUILD = QLUA:match("^(.*)/[^/]*$") or "."
@@ -35,8 +34,6 @@ local function exists(path)
   if f then f:close() end
   return f ~= nil
 end
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
 
 -- A test that needs a GPU; without one it is reported as pending.
 local function gtest(name, fn)

@@ -11,8 +11,7 @@
 -- Without a GPU every test is pending. QLUA_EDGES_SELFTEST=1 runs them with "cpu" in place
 -- of the GPU (CPU against CPU), to check the tests themselves:
 --   QLUA_EDGES_SELFTEST=1 build/qlua spec/run.lua spec/gpu_edges_spec.lua
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua = require("qlua.testing").spec(_ENV)
 
 local SELFTEST = os.getenv("QLUA_EDGES_SELFTEST") == "1"
 local HAS_GPU, NO_GPU_REASON = T.gpu_status()

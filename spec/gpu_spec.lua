@@ -6,16 +6,12 @@
 -- indices, out-of-memory, GC pressure, freed tensors, mixed devices and qlua.memory.
 --
 -- Without a GPU every test here is reported as pending with the reason.
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, _, gtest = require("qlua.testing").spec(_ENV)
 local ref = T.ref
 
 local HAS_GPU = T.gpu_status()
 local GPU = "gpu:0"   -- what t:device() says for the default GPU
 local MiB, GiB = 1024 * 1024, 1024 * 1024 * 1024
-
--- A test that runs only with a GPU; without one it is reported as pending.
-local gtest = T.gpu_tests(_ENV)
 
 local TOL = { float32 = 1e-5, float64 = 1e-12 }
 
@@ -270,24 +266,6 @@ describe("gpu", function()
   --------------------------------------------------------------------- elementwise
 
   local BINARY = { "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge" }
-  local CMP = { eq = true, ne = true, lt = true, le = true, gt = true, ge = true }
-
-  local function operand(name, which, shape, dtype)
-    if CMP[name] then
-      local list = {}
-      for i = 1, T.numel(shape) do
-        local v = math.random(-3, 3)
-        list[i] = T.is_float_dtype(dtype) and v + 0.0 or v
-      end
-      return T.unflatten(list, shape)
-    elseif name == "pow" then
-      if which == 1 then
-        return T.random_table(shape, dtype, T.is_float_dtype(dtype) and { positive = true } or { lo = -9, hi = 9 })
-      end
-      return T.random_table(shape, dtype, T.is_float_dtype(dtype) and { lo = -2, hi = 2 } or { lo = 0, hi = 3, zero = true })
-    end
-    return T.random_table(shape, dtype)
-  end
 
   describe("elementwise", function()
     gtest("every binary op, dtype and layout, with broadcasting", function()
@@ -295,8 +273,8 @@ describe("gpu", function()
         for _, dtype in ipairs(T.dtypes) do
           for _, layout in ipairs(T.layouts) do
             for _, shapes in ipairs({ { { 3, 4, 5 }, { 3, 4, 5 } }, { { 3, 4, 5 }, { 4, 1 } }, { { 1, 5 }, { 3, 4, 5 } } }) do
-              local a = operand(name, 1, shapes[1], dtype)
-              local b = operand(name, 2, shapes[2], dtype)
+              local a = T.binary_operand(name, 1, shapes[1], dtype)
+              local b = T.binary_operand(name, 2, shapes[2], dtype)
               local lb = T.layouts[math.random(1, 4)]
               parity(string.format("%s %s %s/%s %s,%s", name, dtype, layout, lb, T.shape_str(shapes[1]), T.shape_str(shapes[2])),
                 function(dev)
@@ -313,11 +291,11 @@ describe("gpu", function()
       for _, name in ipairs({ "add", "mul", "div", "pow", "lt", "maximum" }) do
         for _, da in ipairs(T.dtypes) do
           for _, db in ipairs(T.dtypes) do
-            local a = operand(name, 1, { 4, 5 }, da)
+            local a = T.binary_operand(name, 1, { 4, 5 }, da)
             if name == "pow" and (T.is_float_dtype(da) or T.is_float_dtype(db)) then
               a = T.random_table({ 4, 5 }, da, T.is_float_dtype(da) and { positive = true } or { lo = 1, hi = 9 })
             end
-            local b = operand(name, 2, { 4, 5 }, db)
+            local b = T.binary_operand(name, 2, { 4, 5 }, db)
             local tol = (da == "float32" and db == "float32") and TOL.float32 or TOL.float64
             parity(name .. " " .. da .. " " .. db, function(dev)
               local ta = T.make(a, da, "transposed", dev)

@@ -23,13 +23,8 @@ from that contract (lua/qlua/testing.lua, "16-bit floats"):
   9. the CPU's conversion builds (QLUA_CPU_ISA=generic|avx2, default) giving one set of
      bits, through qlua subprocesses.
 ]]
-local T = require "qlua.testing"
+local T, qlua, _, gtest, both = require("qlua.testing").spec(_ENV)
 local P = require "spec.helpers.process"
-local qlua = T.qlua
-
-local gtest = T.gpu_tests(_ENV)
-
-local both = T.both_devices(_ENV)
 
 local HALF = T.half_dtypes
 local NAN, INF = 0 / 0, math.huge

@@ -3,8 +3,7 @@
 -- this spec lists the qlua table and the Tensor methods at run time and fails when a
 -- function has no entry, or when an entry names nothing that exists, so the table cannot
 -- go stale. (The REPL's printing of several results is in repl_spec.lua.)
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua = require("qlua.testing").spec(_ENV)
 
 -- Names documented ahead of their functions, which are being written now. The reverse
 -- check skips them (and says which are still missing); empty it once they have landed.

@@ -7,12 +7,8 @@
 -- their exact messages. The older index ops (gather, index_select, take, scatter_,
 -- index_add_) are checked here on bool and uint8 too. GPU parity cases (against the CPU)
 -- are pending without a GPU.
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, test, gtest = require("qlua.testing").spec(_ENV)
 local ref = T.ref
-local gtest = T.gpu_tests(_ENV)
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
 
 -- The dtypes to run: the four of every spec, then the 1-byte ones when this build has them
 -- (so the spec passes before and after they land).
@@ -49,15 +45,10 @@ local function random_table(shape, dtype)
   return T.unflatten(flat, shape)
 end
 
-local function flat_of(x, shape)
-  if #shape == 0 then return { x } end
-  return T.flatten(x)
-end
-
 -- dst[pos with dim = index[pos]] += src[pos] over index's shape, in row-major order.
 local function ref_scatter_add(dst, dshape, dim, index, ishape, src, sshape, dtype)
-  local out = T.copy_list(flat_of(dst, dshape))
-  local iflat, sflat = flat_of(index, ishape), flat_of(src, sshape)
+  local out = T.copy_list((T.flatten(dst)))
+  local iflat, sflat = (T.flatten(index)), (T.flatten(src))
   T.each_index(ishape, function(pos, k)
     local q = T.copy_list(pos)
     q[dim] = iflat[k]
@@ -69,8 +60,8 @@ end
 
 -- dst.select(dim, index[k]) += src.select(dim, k), in src's row-major order.
 local function ref_index_add(dst, dshape, dim, index, src, sshape, dtype)
-  local out = T.copy_list(flat_of(dst, dshape))
-  local sflat = flat_of(src, sshape)
+  local out = T.copy_list((T.flatten(dst)))
+  local sflat = (T.flatten(src))
   T.each_index(sshape, function(pos, k)
     local q = T.copy_list(pos)
     q[dim] = index[pos[dim]]
@@ -83,8 +74,8 @@ end
 -- dst[pos with dim = index[pos]] = src[pos] over index's shape (distinct targets here).
 -- (T.ref.scatter reads a false element as "no source": bool needs this one.)
 local function ref_scatter(dst, dshape, dim, index, ishape, src, sshape)
-  local out = T.copy_list(flat_of(dst, dshape))
-  local iflat, sflat = flat_of(index, ishape), flat_of(src, sshape)
+  local out = T.copy_list((T.flatten(dst)))
+  local iflat, sflat = (T.flatten(index)), (T.flatten(src))
   T.each_index(ishape, function(pos, k)
     local q = T.copy_list(pos)
     q[dim] = iflat[k]
@@ -95,7 +86,7 @@ end
 
 -- Every element of dst whose coordinate along dim is in index becomes v.
 local function ref_index_fill(dst, dshape, dim, index, v)
-  local out = T.copy_list(flat_of(dst, dshape))
+  local out = T.copy_list((T.flatten(dst)))
   local hit = {}
   for _, i in ipairs(index) do hit[i] = true end
   T.each_index(dshape, function(pos, k) if hit[pos[dim]] then out[k] = v end end)
@@ -104,8 +95,8 @@ end
 
 -- dst.select(dim, index[k]) = src.select(dim, k) (the specs use distinct indices here).
 local function ref_index_copy(dst, dshape, dim, index, src, sshape)
-  local out = T.copy_list(flat_of(dst, dshape))
-  local sflat = flat_of(src, sshape)
+  local out = T.copy_list((T.flatten(dst)))
+  local sflat = (T.flatten(src))
   T.each_index(sshape, function(pos, k)
     local q = T.copy_list(pos)
     q[dim] = index[pos[dim]]

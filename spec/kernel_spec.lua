@@ -2,13 +2,10 @@
 -- qlua.reduction, qlua.module, both caches, and the errors that must reach nothing on
 -- the GPU. Every result is checked against plain Lua. Without a GPU the functions must
 -- raise a clear error, and the GPU cases are pending with the reason.
-local T = require "qlua.testing"
+local T, qlua, _, gtest = require("qlua.testing").spec(_ENV)
 local P = require "spec.helpers.process"
-local qlua = T.qlua
 
 local HAS_GPU = T.gpu_status()
-
-local gtest = T.gpu_tests(_ENV)
 
 local function values(t) return T.flatten(t:cpu():totable()) end
 

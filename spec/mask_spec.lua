@@ -5,11 +5,7 @@
 -- and 0-d tensors, and bad arguments with their messages. GPU parity cases (the GPU's answer
 -- against the CPU's, exactly: these ops move values, they never compute new ones) are
 -- pending without a GPU.
-local T = require "qlua.testing"
-local qlua = T.qlua
-local gtest = T.gpu_tests(_ENV)
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+local T, qlua, test, gtest = require("qlua.testing").spec(_ENV)
 
 local DTYPES = T.all_dtypes
 
@@ -38,15 +34,9 @@ local function rtable(shape, dtype, pzero)
   return T.unflatten(flat, shape), flat
 end
 
--- The flat row-major list of x (a nested table of shape, or a number for shape {}).
-local function flat_of(x, shape)
-  if #shape == 0 then return { x } end
-  return (T.flatten(x))
-end
-
 -- x (shape xs) broadcast to shape: a flat row-major list.
 local function expand_flat(x, xs, shape)
-  local flat, out, n = flat_of(x, xs), {}, #shape
+  local flat, out, n = (T.flatten(x)), {}, #shape
   T.each_index(shape, function(pos, k)
     local at, acc = 0, 1
     for d = #xs, 1, -1 do
@@ -101,7 +91,7 @@ local function ref_masked_select(x, xs, m, ms)
 end
 
 local function ref_nonzero(x, shape)
-  local flat, rows = flat_of(x, shape), {}
+  local flat, rows = (T.flatten(x)), {}
   if #shape == 0 then
     if truth(flat[1]) then rows[1] = {} end
     return rows
@@ -114,7 +104,7 @@ end
 
 -- any / all / count_nonzero along dim (nil: everything) of x with shape.
 local function ref_reduce(op, x, shape, dim)
-  local flat = flat_of(x, shape)
+  local flat = (T.flatten(x))
   local function fold(list)
     local n = 0
     for _, v in ipairs(list) do if truth(v) then n = n + 1 end end
@@ -259,7 +249,7 @@ describe("masked_fill_ and masked_fill", function()
         local x = rtable(shape, dtype, 0.2)
         local m = rtable(ms, dm)
         local v = rvalue(dtype, 0.3)
-        local mf, xf, want = expand_flat(m, ms, shape), flat_of(x, shape), {}
+        local mf, xf, want = expand_flat(m, ms, shape), (T.flatten(x)), {}
         for i = 1, #xf do want[i] = pick(truth(mf[i]), T.as_dtype(v, dtype), xf[i]) end
         local t = T.make(x, dtype, layout)
         local what = ("masked_fill_ %s %s, %s mask %s"):format(dtype, layout, dm, T.shape_str(ms))
@@ -277,7 +267,7 @@ describe("masked_fill_ and masked_fill", function()
       local t = T.make(x, dtype, random_layout())
       local before = t:totable()
       local r = t:masked_fill(T.make(m, "bool", random_layout()), v)
-      local xf, mf, want = expand_flat(x, { 3, 1 }, { 3, 4 }), flat_of(m, { 3, 4 }), {}
+      local xf, mf, want = expand_flat(x, { 3, 1 }, { 3, 4 }), (T.flatten(m)), {}
       for i = 1, #xf do want[i] = pick(mf[i], T.as_dtype(v, dtype), xf[i]) end
       check(r, dtype, { 3, 4 }, want, "masked_fill " .. dtype)
       T.assert_equal(t, before, "masked_fill leaves t")

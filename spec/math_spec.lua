@@ -3,12 +3,7 @@
 -- binary atan2, hypot, fmod, remainder (Lua's %), floor_divide (Lua's //), lerp and
 -- addcmul_/addcdiv_, each against a plain-Lua reference, on every layout, with integer
 -- inputs by the existing rules; on the CPU and, as parity cases, on the GPU.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local gtest = T.gpu_tests(_ENV)
-
-local both = T.both_devices(_ENV)
+local T, qlua, _, _, both = require("qlua.testing").spec(_ENV)
 
 local NAN, INF = 0 / 0, math.huge
 local sqrt = math.sqrt

@@ -2,10 +2,7 @@
 -- little-endian, C order; float32/float64/int32/int64. Round trips, the bytes of the
 -- file, files written the way NumPy writes them, clear errors for bad files, and a
 -- round trip through NumPy itself when python3 has numpy.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 
 local DESCR = { float32 = "<f4", float64 = "<f8", int32 = "<i4", int64 = "<i8" }
 local PACK = { float32 = "<f", float64 = "<d", int32 = "<i4", int64 = "<i8" }
@@ -13,19 +10,6 @@ local PACK = { float32 = "<f", float64 = "<d", int32 = "<i4", int64 = "<i8" }
 -- A fresh directory for this file's temporary files, removed at the end.
 local dir
 local function path(name) return dir .. "/" .. name end
-
-local function read_bytes(p)
-  local f = assert(io.open(p, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_bytes(p, s)
-  local f = assert(io.open(p, "wb"))
-  f:write(s)
-  f:close()
-end
 
 -- The header dict as NumPy writes it: "{'descr': '<f4', 'fortran_order': False,
 -- 'shape': (2, 3), }", padded with spaces and a final newline so that the data starts at
@@ -116,7 +100,7 @@ describe("qlua.save and qlua.load", function()
         local data = T.random_table(shape, dtype)
         local p = path("hdr.npy")
         qlua.save(p, T.make(data, dtype, "contiguous", nil, shape))
-        local bytes = read_bytes(p)
+        local bytes = T.read_file(p)
         local h = parse_npy(bytes)
         local what = dtype .. " " .. T.shape_str(shape)
         assert.equal(1, h.major, what)
@@ -142,7 +126,7 @@ describe("qlua.save and qlua.load", function()
       for _, shape in ipairs({ {}, { 4 }, { 2, 3 }, { 2, 1, 3 }, { 0, 3 } }) do
         local flat = T.random_list(T.numel(shape), dtype)
         local p = path("np_" .. dtype .. ".npy")
-        write_bytes(p, npy_file(DESCR[dtype], shape, PACK[dtype], flat))
+        T.write_file(p, npy_file(DESCR[dtype], shape, PACK[dtype], flat))
         local t = qlua.load(p)
         assert.equal(dtype, t:dtype())
         T.assert_shape(t, shape)
@@ -155,7 +139,7 @@ describe("qlua.save and qlua.load", function()
     local dict = "{'shape': (2,), 'fortran_order': False, 'descr': '<f8'}"
     dict = dict .. string.rep(" ", (64 - (10 + #dict + 1) % 64) % 64) .. "\n"
     local bytes = "\x93NUMPY\x01\x00" .. string.pack("<I2", #dict) .. dict .. string.pack("<d<d", 1.5, -2.25)
-    write_bytes(path("order.npy"), bytes)
+    T.write_file(path("order.npy"), bytes)
     local t = qlua.load(path("order.npy"))
     assert.equal("float64", t:dtype())
     T.assert_equal(t, { 1.5, -2.25 })
@@ -177,7 +161,7 @@ describe("qlua.save and qlua.load", function()
   test("a Fortran-order file loads transposed correctly or is refused clearly", function()
     -- a 2x3 array in column-major order: the bytes are its columns
     local vals = { { 1, 2, 3 }, { 4, 5, 6 } }
-    write_bytes(path("fortran.npy"), npy_file("<i8", { 2, 3 }, "<i8", { 1, 4, 2, 5, 3, 6 }, true))
+    T.write_file(path("fortran.npy"), npy_file("<i8", { 2, 3 }, "<i8", { 1, 4, 2, 5, 3, 6 }, true))
     local ok, res = pcall(qlua.load, path("fortran.npy"))
     if ok then
       T.assert_equal(res, vals)
@@ -194,25 +178,25 @@ describe("bad files", function()
   end)
 
   test("a file that is not .npy", function()
-    write_bytes(path("text.npy"), "hello, this is not an array\n")
+    T.write_file(path("text.npy"), "hello, this is not an array\n")
     T.assert_error(function() return qlua.load(path("text.npy")) end, "load")
-    write_bytes(path("empty.npy"), "")
+    T.write_file(path("empty.npy"), "")
     T.assert_error(function() return qlua.load(path("empty.npy")) end, "load")
-    write_bytes(path("magic_only.npy"), "\x93NUMPY")
+    T.write_file(path("magic_only.npy"), "\x93NUMPY")
     T.assert_error(function() return qlua.load(path("magic_only.npy")) end, "load")
     -- a header that is not a dict
     local junk = "\x93NUMPY\x01\x00" .. string.pack("<I2", 54) .. string.rep("z", 53) .. "\n"
-    write_bytes(path("junk_header.npy"), junk)
+    T.write_file(path("junk_header.npy"), junk)
     T.assert_error(function() return qlua.load(path("junk_header.npy")) end, "load")
   end)
 
   test("truncated files: in the header and in the data", function()
     qlua.save(path("full.npy"), qlua.rand(100))
-    local bytes = read_bytes(path("full.npy"))
+    local bytes = T.read_file(path("full.npy"))
     local h = parse_npy(bytes)
     for _, keep in ipairs({ 9, 30, h.offset, h.offset + 10, #bytes - 1 }) do
       local p = path("trunc_" .. keep .. ".npy")
-      write_bytes(p, bytes:sub(1, keep))
+      T.write_file(p, bytes:sub(1, keep))
       T.assert_error(function() return qlua.load(p) end, "load")
     end
   end)
@@ -220,14 +204,14 @@ describe("bad files", function()
   test("unsupported dtypes name the dtype", function()
     for _, descr in ipairs({ "|i1", "<u2", "<c8", ">f4", ">i8", "<u4", ">f2" }) do
       local p = path("dtype.npy")
-      write_bytes(p, npy_header(descr, { 2 }) .. string.rep("\0", 16))
+      T.write_file(p, npy_header(descr, { 2 }) .. string.rep("\0", 16))
       local msg = T.assert_error(function() return qlua.load(p) end, "load")
       assert.is_truthy(msg:find(descr, 1, true) or msg:find(descr:sub(2), 1, true), msg)
     end
   end)
 
   test("a shape that disagrees with the data size", function()
-    write_bytes(path("short.npy"), npy_file("<f4", { 3, 4 }, "<f", { 1, 2, 3 }))
+    T.write_file(path("short.npy"), npy_file("<f4", { 3, 4 }, "<f", { 1, 2, 3 }))
     T.assert_error(function() return qlua.load(path("short.npy")) end, "load")
   end)
 
@@ -285,9 +269,9 @@ describe("round trip through NumPy", function()
       -- the values as text, for NumPy to compare with (%.17g round-trips doubles)
       local lines = {}
       for i, v in ipairs(T.flatten(data[dtype])) do lines[i] = string.format("%.17g", v) end
-      write_bytes(path("q_" .. dtype .. ".txt"), table.concat(lines, "\n") .. "\n")
+      T.write_file(path("q_" .. dtype .. ".txt"), table.concat(lines, "\n") .. "\n")
     end
-    write_bytes(path("check.py"), PY_SCRIPT)
+    T.write_file(path("check.py"), PY_SCRIPT)
     local pipe = io.popen(py .. " '" .. path("check.py") .. "' '" .. dir .. "' 2>&1")
     local out = pipe:read("a")
     pipe:close()
@@ -381,7 +365,7 @@ print("signals " .. (before == sigs() and "unchanged" or "changed: " .. before .
 -- that runs the next one) before qlua; returns P.run's result.
 local function child_save(target, n, prelude, wrapper)
   local script = path("child_save.lua")
-  write_bytes(script, CHILD)
+  T.write_file(script, CHILD)
   local cmd = string.format("%s exec %s %s %s %s %d", prelude or "", wrapper or "",
     P.quote(P.qlua()), P.quote(script), P.quote(target), n)
   return P.run({ "/bin/sh", "-c", cmd }, { timeout = 20 })
@@ -401,10 +385,10 @@ describe("a failed save", function()
     local d = fresh_dir("keep")
     local p = d .. "/old.npy"
     qlua.save(p, qlua.tensor({ 1.5, 2.5, 3.5 }))
-    local old = read_bytes(p)
+    local old = T.read_file(p)
     failing_save(p)
     assert.is_true(exists(p), "the old file was removed")
-    assert.equal(old, read_bytes(p), "the old file was changed")
+    assert.equal(old, T.read_file(p), "the old file was changed")
     assert.equal("old.npy ", listing(d), "a temporary file was left behind")
   end)
 
@@ -418,12 +402,12 @@ describe("a failed save", function()
     local d = fresh_dir("link_fail")
     assert(os.execute("mkdir " .. P.quote(d .. "/a") .. " " .. P.quote(d .. "/b")))
     qlua.save(d .. "/a/t.npy", qlua.tensor({ 7, 8 }))
-    local old = read_bytes(d .. "/a/t.npy")
+    local old = T.read_file(d .. "/a/t.npy")
     assert(os.execute("ln -s ../a/t.npy " .. P.quote(d .. "/b/l.npy")))
     failing_save(d .. "/b/l.npy")
     assert.is_true(is_link(d .. "/b/l.npy"), "the symlink was removed")
     assert.equal("../a/t.npy", capture("readlink " .. P.quote(d .. "/b/l.npy")))
-    assert.equal(old, read_bytes(d .. "/a/t.npy"))
+    assert.equal(old, T.read_file(d .. "/a/t.npy"))
     assert.equal("t.npy ", listing(d .. "/a"))
   end)
 
@@ -510,19 +494,19 @@ describe("a successful save", function()
     local d = fresh_dir("readonly")
     local p = d .. "/ro.npy"
     qlua.save(p, qlua.zeros(2))
-    local old = read_bytes(p)
+    local old = T.read_file(p)
     assert(os.execute("chmod 444 " .. P.quote(p) .. " && chown -R 65534:65534 " .. P.quote(d) ..
       " && chmod 755 " .. P.quote(path(""))))
     local r = child_save(p, 2, nil, "setpriv --reuid=65534 --regid=65534 --clear-groups")
     assert.is_truthy(r.stdout:find("error: save: cannot open '" .. p ..
       "' for writing: Permission denied", 1, true), r.stdout .. r.stderr)
-    assert.equal(old, read_bytes(p))
+    assert.equal(old, T.read_file(p))
     -- a writable file in a directory we may not write: refused too (no temporary file)
     assert(os.execute("chmod 666 " .. P.quote(p) .. " && chmod 555 " .. P.quote(d)))
     r = child_save(p, 2, nil, "setpriv --reuid=65534 --regid=65534 --clear-groups")
     assert.is_truthy(r.stdout:find("error: save: cannot create a file next to '" .. p ..
       "' to replace it: Permission denied", 1, true), r.stdout .. r.stderr)
-    assert.equal(old, read_bytes(p))
+    assert.equal(old, T.read_file(p))
     assert(os.execute("chmod 755 " .. P.quote(d)))
   end)
 
@@ -556,10 +540,10 @@ describe("a NUL byte in the header", function()
     }
     for _, case in ipairs(cases) do
       local p = path("nul.npy")
-      write_bytes(p, case[2] .. data)
+      T.write_file(p, case[2] .. data)
       T.assert_error(function() return qlua.load(p) end, "load", "malformed header", p)
     end
-    write_bytes(path("nul.npy"), cases[1][2] .. data)
+    T.write_file(path("nul.npy"), cases[1][2] .. data)
     T.assert_error(function() return qlua.load(path("nul.npy")) end, "NUL")
   end)
 end)
@@ -594,15 +578,15 @@ describe("errors about long paths", function()
     local d = path("deep/" .. long_tail())
     assert(os.execute("mkdir -p " .. P.quote(d)))
     local p = d .. "/bad.npy"
-    write_bytes(p, "hello, this is not an array\n")
+    T.write_file(p, "hello, this is not an array\n")
     check(T.assert_error(function() return qlua.load(p) end, "load"), p, "(bad magic)")
-    write_bytes(p, npy_header(">f8", { 2 }) .. string.rep("\0", 16))
+    T.write_file(p, npy_header(">f8", { 2 }) .. string.rep("\0", 16))
     check(T.assert_error(function() return qlua.load(p) end, "load", "big-endian"), p,
       "a.astype(a.dtype.newbyteorder('<')))")
-    write_bytes(p, npy_header("<u2", { 2 }) .. string.rep("\0", 4))
+    T.write_file(p, npy_header("<u2", { 2 }) .. string.rep("\0", 4))
     check(T.assert_error(function() return qlua.load(p) end, "load", "'<u2'"), p,
       "are supported)")
-    write_bytes(p, npy_header("<f4", { 2 }):gsub("False", "Maybe"))
+    T.write_file(p, npy_header("<f4", { 2 }):gsub("False", "Maybe"))
     check(T.assert_error(function() return qlua.load(p) end, "load"), p,
       "(fortran_order is not True or False)")
     qlua.save(p, qlua.zeros(3))      -- and a save deep down works

@@ -3,11 +3,7 @@
 -- float64, on views (transposed, narrowed, stepped, expanded), empty shapes, and bad
 -- arguments. Every body runs on the CPU and, through gtest, on the GPU against the same
 -- references.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local gtest = T.gpu_tests(_ENV)
-local both = T.both_devices(_ENV)
+local T, qlua, _, gtest, both = require("qlua.testing").spec(_ENV)
 
 local TOL = { float32 = 1e-5, float64 = 1e-12 }
 

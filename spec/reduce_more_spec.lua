@@ -2,24 +2,11 @@
 -- norm, logsumexp, amax, amin, aminmax, against plain-Lua references (two-pass float64
 -- variance, max-subtracted logsumexp). Every body runs on the CPU and, through gtest, on the
 -- GPU, where each result is also compared with the CPU's (parity).
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, test, gtest = require("qlua.testing").spec(_ENV)
 
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
-local gtest = T.gpu_tests(_ENV)
 local inf, nan = math.huge, 0 / 0
 
 -- ---------------------------------------------------------------- references
-
--- The elements of a tensor as a flat Lua list in row-major order (bools as 0/1).
-local function flat_of(t)
-  local v = t:cpu():totable()
-  local flat = type(v) == "table" and T.flatten(v) or { v }
-  for i, x in ipairs(flat) do
-    if type(x) == "boolean" then flat[i] = x and 1 or 0 end
-  end
-  return flat
-end
 
 -- The groups a reduction over `dims` (a set; nil: every dim) makes of a flat list of
 -- shape: the result shape (keepdim or not) and, per result element in row-major order, the
@@ -106,18 +93,6 @@ end
 
 -- ---------------------------------------------------------------- checking
 
-local function float_result(dtype)
-  return T.is_float_dtype(dtype) and dtype or "float64"
-end
-
--- result dtype of op on a dtype
-local function result_dtype(op, dtype)
-  if op == "sum" or op == "prod" then return T.is_float_dtype(dtype) and dtype or "int64" end
-  if op == "argmax" or op == "argmin" then return "int64" end
-  if op == "amax" or op == "amin" or op == "max" or op == "min" then return dtype end
-  return float_result(dtype)
-end
-
 local function tol_of(dtype) return dtype == "float32" and 2e-6 or 1e-11 end
 
 -- Calls t[op](t, ...) and, for a GPU tensor, the same on t:cpu(), checking that the two
@@ -147,7 +122,7 @@ local function check(r, shape, dtype, want, what)
   assert.is_true(qlua.is_tensor(r), what .. ": a tensor")
   T.assert_shape(r, shape, what)
   assert.equal(dtype, r:dtype(), what .. " dtype")
-  local got = flat_of(r)
+  local got = T.numbers((T.values_of(r)))
   if T.is_float_dtype(dtype) then
     T.assert_close(got, want, tol_of(dtype), what)
   else
@@ -190,13 +165,13 @@ body("keepdim keeps the reduced dim as size 1 for every reduction, dtype and lay
   for _, dtype in ipairs(T.all_dtypes) do
     for _, layout in ipairs(T.layouts) do
       local t = T.make(data_for(shape, dtype), dtype, layout, dev)
-      local flat = flat_of(t)
+      local flat = T.numbers((T.values_of(t)))
       for dim = 1, 3 do
         local oshape, gs = groups(flat, shape, { dim }, true)
         local ops = { "sum", "mean", "prod", "amax", "amin", "var", "std", "norm", "logsumexp" }
         for _, op in ipairs(ops) do
           local what = string.format("%s(%d, true) %s %s %s", op, dim, dtype, layout, dev)
-          local rd = result_dtype(op, dtype)
+          local rd = T.result_dtype(op, dtype)
           local want = want_of(op, gs)
           if rd == "bool" then for i, v in ipairs(want) do want[i] = v ~= 0 and 1 or 0 end end
           check(invoke(t, op, dim, true), oshape, rd, want, what)
@@ -230,14 +205,14 @@ body("dim lists reduce those dims together, in any order and layout", function(d
   for _, dtype in ipairs({ "float32", "float64", "int32", "int64", "uint8", "bool" }) do
     for _, layout in ipairs(T.layouts) do
       local t = T.make(data_for(shape, dtype), dtype, layout, dev)
-      local flat = flat_of(t)
+      local flat = T.numbers((T.values_of(t)))
       for _, dims in ipairs(lists) do
         for _, keepdim in ipairs({ false, true }) do
           local oshape, gs = groups(flat, shape, dims, keepdim)
           for _, op in ipairs(SET_OPS) do
             local what = string.format("%s({%s}, %s) %s %s %s", op, table.concat(dims, ","),
               tostring(keepdim), dtype, layout, dev)
-            local rd = result_dtype(op, dtype)
+            local rd = T.result_dtype(op, dtype)
             local want = want_of(op, gs)
             if rd == "bool" then for i, v in ipairs(want) do want[i] = v ~= 0 and 1 or 0 end end
             check(invoke(t, op, dims, keepdim), oshape, rd, want, what)
@@ -251,7 +226,7 @@ end)
 body("var and std take a correction, a keepdim flag or a table of both", function(dev)
   local data = T.random_table({ 4, 6 }, "float64")
   local t = T.make(data, "float64", "transposed", dev)
-  local flat = flat_of(t)
+  local flat = T.numbers((T.values_of(t)))
   for _, c in ipairs({ 0, 1, 2, 0.5 }) do
     local _, all = groups(flat, { 4, 6 }, nil, false)
     T.assert_close(call(t, "var", nil, c), ref.var(all[1], c), 1e-12, "var(nil, " .. c .. ")")
@@ -333,14 +308,14 @@ body("norm: p = 2 by default, 1, inf, -inf, 0 and other positive p; float result
   data[2][3] = 0.0
   for _, dtype in ipairs({ "float32", "float64", "int32", "int64", "uint8", "bool" }) do
     local t = T.make(dtype == "float32" and data or data_for({ 5, 7 }, dtype), dtype, "stepped", dev)
-    local flat = flat_of(t)
+    local flat = T.numbers((T.values_of(t)))
     for _, p in ipairs({ 2, 1, inf, -inf, 0, 3, 0.5, 1.5 }) do
       local what = string.format("norm(%s) %s %s", tostring(p), dtype, dev)
       local got = call(t, "norm", p)
       assert.equal("float", math.type(got), what)
-      T.assert_close(got, ref.norm(flat, p), tol_of(float_result(dtype)), what)
+      T.assert_close(got, ref.norm(flat, p), tol_of(T.result_dtype("norm", dtype)), what)
       local oshape, gs = groups(flat, { 5, 7 }, { 1 }, false)
-      check(call(t, "norm", p, 1), oshape, float_result(dtype), want_of("norm", gs, p), what .. " dim 1")
+      check(call(t, "norm", p, 1), oshape, T.result_dtype("norm", dtype), want_of("norm", gs, p), what .. " dim 1")
     end
   end
   T.assert_close(call(T.make({ 3.0, 4.0 }, "float64", "contiguous", dev), "norm"), 5, 1e-15)
@@ -353,10 +328,10 @@ body("logsumexp is max-subtracted: no overflow at 1e4, and -inf, inf and NaN", f
   local big = T.make({ { 1e4, 1e4 + 1, 1e4 - 3 }, { -1e4, -1e4, -1e4 } }, "float32", "contiguous", dev)
   local r = call(big, "logsumexp", 2)
   T.assert_close(r, { ref.logsumexp({ 1e4, 1e4 + 1, 1e4 - 3 }), -1e4 + math.log(3) }, 1e-6)
-  T.assert_close(call(big, "logsumexp", { 1, 2 }), ref.logsumexp(flat_of(big)), 1e-6)
+  T.assert_close(call(big, "logsumexp", { 1, 2 }), ref.logsumexp(T.numbers((T.values_of(big)))), 1e-6)
   local e = T.make({ { -inf, -inf }, { -inf, 0 }, { inf, 1 }, { nan, 1 }, { inf, -inf } }, "float64",
     "contiguous", dev)
-  local got = flat_of(call(e, "logsumexp", 2))
+  local got = T.numbers((T.values_of(call(e, "logsumexp", 2))))
   assert.equal(-inf, got[1])
   assert.equal(0, got[2])
   assert.equal(inf, got[3])
@@ -370,7 +345,7 @@ end)
 
 body("amax, amin and aminmax: NaN propagates, several dims, bool stays bool", function(dev)
   local t = T.make({ { 1, nan, 3 }, { 4, 5, -6 } }, "float32", "contiguous", dev)
-  local mx = flat_of(call(t, "amax", 1))
+  local mx = T.numbers((T.values_of(call(t, "amax", 1))))
   assert.equal(4, mx[1]); assert.is_true(isnan(mx[2])); assert.equal(3, mx[3])
   assert.is_true(isnan(call(t, "amax")))
   assert.is_true(isnan(call(t, "amin", { 1, 2 }):item()))
@@ -429,7 +404,7 @@ body("long rows and columns (the GPU's split reductions) match the reference", f
   for _, shape in ipairs({ { 3, 70000 }, { 70000, 3 } }) do
     local data = T.random_table(shape, "float32", { lo = 0.5, hi = 20 })
     local t = T.make(data, "float32", "contiguous", dev)
-    local flat = flat_of(t)
+    local flat = T.numbers((T.values_of(t)))
     for dim = 1, 2 do
       local oshape, gs = groups(flat, shape, { dim }, true)
       for _, op in ipairs({ "var", "std", "norm", "logsumexp", "amax", "sum" }) do

@@ -15,8 +15,7 @@ The crash and hang cases run in child qlua processes (a crash then fails that ca
 ]]
 
 local P = require("spec.helpers.process")
-local T = require("qlua.testing")
-local qlua = T.qlua
+local T, qlua = require("qlua.testing").spec(_ENV)
 
 local QLUA = P.qlua()
 local HAS_GPU, NO_GPU_REASON = T.gpu_status()

@@ -14,11 +14,7 @@ BOOL, then by name; each entry's keys as dtype, shape, data_offsets; strings esc
 jansson escapes them), padded with spaces to a multiple of 8 bytes, then the data packed
 in that order.
 ]]
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
-local gtest = T.gpu_tests(_ENV)
+local T, qlua, test, gtest = require("qlua.testing").spec(_ENV)
 
 local DTYPES = { "float32", "float64", "int32", "int64", "uint8", "bool", "float16", "bfloat16" }
 local CODE = { float32 = "F32", float64 = "F64", int32 = "I32", int64 = "I64", uint8 = "U8",
@@ -32,19 +28,6 @@ local PACK = { F32 = "<f", F64 = "<d", I32 = "<i4", I64 = "<i8", U8 = "B", F16 =
 
 local dir
 local function path(name) return dir .. "/" .. name end
-
-local function read_bytes(p)
-  local f = assert(io.open(p, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_bytes(p, s)
-  local f = assert(io.open(p, "wb"))
-  f:write(s)
-  f:close()
-end
 
 local function listing(d)
   local pipe = io.popen("ls -A '" .. d .. "'")
@@ -161,17 +144,12 @@ local function tensor_of(flat, shape, dtype)
 end
 
 -- t's elements in row-major order (a list; {} for an empty tensor).
-local function flat_of(t)
-  if t:numel() == 0 then return {} end
-  if t:dim() == 0 then return { t:item() } end
-  return T.flatten(t:totable())
-end
 
 local function assert_tensor(t, dtype, shape, flat, what)
   assert.is_true(qlua.is_tensor(t), what .. ": not a tensor")
   assert.equal(dtype, t:dtype(), what)
   assert.same(shape, (function() local s = {}; for i, v in ipairs(t:shape()) do s[i] = v end; return s end)(), what)
-  local got = flat_of(t)
+  local got = (T.values_of(t))
   assert.equal(#flat, #got, what .. ": element count")
   for i = 1, #flat do
     if got[i] ~= flat[i] then
@@ -227,10 +205,10 @@ describe("the fixture", function()
   test("spec/fixtures/small.safetensors loads with the values it was made with", function()
     local expected = encode(FIXTURE, FIXTURE_META)
     if os.getenv("QLUA_WRITE_FIXTURE") then
-      write_bytes(FIXTURE_PATH, expected)
+      T.write_file(FIXTURE_PATH, expected)
       error("QLUA_WRITE_FIXTURE: rewrote " .. FIXTURE_PATH .. "; run the spec again without it")
     end
-    local bytes = read_bytes(FIXTURE_PATH)
+    local bytes = T.read_file(FIXTURE_PATH)
     assert.equal(expected, bytes, "the fixture is not encode(FIXTURE, FIXTURE_META)")
     local tensors, meta = qlua.load_safetensors(FIXTURE_PATH)
     assert.same(FIXTURE_META, meta)
@@ -247,7 +225,7 @@ describe("the fixture", function()
   test("saving what was loaded gives the fixture's bytes back", function()
     local tensors, meta = qlua.load_safetensors(FIXTURE_PATH)
     qlua.save_safetensors(path("again.safetensors"), tensors, meta)
-    assert.equal(read_bytes(FIXTURE_PATH), read_bytes(path("again.safetensors")))
+    assert.equal(T.read_file(FIXTURE_PATH), T.read_file(path("again.safetensors")))
   end)
 end)
 
@@ -317,13 +295,13 @@ describe("qlua.save_safetensors and qlua.load_safetensors", function()
       local bits = {}
       for b = 0, 0xffff do bits[#bits + 1] = b end
       local bytes = encode({ { name = "all", dtype = code, shape = { 256, 256 }, bits = bits } })
-      write_bytes(path("bits.safetensors"), bytes)
+      T.write_file(path("bits.safetensors"), bytes)
       local t = qlua.load_safetensors(path("bits.safetensors")).all
       qlua.save_safetensors(path("bits_again.safetensors"), { all = t })
-      assert.equal(bytes, read_bytes(path("bits_again.safetensors")), code)
+      assert.equal(bytes, T.read_file(path("bits_again.safetensors")), code)
       -- and through a non-contiguous view of it
       qlua.save_safetensors(path("bits_t.safetensors"), { all = t:t():t() })
-      assert.equal(bytes, read_bytes(path("bits_t.safetensors")), code .. " via views")
+      assert.equal(bytes, T.read_file(path("bits_t.safetensors")), code .. " via views")
     end
   end)
 
@@ -339,15 +317,15 @@ describe("qlua.save_safetensors and qlua.load_safetensors", function()
     assert.same({}, none)
     -- {} and nil write the same file (no "__metadata__" key)
     qlua.save_safetensors(path("emptymeta.safetensors"), { w = qlua.ones(2) }, {})
-    assert.equal(read_bytes(path("nometa.safetensors")), read_bytes(path("emptymeta.safetensors")))
-    assert.is_nil(read_bytes(path("nometa.safetensors")):find("__metadata__", 1, true))
+    assert.equal(T.read_file(path("nometa.safetensors")), T.read_file(path("emptymeta.safetensors")))
+    assert.is_nil(T.read_file(path("nometa.safetensors")):find("__metadata__", 1, true))
     -- a file with metadata only, and an empty file with no tensors at all
     qlua.save_safetensors(path("only_meta.safetensors"), {}, { a = "b" })
     local none2, m2 = qlua.load_safetensors(path("only_meta.safetensors"))
     assert.same({}, none2)
     assert.same({ a = "b" }, m2)
     qlua.save_safetensors(path("nothing.safetensors"), {})
-    assert.equal(string.pack("<I8", 8) .. "{}      ", read_bytes(path("nothing.safetensors")))
+    assert.equal(string.pack("<I8", 8) .. "{}      ", T.read_file(path("nothing.safetensors")))
   end)
 
   test("names with any UTF-8, dots, quotes and control characters", function()
@@ -385,13 +363,13 @@ describe("qlua.save_safetensors and qlua.load_safetensors", function()
     assert_tensor(t.a, "float32", { 2 }, { 1.5, 2.5 }, "a")
     assert_tensor(t.b, "int64", { 1 }, { 7 }, "b")
     -- trailing bytes are found at the end of the stream
-    write_bytes(src, read_bytes(src) .. "xx")
+    T.write_file(src, T.read_file(src) .. "xx")
     assert(os.execute("cat '" .. src .. "' > '" .. fifo .. "' &"))
     T.assert_error(function() qlua.load_safetensors(fifo) end, "load_safetensors:",
       "bytes follow the last tensor")
     -- a truncated stream
-    local bytes = read_bytes(src)
-    write_bytes(src, bytes:sub(1, #bytes - 6))
+    local bytes = T.read_file(src)
+    T.write_file(src, bytes:sub(1, #bytes - 6))
     assert(os.execute("cat '" .. src .. "' > '" .. fifo .. "' &"))
     T.assert_error(function() qlua.load_safetensors(fifo) end, "load_safetensors:", "truncated")
     os.remove(fifo)
@@ -424,7 +402,7 @@ describe("the bytes written", function()
 
   test("are the reference encoder's, byte for byte", function()
     qlua.save_safetensors(path("small.safetensors"), small_tensors(), META)
-    assert.equal(encode(SMALL, META), read_bytes(path("small.safetensors")))
+    assert.equal(encode(SMALL, META), T.read_file(path("small.safetensors")))
   end)
 
   test("are the same for the same tensors, however the table was built", function()
@@ -432,12 +410,12 @@ describe("the bytes written", function()
     local reordered = {}
     for i = #SMALL, 1, -1 do reordered[SMALL[i].name] = tensor_of(SMALL[i].values, SMALL[i].shape, SMALL[i].qdtype) end
     qlua.save_safetensors(path("two.safetensors"), reordered, META)
-    assert.equal(read_bytes(path("one.safetensors")), read_bytes(path("two.safetensors")))
+    assert.equal(T.read_file(path("one.safetensors")), T.read_file(path("two.safetensors")))
   end)
 
   test("pad the header to 8 bytes with spaces and align every tensor to its element size", function()
     qlua.save_safetensors(path("align.safetensors"), small_tensors(), META)
-    local bytes = read_bytes(path("align.safetensors"))
+    local bytes = T.read_file(path("align.safetensors"))
     local header, start = header_of(bytes)
     assert.equal(0, #header % 8)
     assert.equal(0, start % 8)
@@ -533,7 +511,7 @@ describe("malformed files", function()
 
   test("each check gives its own message, naming the file", function()
     for i, case in ipairs(CASES) do
-      write_bytes(p, case[1])
+      T.write_file(p, case[1])
       local ok, err = pcall(qlua.load_safetensors, p)
       assert.is_false(ok, "case " .. i .. " (" .. case[2] .. ") loaded")
       err = T.strip_where(err)
@@ -559,29 +537,29 @@ describe("malformed files", function()
       { raw_file("{" .. entry("big", "F64", "4611686018427387904,0", 0, 0) .. "}"), 1 },
     }
     for i, case in ipairs(ok_cases) do
-      write_bytes(p, case[1])
+      T.write_file(p, case[1])
       local ok, t = pcall(qlua.load_safetensors, p)
       assert.is_true(ok, "case " .. i .. ": " .. tostring(t))
       local count = 0
       for _ in pairs(t) do count = count + 1 end
       assert.equal(case[2], count, "case " .. i)
     end
-    write_bytes(p, raw_file("{" .. entry("b", "F32", "1", 4, 8) .. "," .. entry("a", "F32", "1", 0, 4) .. "}", F8))
+    T.write_file(p, raw_file("{" .. entry("b", "F32", "1", 4, 8) .. "," .. entry("a", "F32", "1", 0, 4) .. "}", F8))
     local t = qlua.load_safetensors(p)
     assert_tensor(t.a, "float32", { 1 }, { 1 }, "a")
     assert_tensor(t.b, "float32", { 1 }, { 2 }, "b")
   end)
 
   test("bool bytes other than 0 and 1 read as true", function()
-    write_bytes(p, raw_file("{" .. entry("m", "BOOL", "4", 0, 4) .. "}", "\0\1\2\255"))
+    T.write_file(p, raw_file("{" .. entry("m", "BOOL", "4", 0, 4) .. "}", "\0\1\2\255"))
     assert_tensor(qlua.load_safetensors(p).m, "bool", { 4 }, { false, true, true, true }, "m")
   end)
 
   test("a file cut anywhere is refused", function()
     qlua.save_safetensors(path("full.safetensors"), { a = qlua.rand(10), b = qlua.zeros(3, { dtype = "int64" }) })
-    local bytes = read_bytes(path("full.safetensors"))
+    local bytes = T.read_file(path("full.safetensors"))
     for keep = 0, #bytes - 1, 7 do
-      write_bytes(p, bytes:sub(1, keep))
+      T.write_file(p, bytes:sub(1, keep))
       T.assert_error(function() qlua.load_safetensors(p) end, "load_safetensors: '" .. p .. "'")
     end
   end)
@@ -651,19 +629,19 @@ describe("save_safetensors", function()
   test("is all or nothing: a failed save leaves the old file as it was", function()
     local p = path("atomic.safetensors")
     qlua.save_safetensors(p, { old = qlua.tensor({ 1, 2, 3 }) }, { v = "1" })
-    local before = read_bytes(p)
+    local before = T.read_file(p)
     local freed = qlua.zeros(1)
     freed:free()
     T.assert_error(function() qlua.save_safetensors(p, { a = qlua.ones(4), b = freed }) end,
       "save_safetensors: tensor 'b' has been freed")
-    assert.equal(before, read_bytes(p))
+    assert.equal(before, T.read_file(p))
     -- a failure after the first tensor's bytes went out: the second (written after it,
     -- same dtype, later name) is an expanded view of 2^48 elements, whose 2^50 bytes no
     -- host buffer can hold (more than any process's address space)
     local huge = qlua.zeros(1):expand(1 << 48)
     T.assert_error(function() qlua.save_safetensors(p, { a = qlua.ones(4), z = huge }) end,
       "save_safetensors: out of host memory", "for tensor 'z'")
-    assert.equal(before, read_bytes(p))
+    assert.equal(before, T.read_file(p))
     for _, name in ipairs(listing(dir)) do
       assert.is_nil(name:match("%.tmp$"), "a temporary file was left: " .. name)
     end
@@ -814,8 +792,8 @@ describe("Python's safetensors", function()
       b[#b + 1] = string.format("%s: (%s, %s)", py_literal(name), py_literal(e[1]), py_literal(e[2]))
     end
     lines[#lines + 1] = "BF16 = {" .. table.concat(b, ", ") .. "}"
-    write_bytes(path("expect.py"), table.concat(lines, "\n") .. "\n")
-    write_bytes(path("check.py"), PY_SCRIPT)
+    T.write_file(path("expect.py"), table.concat(lines, "\n") .. "\n")
+    T.write_file(path("check.py"), PY_SCRIPT)
     local pipe = io.popen(py .. " '" .. path("check.py") .. "' '" .. dir .. "' 2>&1")
     local out = pipe:read("a")
     pipe:close()

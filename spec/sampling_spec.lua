@@ -2,12 +2,7 @@
 -- t:exponential_, qlua.bernoulli and qlua.multinomial. Draws are seeded, so each case
 -- checks exact properties (bounds, integrality, counts) and statistics with wide margins
 -- for its fixed seed, and the GPU parity cases check that a seed gives the CPU's numbers.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local gtest = T.gpu_tests(_ENV)
-
-local both = T.both_devices(_ENV)
+local T, qlua, _, gtest, both = require("qlua.testing").spec(_ENV)
 
 local function mean_var(list)
   local s, n = 0, #list

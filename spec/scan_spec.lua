@@ -4,25 +4,11 @@
 -- device: it runs on the CPU here and, through gtest, on the GPU (pending without one),
 -- where the extra sizes reach each of scan.cu's paths (one long scan, a block per row,
 -- a thread per column, CUB's scan by key).
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, test, gtest = require("qlua.testing").spec(_ENV)
 
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
-local gtest = T.gpu_tests(_ENV)
 local NaN, inf = 0 / 0, math.huge
 
 ------------------------------------------------------------------------ references
-
--- outer x n x inner around dim (1-based) of shape; a 0-d shape is one element.
-local function split(shape, dim)
-  local outer, n, inner = 1, 1, 1
-  for d = 1, #shape do
-    if d < dim then outer = outer * shape[d]
-    elseif d == dim then n = shape[d]
-    else inner = inner * shape[d] end
-  end
-  return outer, n, inner
-end
 
 -- PyTorch's log-add-exp (NaN propagates, equal infinities stay).
 local function logaddexp(a, b)
@@ -41,7 +27,7 @@ local COMBINE = {
 -- The scan of a flat row-major list: values, and for cummax/cummin 1-based positions.
 -- Integers (int = true) combine as Lua integers (wrapping like int64).
 local function ref_scan(op, flat, shape, dim, int)
-  local outer, n, inner = split(shape, dim)
+  local outer, n, inner = T.ref.split_dim(shape, dim)
   local vals, idxs = {}, {}
   for o = 0, outer - 1 do
     for i = 0, inner - 1 do
@@ -66,20 +52,6 @@ end
 
 -- What a scan of dtype gives (ops.h): cumsum/cumprod of integers and bool give int64,
 -- logcumsumexp of them float64, cummax/cummin keep the dtype.
-local function result_dtype(op, dtype)
-  if op == "cumsum" or op == "cumprod" then return T.is_float_dtype(dtype) and dtype or "int64" end
-  if op == "logcumsumexp" then return T.is_float_dtype(dtype) and dtype or "float64" end
-  return dtype
-end
-
--- A flat list as numbers (bool: 1/0) for the references.
-local function numeric(flat)
-  local out = {}
-  for i, v in ipairs(flat) do
-    if type(v) == "boolean" then out[i] = v and 1 or 0 else out[i] = v end
-  end
-  return out
-end
 
 -- A value of the reference as the result dtype stores it.
 local function stored(list, dtype)
@@ -107,9 +79,9 @@ end
 
 -- tol: for float results; float32 sums on the GPU accumulate in float32.
 local function check_scan(op, t, flat, shape, dim, dtype, tol, what)
-  local rdtype = result_dtype(op, dtype)
+  local rdtype = T.result_dtype(op, dtype)
   local int = not T.is_float_dtype(rdtype)
-  local vals, idxs = ref_scan(op, numeric(flat), shape, dim, int)
+  local vals, idxs = ref_scan(op, T.numbers(flat), shape, dim, int)
   local v, ix = t[op](t, dim)
   assert.equal(rdtype, v:dtype(), what .. ": dtype")
   T.assert_shape(v, shape, what)
@@ -160,7 +132,7 @@ local function empty_and_0d(device)
         for dim = 1, #shape do
           local v, ix = t[op](t, dim)
           T.assert_shape(v, shape, op .. " of an empty " .. dtype)
-          assert.equal(result_dtype(op, dtype), v:dtype())
+          assert.equal(T.result_dtype(op, dtype), v:dtype())
           assert.equal(device, v:device():match("^%a+"))
           if ix then T.assert_shape(ix, shape, op .. " indices of an empty " .. dtype) end
         end
@@ -170,8 +142,8 @@ local function empty_and_0d(device)
       local t = qlua.tensor(x, { dtype = dtype, device = device })
       local v, ix = t[op](t, 1)
       T.assert_shape(v, {}, op .. " of a 0-d " .. dtype)
-      assert.equal(result_dtype(op, dtype), v:dtype())
-      local want = stored(numeric({ x }), result_dtype(op, dtype))[1]
+      assert.equal(T.result_dtype(op, dtype), v:dtype())
+      local want = stored(T.numbers({ x }), T.result_dtype(op, dtype))[1]
       if T.is_float_dtype(v:dtype()) then T.assert_close(v:item(), want, 1e-6)
       elseif v:dtype() == "bool" then assert.equal(want, v:item())
       else assert.equal(want, v:item()) end

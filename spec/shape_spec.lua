@@ -4,8 +4,7 @@
 -- reference (below) in every dtype and layout; views are checked for sharing by writing
 -- through them. The same cases run on the GPU (reported pending without one): the ops are
 -- compositions of views and existing copies, so the GPU must give the reference's values.
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua = require("qlua.testing").spec(_ENV)
 
 local HAS_GPU, NO_GPU_REASON = T.gpu_status()
 

@@ -5,24 +5,11 @@
 -- arguments. Every case is a function of the device: it runs on the CPU here and, through
 -- gtest, on the GPU (pending without one), where the row lengths reach each of
 -- softmax.cu's kernels.
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, test, gtest = require("qlua.testing").spec(_ENV)
 
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
-local gtest = T.gpu_tests(_ENV)
 local NaN, inf = 0 / 0, math.huge
 
 ------------------------------------------------------------------------ references
-
-local function split(shape, dim)
-  local outer, n, inner = 1, 1, 1
-  for d = 1, #shape do
-    if d < dim then outer = outer * shape[d]
-    elseif d == dim then n = shape[d]
-    else inner = inner * shape[d] end
-  end
-  return outer, n, inner
-end
 
 local function numeric(flat)
   local out = {}
@@ -35,7 +22,7 @@ end
 -- softmax (log: log_softmax) of a flat row-major list along dim: the max (NaN wins), the
 -- sum of exp(x - max), then exp(x - max) / sum or x - max - log(sum).
 local function ref_softmax(flat, shape, dim, log)
-  local outer, n, inner = split(shape, dim)
+  local outer, n, inner = T.ref.split_dim(shape, dim)
   local out = {}
   for o = 0, outer - 1 do
     for i = 0, inner - 1 do
@@ -56,12 +43,10 @@ local function ref_softmax(flat, shape, dim, log)
   return out
 end
 
-local function result_dtype(dtype) return T.is_float_dtype(dtype) and dtype or "float64" end
-
 local function check_softmax(t, flat, shape, dim, dtype, log, tol, what)
   local name = log and "log_softmax" or "softmax"
   local r = t[name](t, dim)
-  local rd = result_dtype(dtype)
+  local rd = T.result_dtype("softmax", dtype)
   assert.equal(rd, r:dtype(), what .. ": dtype")
   T.assert_shape(r, shape, what)
   local expected = ref_softmax(numeric(flat), shape, dim, log)
@@ -99,7 +84,7 @@ local function empty_and_0d(device)
         for dim = 1, #shape do
           local r = t[name](t, dim)
           T.assert_shape(r, shape, name .. " of an empty " .. dtype)
-          assert.equal(result_dtype(dtype), r:dtype())
+          assert.equal(T.result_dtype("softmax", dtype), r:dtype())
         end
       end
       local s = qlua.tensor(T.random_value(dtype), { dtype = dtype, device = device })
@@ -188,7 +173,7 @@ local FAR_SHAPES = {
 -- row-major order of the other dims). Locals: a global's lookup costs more in a spec.
 local exp, log, abs, max = math.exp, math.log, math.abs, math.max
 local function ref_accurate(flat, shape, dim)
-  local outer, n, inner = split(shape, dim)
+  local outer, n, inner = T.ref.split_dim(shape, dim)
   local lsm, sm, lse = {}, {}, {}
   for o = 0, outer - 1 do
     for i = 0, inner - 1 do
@@ -357,7 +342,7 @@ local function cross_entropy_cases(device)
   for _, dtype in ipairs({ "float32", "float64", "int64" }) do
     local logits = T.random_list(N * C, dtype, dtype == "int64" and { lo = -5, hi = 5, zero = true } or nil)
     local lt = T.from_flat(logits, { N, C }, dtype, device)
-    local rd = result_dtype(dtype)
+    local rd = T.result_dtype("softmax", dtype)
     local classes = {}
     for i = 1, N do classes[i] = math.random(1, C) end
     local probs = T.random_list(N * C, "float64", { lo = 0, hi = 1, positive = true })

@@ -5,11 +5,7 @@
 -- function of the device: it runs for "cpu" here and, through gtest, for "gpu" (pending
 -- without a GPU), where larger cases also reach the GPU's other paths (one long row, many
 -- rows, chunked topk, the radix select of topk with k > 32).
-local T = require "qlua.testing"
-local qlua = T.qlua
-local gtest = T.gpu_tests(_ENV)
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+local T, qlua, test, gtest = require("qlua.testing").spec(_ENV)
 
 local DTYPES = T.all_dtypes
 local NAN, INF = 0 / 0, math.huge

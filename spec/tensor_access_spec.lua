@@ -1,8 +1,5 @@
 -- Element access (docs/API.md "Element access"): t[i] and t[i] = v.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 
 describe("t[i]", function()
   test("reads element i of a 1-D tensor in every dtype and layout", function()

@@ -2,11 +2,8 @@
 -- numbers on either side, broadcasting, NumPy dtype promotion, in-place ops and their
 -- dtype errors, comparisons. Each op is checked against a Lua reference computed in
 -- float64 (or exact integers) from the values the tensors hold.
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 local ref = T.ref
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
 
 local ipow = ref.ipow
 
@@ -16,44 +13,11 @@ local BINARY = ref.binary
 local BINARY_NAMES = { "add", "sub", "mul", "div", "pow", "maximum", "minimum",
   "eq", "ne", "lt", "le", "gt", "ge" }
 
--- docs/API.md: the promoted dtype, except / of two integer tensors gives float64, and
--- comparisons give bool.
-local function result_dtype(name, da, db)
-  if BINARY[name].cmp then return "bool" end
-  local p = T.promote(da, db)
-  if name == "div" and not T.is_float_dtype(p) then return "float64" end
-  return p
-end
-
--- Random operand data suited to the op: pow gets positive float bases (or small
--- integer ones) and small exponents; comparisons get few distinct values so ties and
--- equalities happen; everything else the default (never zero, so division is safe).
-local function operand(name, which, shape, dtype, rd)
-  if BINARY[name].cmp then
-    local list = {}
-    for i = 1, T.numel(shape) do
-      local v = math.random(-3, 3)
-      list[i] = T.is_float_dtype(dtype) and v + 0.0 or v
-    end
-    return T.unflatten(list, shape)
-  elseif name == "pow" then
-    if which == 1 then
-      if T.is_float_dtype(rd) then
-        return T.random_table(shape, dtype, T.is_float_dtype(dtype) and { positive = true } or { lo = 1, hi = 9 })
-      end
-      return T.random_table(shape, dtype, { lo = -9, hi = 9, zero = true })
-    end
-    if T.is_float_dtype(dtype) then return T.random_table(shape, dtype, { lo = -2, hi = 2 }) end
-    return T.random_table(shape, dtype, { lo = 0, hi = 3, zero = true })
-  end
-  return T.random_table(shape, dtype)
-end
-
 -- Checks a:name(b) (and the operator form when there is one) against the reference.
 local function check_binary(name, da, db, la, lb, sa, sb)
-  local rd = result_dtype(name, da, db)
-  local a = operand(name, 1, sa, da, rd)
-  local b = operand(name, 2, sb, db, rd)
+  local rd = T.result_dtype(name, da, db)
+  local a = T.binary_operand(name, 1, sa, da, rd)
+  local b = T.binary_operand(name, 2, sb, db, rd)
   local ta, tb = T.make(a, da, la), T.make(b, db, lb)
   local what = string.format("%s(%s %s %s, %s %s %s)", name, da, la, T.shape_str(sa), db, lb,
     T.shape_str(sb))
@@ -174,7 +138,7 @@ describe("binary ops with numbers", function()
 
   local function check_scalar(name, dtype, layout, s, scalar_first)
     local rd = scalar_dtype(name, dtype, s)
-    local a = operand(name, scalar_first and 2 or 1, { 3, 4 }, dtype, rd)
+    local a = T.binary_operand(name, scalar_first and 2 or 1, { 3, 4 }, dtype, rd)
     local t = T.make(a, dtype, layout)
     local f = BINARY[name].f
     local what = string.format("%s(%s%s %s, %s)", name, scalar_first and "number first, " or "",
@@ -218,7 +182,7 @@ describe("binary ops with numbers", function()
         check_scalar(name, dtype, "contiguous", s, true)
         check_scalar(name, dtype, "transposed", s, true)
         check_scalar(name, dtype, "stepped", s + 0.5, true)
-        local a = operand(name, 1, { 4 }, dtype, dtype)
+        local a = T.binary_operand(name, 1, { 4 }, dtype, dtype)
         local t = T.make(a, dtype, "narrowed")
         local rd = scalar_dtype(name, dtype, s)
         local f = BINARY[name].f
@@ -410,8 +374,8 @@ describe("in-place ops", function()
       for _, dtype in ipairs(T.dtypes) do
         if not (name == "div" and not T.is_float_dtype(dtype)) then
           for _, layout in ipairs(T.layouts) do
-            local a = operand(name, 1, { 3, 4 }, dtype, dtype)
-            local b = operand(name, 2, { 3, 4 }, dtype, dtype)
+            local a = T.binary_operand(name, 1, { 3, 4 }, dtype, dtype)
+            local b = T.binary_operand(name, 2, { 3, 4 }, dtype, dtype)
             local ta = T.make(a, dtype, layout)
             local tb = T.make(b, dtype, T.layouts[math.random(1, 4)])
             local f = BINARY[name].f

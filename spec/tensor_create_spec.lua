@@ -1,9 +1,6 @@
 -- Creating tensors (docs/API.md "Creating tensors"): qlua.tensor with dtype inference,
 -- empty / zeros / ones / full / range, and the random functions with qlua.seed.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 
 describe("qlua.tensor", function()
   test("infers int64 from integers and float32 from any float", function()

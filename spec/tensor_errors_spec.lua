@@ -1,9 +1,6 @@
 -- Bad input (issue 3, docs/API.md "Conventions"): each must raise a Lua error naming the
 -- function and the offending value, and leave the process and the other tensors intact.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 
 describe("bad input", function()
   -- A tensor made before every test; each test checks it is unharmed at the end.

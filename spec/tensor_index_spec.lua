@@ -2,11 +2,8 @@
 -- take, scatter_ (tensor and number), index_add_ (duplicates accumulate); index tensors
 -- int32 / int64 / Lua tables, contiguous or not; bad values with the exact message;
 -- shape-rule violations.
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 local ref = T.ref
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
 
 -- The same index values in the forms the API accepts: a Lua table, an int64 tensor, an
 -- int32 tensor, and int32/int64 tensors in a non-contiguous layout.

@@ -1,9 +1,6 @@
 -- Inspecting tensors (docs/API.md "Inspecting"): shape, size, stride, dim, numel, #,
 -- dtype, device, is_contiguous, item, totable, tostring, qlua.is_tensor.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 
 -- Does s show the shape {a, b, ...} in some usual spelling ("2x3", "2, 3", "{2,3}", "2 × 3")?
 local function shows_shape(s, shape)

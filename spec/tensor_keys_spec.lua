@@ -2,12 +2,7 @@
 -- writes as masked_fill_; t[positions] (int32/int64) reads as index_select along dim 1,
 -- shaped like PyTorch's t[positions], and writes as index_fill_ / index_copy_. Each case
 -- is checked against a plain-Lua reference on the CPU and, as a parity case, on the GPU.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local gtest = T.gpu_tests(_ENV)
-
-local both = T.both_devices(_ENV)
+local T, qlua, _, _, both = require("qlua.testing").spec(_ENV)
 
 -- Row-major flat values of a nested table.
 local flat = T.flatten

@@ -1,10 +1,7 @@
 -- Matrix products (docs/API.md "Matrix products"): 1-D.1-D, 2-D@1-D, 1-D@2-D, 2-D@2-D,
 -- batched with broadcast batch dims; float32 and float64; any strides; the errors.
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 local ref = T.ref
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
 
 local TOL = { float32 = 1e-5, float64 = 1e-12 }
 

@@ -1,10 +1,7 @@
 -- Memory (docs/API.md "Memory and devices"): t:free(), <close>, __gc, all idempotent;
 -- "<op>: tensor has been freed" on every kind of use, views of a freed storage
 -- included; mixed-device errors (with a GPU); qlua.memory fields; clock and version.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 
 local FREED = "tensor has been freed"
 

@@ -1,9 +1,6 @@
 -- Moving and converting (docs/API.md "Moving and converting"): to(dtype), to(device),
 -- cpu(), and copy_ across dtypes with broadcasting. GPU moves are in gpu_spec.lua.
-local T = require "qlua.testing"
-local qlua = T.qlua
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 
 -- What converting the number v to dtype gives: float -> int truncates toward zero.
 local function convert(v, dtype)

@@ -1,21 +1,10 @@
 -- Reductions (docs/API.md "Reductions"): sum, mean, max, min, argmax, argmin, over all
 -- elements (a Lua number) and along a dim (a tensor without that dim), with their result
 -- dtypes, NaN, ties and empty inputs.
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 local ref = T.ref
 
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
-
 local OPS = { "sum", "mean", "max", "min", "argmax", "argmin" }
-
--- dtype of the result tensor of op along a dim.
-local function result_dtype(op, dtype)
-  if op == "argmax" or op == "argmin" then return "int64" end
-  if op == "sum" then return T.is_float_dtype(dtype) and dtype or "int64" end
-  if op == "mean" then return T.is_float_dtype(dtype) and dtype or "float64" end
-  return dtype
-end
 
 local function tol_of(dtype) return T.is_float_dtype(dtype) and T.tol[dtype] or 1e-12 end
 
@@ -180,7 +169,7 @@ describe("reductions along a dim", function()
             for _, op in ipairs(OPS) do
               local what = string.format("%s(%d) %s %s%s", op, dim, dtype, layout, ties and " ties" or "")
               local r, idx = t[op](t, dim)
-              local rd = result_dtype(op, dtype)
+              local rd = T.result_dtype(op, dtype)
               local want, want_idx = ref.reduce(op, data, dim)
               local shape = { 3, 4, 5 }
               table.remove(shape, dim)

@@ -1,11 +1,8 @@
 -- Views (docs/API.md "Views (share storage)"): view, reshape, narrow, select, transpose,
 -- t, permute, expand, contiguous, clone. Values are checked against the nested-table
 -- references; sharing is checked by writing through one tensor and reading the other.
-local T = require "qlua.testing"
-local qlua = T.qlua
+local T, qlua, test = require("qlua.testing").spec(_ENV)
 local ref = T.ref
-
-local function test(name, fn) it(name, function() T.reseed(name); fn() end) end
 
 describe("view and reshape", function()
   test("view accepts numbers, a table and one -1", function()

@@ -84,6 +84,30 @@ function T.promote(a, b)
   return "float64"
 end
 
+-- The dtype of op's result on a tensor of dtype da (and, for a binary op, an operand of
+-- dtype db) by docs/API.md's rules: comparisons, logical ops and predicates give bool;
+-- argmax/argmin int64; sum, prod, cumsum and cumprod int64 for integer and bool tensors;
+-- the reductions, scans and softmaxes computed in floating point float64 for them; a
+-- binary op the promoted dtype, with / (and the other float-only binary ops) float64 for
+-- integers; every other op (max, min, amax, amin, cummax, the views...) keeps the dtype.
+local BOOL_RESULT = { eq = true, ne = true, lt = true, le = true, gt = true, ge = true,
+  logical_and = true, logical_or = true, logical_xor = true, logical_not = true,
+  isnan = true, isinf = true, isfinite = true }
+local INT64_RESULT = { argmax = true, argmin = true }
+local INT64_FOR_INTEGERS = { sum = true, prod = true, cumsum = true, cumprod = true }
+local FLOAT_FOR_INTEGERS = { mean = true, var = true, std = true, norm = true, logsumexp = true,
+  logcumsumexp = true, softmax = true, log_softmax = true, div = true, atan2 = true,
+  hypot = true }
+function T.result_dtype(op, da, db)
+  if BOOL_RESULT[op] then return "bool" end
+  if INT64_RESULT[op] then return "int64" end
+  local d = db and T.promote_half(da, db) or da
+  local float = T.is_float_dtype(d) or T.is_half_dtype(d)
+  if INT64_FOR_INTEGERS[op] then return float and d or "int64" end
+  if FLOAT_FOR_INTEGERS[op] then return float and d or "float64" end
+  return d
+end
+
 -- Relative tolerances for comparing a float result with the float64 Lua reference.
 T.tol = { float32 = 1e-6, float64 = 1e-12 }
 
@@ -142,6 +166,24 @@ function T.both_devices(env)
     env.it(name .. " (cpu)", function() T.reseed(name); fn("cpu") end)
     gtest(name .. " (gpu)", function() fn("gpu") end)
   end
+end
+
+-- A maker of busted tests seeded from their names: test(name, fn) is it(name, fn) with
+-- T.reseed(name) first, so every test has its own fixed data. `local test = T.tests(_ENV)`.
+function T.tests(env)
+  return function(name, fn) env.it(name, function() T.reseed(name); fn() end) end
+end
+
+-- A spec's opening line: T, qlua, and the makers of seeded CPU tests (T.tests), GPU tests
+-- (T.gpu_tests) and tests on both devices (T.both_devices), of the spec's environment:
+--   local T, qlua, test, gtest, both = require("qlua.testing").spec(_ENV)
+-- The GPU makers look for a GPU when they first declare a test, so a spec that takes them
+-- and declares none never probes for one.
+function T.spec(env)
+  local gtest, both
+  return T, T.qlua, T.tests(env),
+    function(name, fn) gtest = gtest or T.gpu_tests(env); return gtest(name, fn) end,
+    function(name, fn) both = both or T.both_devices(env); return both(name, fn) end
 end
 
 -- {"cpu"} plus "gpu" when a GPU is present.
@@ -222,6 +264,32 @@ function T.permutation(n)
     p[i], p[j] = p[j], p[i]
   end
   return p
+end
+
+-- Random operand data suited to binary op `name` (which: 1 for self, 2 for the other
+-- operand; rd: the result dtype, default dtype): pow gets positive float bases (or small
+-- integer ones) and small exponents; comparisons few distinct values, so that ties and
+-- equalities happen; every other op the default values (never zero, so / is safe).
+function T.binary_operand(name, which, shape, dtype, rd)
+  rd = rd or dtype
+  if T.ref.binary[name] and T.ref.binary[name].cmp then
+    local list = {}
+    for i = 1, T.numel(shape) do
+      local v = math.random(-3, 3)
+      list[i] = T.is_float_dtype(dtype) and v + 0.0 or v
+    end
+    return T.unflatten(list, shape)
+  elseif name == "pow" then
+    if which == 1 then
+      if T.is_float_dtype(rd) then
+        return T.random_table(shape, dtype, T.is_float_dtype(dtype) and { positive = true } or { lo = 1, hi = 9 })
+      end
+      return T.random_table(shape, dtype, { lo = -9, hi = 9, zero = true })
+    end
+    if T.is_float_dtype(dtype) then return T.random_table(shape, dtype, { lo = -2, hi = 2 }) end
+    return T.random_table(shape, dtype, { lo = 0, hi = 3, zero = true })
+  end
+  return T.random_table(shape, dtype)
 end
 
 ------------------------------------------------------------------------ nested tables
@@ -312,6 +380,15 @@ function T.linear(shape, pos)
     acc = acc * shape[d]
   end
   return k + 1
+end
+
+-- A flat list's values as numbers: booleans (a bool tensor's elements) as 1 and 0.
+function T.numbers(list)
+  local out = {}
+  for i, v in ipairs(list) do
+    if type(v) == "boolean" then out[i] = v and 1 or 0 else out[i] = v end
+  end
+  return out
 end
 
 ------------------------------------------------------------------------ references
@@ -582,6 +659,23 @@ function T.philox_int(seed, counter, lo, hi)
   -- unsigned bits % span without overflow: halve, reduce, double back
   local v = (((bits >> 1) % span) * 2 + (bits & 1)) % span
   return lo + v
+end
+
+------------------------------------------------------------------------ files
+
+-- The bytes of the file at path, and writing bytes to a file (raising when it cannot be
+-- opened).
+function T.read_file(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+function T.write_file(path, bytes)
+  local f = assert(io.open(path, "wb"))
+  f:write(bytes)
+  f:close()
 end
 
 ------------------------------------------------------------------------ poisoning

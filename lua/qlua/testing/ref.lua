@@ -27,6 +27,18 @@ return function(T)
   T.ref = ref
   local shallow_copy = T.copy_list
 
+  -- The sizes around dim (1-based) of shape, as three: the product of the sizes before
+  -- it, its size, the product after it (a 0-d shape is 1, 1, 1).
+  function ref.split_dim(shape, dim)
+    local outer, n, inner = 1, 1, 1
+    for d = 1, #shape do
+      if d < dim then outer = outer * shape[d]
+      elseif d == dim then n = shape[d]
+      else inner = inner * shape[d] end
+    end
+    return outer, n, inner
+  end
+
   -- Elementwise f over one nested table.
   function ref.map(x, f)
     local a = arr(x)
