@@ -41,18 +41,21 @@ static bool npy_host_is_little_endian(void) {
   return first == 1;
 }
 
-/* Each dtype's .npy code (a format fact, so it is here and not in the dtype list); NULL
-** for bfloat16, which NumPy has no code for (safetensors files carry it). */
-static const char *const npy_descr[QT_NDTYPES] = {
-  [QT_F32] = "<f4",
-  [QT_F64] = "<f8",
-  [QT_I32] = "<i4",
-  [QT_I64] = "<i8",
-  [QT_BOOL] = "|b1",
-  [QT_U8] = "|u1",
-  [QT_F16] = "<f2",
-  [QT_BF16] = NULL,
-};
+/* Each dtype's .npy code (a format fact, so it is here and not in the dtype list), one
+** macro per dtype suffix: the table is made from the dtype list, so a new dtype without
+** its NPY_DESCR_<sfx> does not compile. NULL for bfloat16, which NumPy has no code for
+** (safetensors files carry it). */
+#define NPY_DESCR_f32 "<f4"
+#define NPY_DESCR_f64 "<f8"
+#define NPY_DESCR_i32 "<i4"
+#define NPY_DESCR_i64 "<i8"
+#define NPY_DESCR_b8 "|b1"
+#define NPY_DESCR_u8 "|u1"
+#define NPY_DESCR_f16 "<f2"
+#define NPY_DESCR_bf16 NULL
+#define NPY_ROW_(P, E, sfx, ...) [E] = NPY_DESCR_##sfx,
+static const char *const npy_descr[QT_NDTYPES] = {QT_DTYPE_LIST(NPY_ROW_, ~)};
+#undef NPY_ROW_
 
 /* A message from a core function that npy.c called ("empty: cpu: out of memory ...")
 ** renamed to the user's call ("load: cpu: out of memory ..."); a device name that leads a

@@ -33,11 +33,20 @@
 static const char *const st_load_op = "load_safetensors";
 static const char *const st_save_op = "save_safetensors";
 
-/* Each dtype's code in the header (a format fact, so it is here and not in the list). */
-static const char *const st_codes[QT_NDTYPES] = {
-  [QT_F32] = "F32",  [QT_F64] = "F64", [QT_I32] = "I32",  [QT_I64] = "I64",
-  [QT_BOOL] = "BOOL", [QT_U8] = "U8",  [QT_F16] = "F16", [QT_BF16] = "BF16",
-};
+/* Each dtype's code in the header (a format fact, so it is here and not in the list), one
+** macro per dtype suffix: the table is made from the dtype list, so a new dtype without
+** its ST_CODE_<sfx> does not compile. */
+#define ST_CODE_f32 "F32"
+#define ST_CODE_f64 "F64"
+#define ST_CODE_i32 "I32"
+#define ST_CODE_i64 "I64"
+#define ST_CODE_b8 "BOOL"
+#define ST_CODE_u8 "U8"
+#define ST_CODE_f16 "F16"
+#define ST_CODE_bf16 "BF16"
+#define ST_CODE_ROW_(P, E, sfx, ...) [E] = ST_CODE_##sfx,
+static const char *const st_codes[QT_NDTYPES] = {QT_DTYPE_LIST(ST_CODE_ROW_, ~)};
+#undef ST_CODE_ROW_
 
 static bool st_host_is_little_endian(void) {
   const uint16_t one = 1;
@@ -577,11 +586,19 @@ static int st_check_text(qt_ctx *ctx, const char *what, const qt_st_string *s,
 ** first (its Dtype enum's order, reversed: I64, F64, F32, I32, BF16, F16, U8, BOOL), then
 ** by name. The data section starts 8-byte aligned, so every tensor's data then starts at
 ** a multiple of its element size, as readers that map the file (PyTorch's view of the
-** bytes as a dtype) need; in plain name order an F64 after a U8 would not be aligned. */
-static const int st_rank[QT_NDTYPES] = {
-  [QT_I64] = 0, [QT_F64] = 1, [QT_F32] = 2, [QT_I32] = 3,
-  [QT_BF16] = 4, [QT_F16] = 5, [QT_U8] = 6, [QT_BOOL] = 7,
+** bytes as a dtype) need; in plain name order an F64 after a U8 would not be aligned.
+** The rank is read from the reference's own order of every code, so a new dtype needs
+** only its ST_CODE_<sfx>. */
+static const char *const st_reference_order[] = {
+  "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32",
+  "F64", "I64", "U64",
 };
+static int st_rank(qt_dtype d) {
+  int n = (int)(sizeof st_reference_order / sizeof *st_reference_order);
+  for (int k = 0; k < n; k++)
+    if (strcmp(st_reference_order[k], st_codes[d]) == 0) return n - 1 - k;
+  return n;  /* not in the reference's list: after every dtype it has */
+}
 
 static int st_compare_names(const void *pa, const void *pb) {
   const qt_st_string *a = &((const st_out *)pa)->entry->name;
@@ -590,8 +607,8 @@ static int st_compare_names(const void *pa, const void *pb) {
 }
 
 static int st_compare_outs(const void *pa, const void *pb) {
-  int ra = st_rank[((const st_out *)pa)->entry->source->dtype];
-  int rb = st_rank[((const st_out *)pb)->entry->source->dtype];
+  int ra = st_rank(((const st_out *)pa)->entry->source->dtype);
+  int rb = st_rank(((const st_out *)pb)->entry->source->dtype);
   if (ra != rb) return ra < rb ? -1 : 1;
   return st_compare_names(pa, pb);
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/ops_internal.h"
+#include "core/kernel/kernel_internal.h"
 #include "device.h"
 #include "ops.h"
 
@@ -84,18 +85,11 @@ static bool cg_is_ident(const char *s) {
 static int cg_dtype(const char *name) { return qt_dtype_from_name(name); }
 
 /* The C type a dtype's elements are stored as in the kernel. */
+#define CG_CTYPE_ROW_(P, E, sfx, ...) [E] = KERNEL_CTYPE_FIELD(SPELLING, sfx),
+static const char *const cg_ctypes[QT_NDTYPES] = {QT_DTYPE_LIST(CG_CTYPE_ROW_, ~)};
+#undef CG_CTYPE_ROW_
 static const char *cg_ctype(int dtype) {
-  switch (dtype) {
-    case QT_F32: return "float";
-    case QT_F64: return "double";
-    case QT_I32: return "int";
-    case QT_I64: return "long long";
-    case QT_BOOL: return "bool";
-    case QT_U8: return "unsigned char";
-    case QT_F16: return "__half";
-    case QT_BF16: return "__nv_bfloat16";
-    default: return NULL;
-  }
+  return dtype >= 0 && dtype < QT_NDTYPES ? cg_ctypes[dtype] : NULL;
 }
 
 /* The C type the body computes a dtype in: the 16-bit floats compute in float32 and round

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/ops_internal.h"
+#include "core/kernel/kernel_internal.h"
 #include "ops.h"
 
 /* ================================================================== signatures */
@@ -96,16 +97,18 @@ static const struct {
   int dtype;
   bool scalar_ok;
 } kernel_types[] = {
-  { "float", QT_PARAM_F32, QT_F32, true },
-  { "double", QT_PARAM_F64, QT_F64, true },
-  { "int", QT_PARAM_I32, QT_I32, true },
+  /* each dtype's own spelling (kernel_internal.h), then the other spellings */
+#define KERNEL_TYPE_ROW_(P, E, sfx, ...) \
+  { KERNEL_CTYPE_FIELD(SPELLING, sfx), KERNEL_CTYPE_FIELD(KIND, sfx), E, \
+    KERNEL_CTYPE_FIELD(SCALAR_OK, sfx) },
+  QT_DTYPE_LIST(KERNEL_TYPE_ROW_, ~)
+#undef KERNEL_TYPE_ROW_
   { "signed", QT_PARAM_I32, QT_I32, true },
   { "signed int", QT_PARAM_I32, QT_I32, true },
   { "int32_t", QT_PARAM_I32, QT_I32, true },
   { "unsigned", QT_PARAM_U32, QT_PARAM_NO_DTYPE, true },
   { "unsigned int", QT_PARAM_U32, QT_PARAM_NO_DTYPE, true },
   { "uint32_t", QT_PARAM_U32, QT_PARAM_NO_DTYPE, true },
-  { "long long", QT_PARAM_I64, QT_I64, true },
   { "long long int", QT_PARAM_I64, QT_I64, true },
   { "signed long long", QT_PARAM_I64, QT_I64, true },
   { "long", QT_PARAM_I64, QT_I64, true },
@@ -117,15 +120,11 @@ static const struct {
   { "unsigned long", QT_PARAM_U64, QT_PARAM_NO_DTYPE, true },
   { "uint64_t", QT_PARAM_U64, QT_PARAM_NO_DTYPE, true },
   { "size_t", QT_PARAM_U64, QT_PARAM_NO_DTYPE, true },
-  { "bool", QT_PARAM_BOOL, QT_BOOL, true },
-  /* cuda_fp16.h's and cuda_bf16.h's types (and their typedefs): float16 and bfloat16
-  ** tensors, or a Lua number rounded to the type */
-  { "__half", QT_PARAM_F16, QT_F16, true },
+  /* cuda_fp16.h's and cuda_bf16.h's typedefs: float16 and bfloat16 tensors, or a Lua
+  ** number rounded to the type */
   { "half", QT_PARAM_F16, QT_F16, true },
-  { "__nv_bfloat16", QT_PARAM_BF16, QT_BF16, true },
   { "nv_bfloat16", QT_PARAM_BF16, QT_BF16, true },
   /* pointees only (scalars of these types are not passed) */
-  { "unsigned char", QT_PARAM_POINTER, QT_U8, false },
   { "uint8_t", QT_PARAM_POINTER, QT_U8, false },
   /* pointees only (no qlua dtype: a launch with such a parameter says so) */
   { "char", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE, false },
@@ -445,19 +444,21 @@ static int kernel_demangle_type(const char **pp, qt_param *p, char subs[][40], i
     *pp = s;
     return 0;
   }
+  /* each dtype's own code (kernel_internal.h; 0 for the named 16-bit types), then others */
+#define KERNEL_CODE_ROW_(P, E, sfx, ...) \
+  { KERNEL_CTYPE_FIELD(CODE, sfx), KERNEL_CTYPE_FIELD(SPELLING, sfx), \
+    KERNEL_CTYPE_FIELD(KIND, sfx), E },
   static const struct { char code; const char *type; qt_param_kind kind; int dtype; } codes[] = {
-    {'f', "float", QT_PARAM_F32, QT_F32}, {'d', "double", QT_PARAM_F64, QT_F64},
-    {'i', "int", QT_PARAM_I32, QT_I32}, {'j', "unsigned", QT_PARAM_U32, QT_PARAM_NO_DTYPE},
-    {'l', "long", QT_PARAM_I64, QT_I64}, {'x', "long long", QT_PARAM_I64, QT_I64},
+    QT_DTYPE_LIST(KERNEL_CODE_ROW_, ~)
+    {'j', "unsigned", QT_PARAM_U32, QT_PARAM_NO_DTYPE},
+    {'l', "long", QT_PARAM_I64, QT_I64},
     {'m', "unsigned long", QT_PARAM_U64, QT_PARAM_NO_DTYPE},
     {'y', "unsigned long long", QT_PARAM_U64, QT_PARAM_NO_DTYPE},
-    {'b', "bool", QT_PARAM_BOOL, QT_BOOL},
-    {'h', "unsigned char", QT_PARAM_POINTER, QT_U8},
     {'c', "char", QT_PARAM_POINTER, QT_PARAM_NO_DTYPE},
     {'v', "void", QT_PARAM_POINTER, QT_PARAM_ANY_DTYPE},
   };
   for (size_t c = 0; c < sizeof codes / sizeof codes[0]; c++) {
-    if (codes[c].code != *e || e[1] != '\0') continue;
+    if (codes[c].code == 0 || codes[c].code != *e || e[1] != '\0') continue;
     memset(p, 0, sizeof *p);
     if (pointers == 1) {
       p->kind = QT_PARAM_POINTER;
