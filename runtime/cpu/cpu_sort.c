@@ -32,17 +32,22 @@ static uint64_t sort_key_double(double x) {
   return (bits & SORT_SIGN64) ? ~bits : bits | SORT_SIGN64;
 }
 
-/* The key of the element at p of dtype d; *ok = false for a dtype without one. */
+/* The key of the element at p of dtype d; *ok = false for a dtype without one (the 16-bit
+** floats, which reach this device's sort slots as float32 copies). The cases come from the
+** dtype list, by kind: floats by their double's key, integers offset by the sign bit when
+** signed, bool as 0 < 1. */
+#define SORT_KEY_FLOAT(T, x) sort_key_double((double)(x))
+#define SORT_KEY_INT(T, x) ((T)-1 < (T)0 ? (uint64_t)(int64_t)(x) ^ SORT_SIGN64 : (uint64_t)(x))
+#define SORT_KEY_BOOL(T, x) ((uint64_t)(x))
+#define SORT_KEY_CASE_(P, E, sfx, name, T, U, size, kind, ...) \
+  QT_UNLESS_HALF_##kind(case E: { T x; memcpy(&x, p, sizeof x); return SORT_KEY_##kind(T, x); })
 static uint64_t sort_key(qt_dtype d, const char *p, bool *ok) {
   switch (d) {
-    case QT_F32: { float x; memcpy(&x, p, sizeof x); return sort_key_double(x); }
-    case QT_F64: { double x; memcpy(&x, p, sizeof x); return sort_key_double(x); }
-    case QT_I32: { int32_t x; memcpy(&x, p, sizeof x); return (uint64_t)(int64_t)x ^ SORT_SIGN64; }
-    case QT_I64: { int64_t x; memcpy(&x, p, sizeof x); return (uint64_t)x ^ SORT_SIGN64; }
-    case QT_BOOL: case QT_U8: return *(const uint8_t *)p;
+    QT_DTYPE_LIST(SORT_KEY_CASE_, ~)
     default: *ok = false; return 0;
   }
 }
+#undef SORT_KEY_CASE_
 
 typedef struct sort_pair {
   uint64_t key;
@@ -152,14 +157,21 @@ int cpu_unique(qt_device *dev, const qt_view *uniques, const qt_view *inverse,
   return 0;
 }
 
-/* An integer or bool element as int64. */
-static int64_t sort_int_at(qt_dtype d, const char *p) {
+/* An integer or bool element as int64 (*v), or false for a dtype without integer values:
+** the cases come from the dtype list (kinds INT and BOOL), so no dtype is read as another. */
+#define SORT_INT_FLOAT(...)
+#define SORT_INT_HALF(...)
+#define SORT_INT_INT(...) __VA_ARGS__
+#define SORT_INT_BOOL(...) __VA_ARGS__
+#define SORT_INT_CASE_(P, E, sfx, name, T, U, size, kind, ...) \
+  SORT_INT_##kind(case E: { T x; memcpy(&x, p, sizeof x); *v = (int64_t)x; return true; })
+static bool sort_int_at(qt_dtype d, const char *p, int64_t *v) {
   switch (d) {
-    case QT_I32: { int32_t x; memcpy(&x, p, sizeof x); return x; }
-    case QT_I64: { int64_t x; memcpy(&x, p, sizeof x); return x; }
-    default: return *(const uint8_t *)p;  /* bool, uint8 */
+    QT_DTYPE_LIST(SORT_INT_CASE_, ~)
+    default: return false;
   }
 }
+#undef SORT_INT_CASE_
 
 int cpu_bincount(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *weights,
                  qt_err *err) {
@@ -171,7 +183,9 @@ int cpu_bincount(qt_device *dev, const qt_view *dst, const qt_view *src, const q
   int64_t n = src->numel, len = dst->numel;
   size_t es = qt_elsize(src->dtype);
   for (int64_t i = 0; i < n; i++) {
-    int64_t v = sort_int_at(src->dtype, (const char *)src->data + (size_t)i * es);
+    int64_t v = 0;
+    if (!sort_int_at(src->dtype, (const char *)src->data + (size_t)i * es, &v))
+      return qt_errorf(err, "bincount: dtype %s has no integer values", qt_dtypes[src->dtype].name);
     if (v < 0 || v >= len)
       return qt_errorf(err, "bincount: value %lld out of range (0..%lld) at position %lld",
                        (long long)v, (long long)(len - 1), (long long)(i + 1));
