@@ -1,8 +1,253 @@
--- Reductions, part 2 (docs/API.md "Reductions"): keepdim, dim lists, and prod, var, std,
--- norm, logsumexp, amax, amin, aminmax, against plain-Lua references (two-pass float64
--- variance, max-subtracted logsumexp). Every body runs on the CPU and, through gtest, on the
--- GPU, where each result is also compared with the CPU's (parity).
+-- Reductions (docs/API.md "Reductions"): sum, mean, max, min, argmax, argmin over all
+-- elements (a Lua number) and along a dim (a tensor without that dim), with their result
+-- dtypes, NaN, ties and empty inputs; keepdim, dim lists, and prod, var, std, norm,
+-- logsumexp, amax, amin, aminmax against plain-Lua references (two-pass float64 variance,
+-- max-subtracted logsumexp). The second part's bodies run on the CPU and, through gtest, on
+-- the GPU, where each result is also compared with the CPU's (parity).
 local T, qlua, test, gtest = require("qlua.testing").spec(_ENV)
+
+-- ================================================= sum, mean, max, min, argmax, argmin
+
+local ref = T.ref
+
+local OPS = { "sum", "mean", "max", "min", "argmax", "argmin" }
+
+local function tol_of(dtype) return T.is_float_dtype(dtype) and T.tol[dtype] or 1e-12 end
+
+-- Integer data with few distinct values makes ties likely.
+local function data_for(shape, dtype, ties)
+  if ties then
+    local list = {}
+    for i = 1, T.numel(shape) do
+      local v = math.random(1, 3)
+      list[i] = T.is_float_dtype(dtype) and v + 0.0 or v
+    end
+    return T.unflatten(list, shape)
+  end
+  return T.random_table(shape, dtype)
+end
+
+describe("reductions over all elements", function()
+  test("return Lua numbers matching the reference in every dtype and layout", function()
+    for _, dtype in ipairs(T.dtypes) do
+      for _, layout in ipairs(T.layouts) do
+        for _, ties in ipairs({ false, true }) do
+          local data = data_for({ 4, 5, 3 }, dtype, ties)
+          local t = T.make(data, dtype, layout)
+          for _, op in ipairs(OPS) do
+            local what = op .. " " .. dtype .. " " .. layout .. (ties and " ties" or "")
+            local got = t[op](t)
+            local want = ref.reduce(op, data)
+            assert.is_number(got, what)
+            if op == "argmax" or op == "argmin" then
+              assert.equal(want, got, what)
+              assert.equal("integer", math.type(got), what)
+            elseif T.is_float_dtype(dtype) or op == "mean" then
+              T.assert_close(got, want, tol_of(dtype), what)
+            else
+              assert.equal(want, got, what)
+              assert.equal("integer", math.type(got), what .. ": an integer")
+            end
+          end
+        end
+      end
+    end
+  end)
+
+  test("sums integers in int64 and floats with float64 accumulation", function()
+    local big = qlua.full(10, 1 << 30, { dtype = "int32" })
+    assert.equal(10 * (1 << 30), big:sum())
+    -- 2^24 followed by 1000 ones: float32 accumulation would lose every 1
+    local list = { 2.0 ^ 24 }
+    for i = 2, 1001 do list[i] = 1.0 end
+    assert.equal(2 ^ 24 + 1000, qlua.tensor(list):sum())
+    local m = qlua.tensor(list):view(1, 1001)
+    assert.equal(2 ^ 24 + 1000, m:sum(2):item())
+    assert.equal("float32", m:sum(2):dtype())
+  end)
+
+  test("int64 sums, max and argmax are exact beyond 2^53", function()
+    local big = 1 << 60
+    local t = qlua.tensor({ big, 1, 2, big + 1 })
+    assert.equal(2 * big + 4, t:sum())
+    assert.equal(big + 1, t:max())
+    assert.equal(4, t:argmax())
+    assert.equal(1, t:min())
+    T.assert_equal(t:view(2, 2):sum(1), { big + 2, big + 2 })
+    T.assert_equal(t:view(2, 2):sum(2), { big + 1, big + 3 })
+    local v, i = t:view(2, 2):max(2)
+    T.assert_equal(v, { big, big + 1 })
+    T.assert_equal(i, { 1, 2 })
+  end)
+
+  test("mean of integers is a float", function()
+    local t = qlua.tensor({ 1, 2, 3, 5 })
+    assert.equal(2.75, t:mean())
+    assert.equal("float", math.type(t:mean()))
+    assert.equal(2.75, qlua.tensor({ 1, 2, 3, 5 }, { dtype = "int32" }):mean())
+  end)
+
+  test("max and min of integers are integers", function()
+    local t = qlua.tensor({ 3, -7, 12 }, { dtype = "int32" })
+    assert.equal(12, t:max())
+    assert.equal(-7, t:min())
+    assert.equal("integer", math.type(t:max()))
+  end)
+
+  test("ties go to the first position", function()
+    local t = qlua.tensor({ 3, 7, 1, 7, 1 })
+    assert.equal(2, t:argmax())
+    assert.equal(3, t:argmin())
+    local f = qlua.tensor({ { 2.5, 9 }, { 1, 9 } })
+    assert.equal(2, f:argmax())
+    assert.equal(3, f:argmin())
+    -- flat positions follow the logical row-major order, not the storage order
+    assert.equal(3, f:t():argmax())
+    assert.equal(2, f:t():argmin())
+  end)
+
+  test("NaN propagates through max and min", function()
+    local t = qlua.tensor({ 1, 0 / 0, 3 })
+    assert.is_true(T.isnan(t:max()))
+    assert.is_true(T.isnan(t:min()))
+    assert.is_true(T.isnan(t:sum()))
+    assert.is_true(T.isnan(qlua.tensor({ 0 / 0, 1, 2 }, { dtype = "float64" }):max()))
+    assert.is_true(T.isnan(qlua.tensor({ 1, 2, 0 / 0 }, { dtype = "float64" }):min()))
+  end)
+
+  -- The compensated sums once computed inf - inf for their correction and gave NaN.
+  test("sums and means with infinities are infinite, not NaN", function()
+    local inf = math.huge
+    for _, dtype in ipairs({ "float32", "float64" }) do
+      assert.equal(inf, qlua.tensor({ 1, inf }, { dtype = dtype }):sum())
+      assert.equal(-inf, qlua.tensor({ -inf, 2.5, 1 }, { dtype = dtype }):sum())
+      assert.equal(inf, qlua.tensor({ 1, inf, 3 }, { dtype = dtype }):mean())
+      assert.is_true(T.isnan(qlua.tensor({ inf, 1, -inf }, { dtype = dtype }):sum()))
+      -- a long run (the pairwise blocks) with one inf in the middle
+      local long = qlua.rand(5000, { dtype = dtype })
+      long[2500] = inf
+      assert.equal(inf, long:sum())
+      -- along each dim: the vertical (dim 1) and horizontal (dim 2) loops
+      local m = qlua.tensor({ { 1, inf, 2 }, { 3, 4, -inf }, { 5, 6, 7 } }, { dtype = dtype })
+      T.assert_equal(m:sum(1), qlua.tensor({ 9, inf, -inf }, { dtype = dtype }))
+      T.assert_equal(m:sum(2), qlua.tensor({ inf, -inf, 18 }, { dtype = dtype }))
+      T.assert_equal(m:mean(1), qlua.tensor({ 3, inf, -inf }, { dtype = dtype }))
+      local tall = qlua.rand(300, 4, { dtype = dtype })
+      tall[17][2] = inf
+      tall[200][3] = -inf
+      local s = tall:sum(1)
+      assert.equal(inf, s[2])
+      assert.equal(-inf, s[3])
+      assert.is_false(T.isnan(s[1]) or T.isnan(s[4]))
+    end
+    -- float64 sums that overflow are infinite too
+    assert.equal(inf, qlua.tensor({ 1e308, 1e308 }, { dtype = "float64" }):sum())
+  end)
+
+  test("empty input: sum 0, mean NaN, the others an error", function()
+    for _, dtype in ipairs(T.dtypes) do
+      local e = qlua.zeros(0, { dtype = dtype })
+      assert.equal(0, e:sum())
+      assert.is_true(T.isnan(e:mean()))
+      for _, op in ipairs({ "max", "min", "argmax", "argmin" }) do
+        T.assert_error(function() local _ = e[op](e) end, op)
+      end
+    end
+    assert.equal(0, qlua.zeros(3, 0):sum())
+  end)
+
+  test("a 0-d tensor reduces to its value", function()
+    local s = qlua.tensor(4.5)
+    assert.equal(4.5, s:sum())
+    assert.equal(4.5, s:max())
+    assert.equal(1, s:argmax())
+  end)
+end)
+
+describe("reductions along a dim", function()
+  test("remove the dim and match the reference in every dtype, layout and dim", function()
+    for _, dtype in ipairs(T.dtypes) do
+      for _, layout in ipairs(T.layouts) do
+        for _, ties in ipairs({ false, true }) do
+          local data = data_for({ 3, 4, 5 }, dtype, ties)
+          local t = T.make(data, dtype, layout)
+          for dim = 1, 3 do
+            for _, op in ipairs(OPS) do
+              local what = string.format("%s(%d) %s %s%s", op, dim, dtype, layout, ties and " ties" or "")
+              local r, idx = t[op](t, dim)
+              local rd = T.result_dtype(op, dtype)
+              local want, want_idx = ref.reduce(op, data, dim)
+              local shape = { 3, 4, 5 }
+              table.remove(shape, dim)
+              T.assert_shape(r, shape, what)
+              assert.equal(rd, r:dtype(), what)
+              if T.is_float_dtype(rd) then T.assert_close(r, want, tol_of(rd), what)
+              else T.assert_equal(r, want, what) end
+              if op == "max" or op == "min" then
+                assert.is_true(qlua.is_tensor(idx), what .. " returns indices")
+                assert.equal("int64", idx:dtype(), what)
+                T.assert_shape(idx, shape, what)
+                T.assert_equal(idx, want_idx, what .. " indices")
+              end
+            end
+          end
+        end
+      end
+    end
+  end)
+
+  test("of a 1-D tensor give 0-d tensors", function()
+    local t = qlua.tensor({ 4, 9, 2 })
+    local s = t:sum(1)
+    assert.is_true(qlua.is_tensor(s))
+    assert.equal(0, s:dim())
+    assert.equal(15, s:item())
+    local v, i = t:max(1)
+    assert.equal(9, v:item())
+    assert.equal(2, i:item())
+  end)
+
+  test("NaN propagates along the dim", function()
+    local t = qlua.tensor({ { 1, 0 / 0, 3 }, { 4, 5, 6 } })
+    local mx = t:max(2):totable()
+    assert.is_true(T.isnan(mx[1]))
+    assert.equal(6, mx[2])
+    local mn = t:min(1):totable()
+    assert.is_true(T.isnan(mn[2]))
+    assert.equal(1, mn[1])
+  end)
+
+  test("over an empty dim: sum gives zeros, max is an error", function()
+    local e = qlua.zeros(0, 3)
+    T.assert_equal(e:sum(1), { 0, 0, 0 })
+    T.assert_shape(e:sum(2), { 0 })
+    local m = e:mean(1):totable()
+    assert.is_true(T.isnan(m[1]))
+    T.assert_error(function() local _ = e:max(1) end, "max")
+    T.assert_error(function() local _ = e:argmin(1) end, "argmin")
+  end)
+
+  test("refuse dims out of range", function()
+    local t = qlua.zeros(2, 3)
+    for _, op in ipairs(OPS) do
+      T.assert_error(function() local _ = t[op](t, 3) end, op)
+      T.assert_error(function() local _ = t[op](t, 0) end, op)
+      T.assert_error(function() local _ = t[op](t, -1) end, op)
+    end
+  end)
+
+  test("on bigger random data", function()
+    local data = T.random_table({ 64, 200 }, "float32")
+    local t = T.make(data, "float32", "transposed")
+    T.assert_close(t:sum(1), ref.reduce("sum", data, 1), 1e-6)
+    T.assert_close(t:mean(2), ref.reduce("mean", data, 2), 1e-6)
+    T.assert_close(t:sum(), ref.reduce("sum", data), 1e-6)
+    T.assert_equal(t:argmax(2), ref.reduce("argmax", data, 2))
+    assert.equal(ref.reduce("argmin", data), t:argmin())
+  end)
+end)
+
+-- ============ keepdim, dim lists, prod, var, std, norm, logsumexp, amax, amin, aminmax
 
 local inf, nan = math.huge, 0 / 0
 
@@ -37,22 +282,23 @@ end
 
 local function isnan(x) return x ~= x end
 
-local ref = {}
-function ref.sum(l) local s = 0 for _, x in ipairs(l) do s = s + x end return s end
-function ref.mean(l) return #l == 0 and nan or ref.sum(l) / #l end
-function ref.prod(l) local p = 1 for _, x in ipairs(l) do p = p * x end return p end
-function ref.amax(l)
+-- References over a flat list of one reduction group's values.
+local list_ref = {}
+function list_ref.sum(l) local s = 0 for _, x in ipairs(l) do s = s + x end return s end
+function list_ref.mean(l) return #l == 0 and nan or list_ref.sum(l) / #l end
+function list_ref.prod(l) local p = 1 for _, x in ipairs(l) do p = p * x end return p end
+function list_ref.amax(l)
   local m = -inf
   for _, x in ipairs(l) do if isnan(x) then return nan end if x > m then m = x end end
   return m
 end
-function ref.amin(l)
+function list_ref.amin(l)
   local m = inf
   for _, x in ipairs(l) do if isnan(x) then return nan end if x < m then m = x end end
   return m
 end
 -- two passes in float64: the mean, then the squared deviations from it
-function ref.var(l, correction)
+function list_ref.var(l, correction)
   correction = correction or 1
   local n = #l
   local mean = 0.0
@@ -63,8 +309,8 @@ function ref.var(l, correction)
   local divisor = math.max(0, n - correction)
   return m2 / divisor
 end
-function ref.std(l, correction) return math.sqrt(ref.var(l, correction)) end
-function ref.norm(l, p)
+function list_ref.std(l, correction) return math.sqrt(list_ref.var(l, correction)) end
+function list_ref.norm(l, p)
   p = p or 2
   if p == inf or p == -inf then
     local best = p == inf and 0 or inf
@@ -82,7 +328,7 @@ function ref.norm(l, p)
   if p == 0 or p == 1 then return s end
   return s ^ (1 / p)
 end
-function ref.logsumexp(l)
+function list_ref.logsumexp(l)
   local m = -inf
   for _, x in ipairs(l) do if isnan(x) then return nan end if x > m then m = x end end
   if m == inf or m == -inf then return m end
@@ -93,7 +339,8 @@ end
 
 -- ---------------------------------------------------------------- checking
 
-local function tol_of(dtype) return dtype == "float32" and 2e-6 or 1e-11 end
+-- for the results computed in two passes or through exp/log (var, std, norm, logsumexp)
+local function loose_tol_of(dtype) return dtype == "float32" and 2e-6 or 1e-11 end
 
 -- Calls t[op](t, ...) and, for a GPU tensor, the same on t:cpu(), checking that the two
 -- agree (the parity check); returns the first result.
@@ -106,10 +353,10 @@ local function call(t, op, ...)
     local what = op .. " gpu vs cpu"
     if qlua.is_tensor(r) then
       assert.equal(rc:dtype(), r:dtype(), what)
-      if T.is_float_dtype(r:dtype()) then T.assert_close(r:cpu(), rc, tol_of(r:dtype()), what)
+      if T.is_float_dtype(r:dtype()) then T.assert_close(r:cpu(), rc, loose_tol_of(r:dtype()), what)
       else T.assert_equal(r:cpu(), rc, what) end
     elseif type(r) == "number" and math.type(r) == "float" then
-      T.assert_close(r, rc, tol_of(t:dtype() == "float32" and "float32" or "float64"), what)
+      T.assert_close(r, rc, loose_tol_of(t:dtype() == "float32" and "float32" or "float64"), what)
     else
       assert.equal(rc, r, what)
     end
@@ -124,7 +371,7 @@ local function check(r, shape, dtype, want, what)
   assert.equal(dtype, r:dtype(), what .. " dtype")
   local got = T.numbers((T.values_of(r)))
   if T.is_float_dtype(dtype) then
-    T.assert_close(got, want, tol_of(dtype), what)
+    T.assert_close(got, want, loose_tol_of(dtype), what)
   else
     for i = 1, #want do
       if got[i] ~= want[i] then
@@ -138,7 +385,7 @@ end
 -- The reference of op over the groups (opts: the correction or p).
 local function want_of(op, gs, arg)
   local w = {}
-  for i, l in ipairs(gs) do w[i] = ref[op](l, arg) end
+  for i, l in ipairs(gs) do w[i] = list_ref[op](l, arg) end
   return w
 end
 
@@ -155,7 +402,8 @@ local function invoke(t, op, d, k)
   return call(t, op, d, k)
 end
 
-local function data_for(shape, dtype)
+-- Small integers (-3..3), so that sums and products stay exact.
+local function small_data_for(shape, dtype)
   if dtype == "bool" or dtype == "uint8" then return T.random_table(shape, dtype) end
   return T.random_table(shape, dtype, T.is_float_dtype(dtype) and nil or { lo = -3, hi = 3 })
 end
@@ -164,7 +412,7 @@ body("keepdim keeps the reduced dim as size 1 for every reduction, dtype and lay
   local shape = { 3, 4, 5 }
   for _, dtype in ipairs(T.all_dtypes) do
     for _, layout in ipairs(T.layouts) do
-      local t = T.make(data_for(shape, dtype), dtype, layout, dev)
+      local t = T.make(small_data_for(shape, dtype), dtype, layout, dev)
       local flat = T.numbers((T.values_of(t)))
       for dim = 1, 3 do
         local oshape, gs = groups(flat, shape, { dim }, true)
@@ -204,7 +452,7 @@ body("dim lists reduce those dims together, in any order and layout", function(d
   local lists = { { 1, 3 }, { 3, 1 }, { 2, 3 }, { 1, 2 }, { 1, 2, 3 }, { 2 } }
   for _, dtype in ipairs({ "float32", "float64", "int32", "int64", "uint8", "bool" }) do
     for _, layout in ipairs(T.layouts) do
-      local t = T.make(data_for(shape, dtype), dtype, layout, dev)
+      local t = T.make(small_data_for(shape, dtype), dtype, layout, dev)
       local flat = T.numbers((T.values_of(t)))
       for _, dims in ipairs(lists) do
         for _, keepdim in ipairs({ false, true }) do
@@ -229,8 +477,8 @@ body("var and std take a correction, a keepdim flag or a table of both", functio
   local flat = T.numbers((T.values_of(t)))
   for _, c in ipairs({ 0, 1, 2, 0.5 }) do
     local _, all = groups(flat, { 4, 6 }, nil, false)
-    T.assert_close(call(t, "var", nil, c), ref.var(all[1], c), 1e-12, "var(nil, " .. c .. ")")
-    T.assert_close(call(t, "std", nil, { correction = c }), ref.std(all[1], c), 1e-12, "std")
+    T.assert_close(call(t, "var", nil, c), list_ref.var(all[1], c), 1e-12, "var(nil, " .. c .. ")")
+    T.assert_close(call(t, "std", nil, { correction = c }), list_ref.std(all[1], c), 1e-12, "std")
     local oshape, gs = groups(flat, { 4, 6 }, { 2 }, true)
     check(call(t, "var", 2, { correction = c, keepdim = true }), oshape, "float64",
       want_of("var", gs, c), "var(2, {correction, keepdim})")
@@ -257,7 +505,7 @@ body("var is not the naive sum of squares: 1e9 + noise keeps its variance", func
   for _, x in ipairs(list) do naive_s = naive_s + x; naive_s2 = naive_s2 + x * x end
   local n = #list
   local naive = (naive_s2 - naive_s * naive_s / n) / (n - 1)
-  local want = ref.var(list)
+  local want = list_ref.var(list)
   assert.is_true(math.abs(naive - want) > 0.1 * want, "the naive formula fails on this data")
   local t = qlua.tensor(list, { dtype = "float64", device = dev })
   T.assert_close(call(t, "var"), want, 1e-9, "var 1e9 + noise")
@@ -270,7 +518,7 @@ body("var is not the naive sum of squares: 1e9 + noise keeps its variance", func
   local s, s2 = 0.0, 0.0
   for _, x in ipairs(f) do s = T.f32(s + x); s2 = T.f32(s2 + T.f32(x * x)) end
   local naive32 = T.f32((s2 - T.f32(s * s / #f)) / (#f - 1))
-  local want32 = ref.var(f)
+  local want32 = list_ref.var(f)
   assert.is_true(math.abs(naive32 - want32) > 0.5 * want32, "float32's naive formula fails")
   local t32 = qlua.tensor(f, { dtype = "float32", device = dev })
   T.assert_close(call(t32, "var"), want32, 1e-6, "var float32 1e8 + 8k")
@@ -307,13 +555,13 @@ body("norm: p = 2 by default, 1, inf, -inf, 0 and other positive p; float result
   local data = T.random_table({ 5, 7 }, "float32")
   data[2][3] = 0.0
   for _, dtype in ipairs({ "float32", "float64", "int32", "int64", "uint8", "bool" }) do
-    local t = T.make(dtype == "float32" and data or data_for({ 5, 7 }, dtype), dtype, "stepped", dev)
+    local t = T.make(dtype == "float32" and data or small_data_for({ 5, 7 }, dtype), dtype, "stepped", dev)
     local flat = T.numbers((T.values_of(t)))
     for _, p in ipairs({ 2, 1, inf, -inf, 0, 3, 0.5, 1.5 }) do
       local what = string.format("norm(%s) %s %s", tostring(p), dtype, dev)
       local got = call(t, "norm", p)
       assert.equal("float", math.type(got), what)
-      T.assert_close(got, ref.norm(flat, p), tol_of(T.result_dtype("norm", dtype)), what)
+      T.assert_close(got, list_ref.norm(flat, p), loose_tol_of(T.result_dtype("norm", dtype)), what)
       local oshape, gs = groups(flat, { 5, 7 }, { 1 }, false)
       check(call(t, "norm", p, 1), oshape, T.result_dtype("norm", dtype), want_of("norm", gs, p), what .. " dim 1")
     end
@@ -327,8 +575,8 @@ end)
 body("logsumexp is max-subtracted: no overflow at 1e4, and -inf, inf and NaN", function(dev)
   local big = T.make({ { 1e4, 1e4 + 1, 1e4 - 3 }, { -1e4, -1e4, -1e4 } }, "float32", "contiguous", dev)
   local r = call(big, "logsumexp", 2)
-  T.assert_close(r, { ref.logsumexp({ 1e4, 1e4 + 1, 1e4 - 3 }), -1e4 + math.log(3) }, 1e-6)
-  T.assert_close(call(big, "logsumexp", { 1, 2 }), ref.logsumexp(T.numbers((T.values_of(big)))), 1e-6)
+  T.assert_close(r, { list_ref.logsumexp({ 1e4, 1e4 + 1, 1e4 - 3 }), -1e4 + math.log(3) }, 1e-6)
+  T.assert_close(call(big, "logsumexp", { 1, 2 }), list_ref.logsumexp(T.numbers((T.values_of(big)))), 1e-6)
   local e = T.make({ { -inf, -inf }, { -inf, 0 }, { inf, 1 }, { nan, 1 }, { inf, -inf } }, "float64",
     "contiguous", dev)
   local got = T.numbers((T.values_of(call(e, "logsumexp", 2))))
@@ -340,7 +588,7 @@ body("logsumexp is max-subtracted: no overflow at 1e4, and -inf, inf and NaN", f
   -- integers compute in float64
   local i = call(T.make({ 1, 2, 3 }, "int32", "contiguous", dev), "logsumexp", 1)
   assert.equal("float64", i:dtype())
-  T.assert_close(i, ref.logsumexp({ 1, 2, 3 }), 1e-14)
+  T.assert_close(i, list_ref.logsumexp({ 1, 2, 3 }), 1e-14)
 end)
 
 body("amax, amin and aminmax: NaN propagates, several dims, bool stays bool", function(dev)
@@ -412,8 +660,8 @@ body("long rows and columns (the GPU's split reductions) match the reference", f
         check(invoke(t, op, dim, true), oshape, "float32", want_of(op, gs), what)
       end
     end
-    T.assert_close(call(t, "var"), ref.var(flat), 1e-6, "var of all")
-    T.assert_close(call(t, "logsumexp", { 1, 2 }), ref.logsumexp(flat), 1e-6, "logsumexp of all")
+    T.assert_close(call(t, "var"), list_ref.var(flat), 1e-6, "var of all")
+    T.assert_close(call(t, "logsumexp", { 1, 2 }), list_ref.logsumexp(flat), 1e-6, "logsumexp of all")
   end
 end)
 
