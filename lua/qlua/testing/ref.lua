@@ -402,9 +402,10 @@ return function(T)
     f         the reference (float64 in, float64 out),
     ints      the op is defined on integers: an integer tensor keeps its dtype (the others
               compute integer inputs in float64 and give float64),
-    data      {lo, hi}: the random inputs math_spec draws (the ops it tests have one),
-    positive  the op needs inputs > 0 (tensor_arith_spec's draws),
-    half      {lo, hi, steps}: the inputs half_spec draws and the 16-bit steps allowed
+    data      {lo, hi}: the random inputs the math part of elementwise_spec draws (the ops
+              it tests have one),
+    positive  the op needs inputs > 0 (the arithmetic part's draws),
+    half      {lo, hi, steps}: the inputs the 16-bit spec draws and the 16-bit steps allowed
               (0: exact: the float32 op is exactly rounded or exact, and one rounding to the
               16-bit type follows) }.
   Each spec walks its own list of names, in the order it draws their inputs.
