@@ -262,7 +262,7 @@ ASAN_ENV    ?= ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_alloc
 VALGRIND       ?= valgrind
 VALGRIND_FLAGS ?= --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible \
                   --errors-for-leak-kinds=definite,indirect,possible --track-origins=yes
-VALGRIND_SPECS ?= spec/ops/create_spec.lua spec/tensor_views_spec.lua spec/ops/index_spec.lua \
+VALGRIND_SPECS ?= spec/ops/create_spec.lua spec/ops/shape_spec.lua spec/ops/index_spec.lua \
                   spec/npy_spec.lua spec/embed_spec.lua spec/cpu_threads_spec.lua
 EMBED       := $(BUILD)/embed
 TSAN_BUILD  ?= build/tsan
