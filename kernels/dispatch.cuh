@@ -23,7 +23,7 @@
 template <typename T>
 struct qt_dtype_traits;
 
-#define QT_DISPATCH_TRAITS_(P, E, sfx, name, T, U, size, kind)         \
+#define QT_DISPATCH_TRAITS_(P, E, sfx, name, T, U, size, kind, ...)         \
   template <>                                                         \
   struct qt_dtype_traits<T> {                                         \
     static constexpr qt_dtype dtype = E;                              \
@@ -52,7 +52,7 @@ constexpr bool qt_is_half_v = qt_dtype_traits<T>::is_half;
 template <typename F>
 inline bool qt_dtype_switch(qt_dtype d, F &&f) {
   switch (d) {
-#define QT_DISPATCH_CASE_(P, E, sfx, name, T, U, size, kind) \
+#define QT_DISPATCH_CASE_(P, E, sfx, name, T, U, size, kind, ...) \
     QT_UNLESS_HALF_##kind(case E: f(T()); return true;)
     QT_DTYPE_LIST(QT_DISPATCH_CASE_, ~)
 #undef QT_DISPATCH_CASE_
@@ -116,7 +116,7 @@ constexpr bool qt_part_holds(qt_dtype d) {
 #if defined(QT_NPARTS) && !defined(QT_PART)
 #define QT_PARTS_EXTERN_(P, E, sfx, name, T, ...) QT_PP_CALL(QT_PARTS_EXTERN2_, T, QT_PP_UNPAREN P)
 #define QT_PARTS_EXTERN2_(T, R, fn, params) extern template R fn<T> params;
-#define QT_PARTS_EXTERN_UNLESS_HALF_(P, E, sfx, name, T, U, size, kind) \
+#define QT_PARTS_EXTERN_UNLESS_HALF_(P, E, sfx, name, T, U, size, kind, ...) \
   QT_UNLESS_HALF_##kind(QT_PARTS_EXTERN_(P, E, sfx, name, T))
 #define QT_PARTS(R, fn, params) QT_DTYPE_LIST(QT_PARTS_EXTERN_, (R, fn, params))
 #define QT_PARTS_UNLESS_HALF(R, fn, params) \
@@ -132,7 +132,7 @@ constexpr FP qt_part_pick(F address_of) {
 #define QT_PARTS_ADDRESS_(P, E, sfx, name, T, ...) QT_PP_CALL(QT_PARTS_ADDRESS2_, T, QT_PP_UNPAREN P)
 #define QT_PARTS_ADDRESS2_(T, R, fn, params) \
   qt_part_pick<T, R(*) params>([](auto tag) -> R(*) params { return &fn<decltype(tag)>; }),
-#define QT_PARTS_ADDRESS_UNLESS_HALF_(P, E, sfx, name, T, U, size, kind) \
+#define QT_PARTS_ADDRESS_UNLESS_HALF_(P, E, sfx, name, T, U, size, kind, ...) \
   QT_UNLESS_HALF_##kind(QT_PARTS_ADDRESS_(P, E, sfx, name, T))
 #define QT_PARTS_TABLE_(R, fn, params, each)                                             \
   __attribute__((used)) R (*const QT_PP_CAT(QT_PP_CAT(fn, _part), QT_PART)[]) params = { \

@@ -76,7 +76,7 @@ typedef struct qt_bf16 { uint16_t bits; } qt_bf16;  /* bfloat16: float32's top h
 #define QT_PP_CAT_(a, b) a##b
 #define QT_PP_CAT(a, b) QT_PP_CAT_(a, b)
 
-/* The one list of dtypes: X(P, ENUM, sfx, name, T, U, bytes, kind).
+/* The one list of dtypes: X(P, ENUM, sfx, name, T, U, bytes, kind, digits, emax, short).
 **   sfx   a short token for generated names (cpu_copy_f32_i64);
 **   name  the Lua API's spelling;
 **   T     the C type of one element; U its unsigned twin (integers wrap through it);
@@ -87,18 +87,23 @@ typedef struct qt_bf16 { uint16_t bits; } qt_bf16;  /* bfloat16: float32's top h
 **         expressions in float32 (QT_HALF_COMPUTE) and rounds the result back, as
 **         PyTorch does; a device slot that has no HALF code of its own is given float32
 **         copies by the registry (device.c, "widening").
+**   digits, emax  a float's significand bits (the implicit one counted) and largest
+**         exponent, 0 for the others: the integers it holds exactly (2^digits), its
+**         largest finite value ((2 - 2^(1-digits)) 2^emax);
+**   short PyTorch's shorthand method for a conversion to it (t:float(), t:half() ...).
+** Consumers take `...` after the columns they read, so a new column breaks none of them.
 ** New dtypes go at the end: the enum's values are part of the C API (qlua.h).
 ** The enum, qt_dtypes and every device's per-dtype tables and switches are made from it
 ** (docs/ARCHITECTURE.md, "adding a dtype"). */
-#define QT_DTYPE_LIST(X, P)                                    \
-  X(P, QT_F32, f32, "float32", float, float, 4, FLOAT)         \
-  X(P, QT_F64, f64, "float64", double, double, 8, FLOAT)       \
-  X(P, QT_I32, i32, "int32", int32_t, uint32_t, 4, INT)        \
-  X(P, QT_I64, i64, "int64", int64_t, uint64_t, 8, INT)        \
-  X(P, QT_BOOL, b8, "bool", bool, uint8_t, 1, BOOL)            \
-  X(P, QT_U8, u8, "uint8", uint8_t, uint8_t, 1, INT)          \
-  X(P, QT_F16, f16, "float16", qt_f16, uint16_t, 2, HALF)      \
-  X(P, QT_BF16, bf16, "bfloat16", qt_bf16, uint16_t, 2, HALF)
+#define QT_DTYPE_LIST(X, P)                                                             \
+  X(P, QT_F32, f32, "float32", float, float, 4, FLOAT, 24, 127, "float")                \
+  X(P, QT_F64, f64, "float64", double, double, 8, FLOAT, 53, 1023, "double")            \
+  X(P, QT_I32, i32, "int32", int32_t, uint32_t, 4, INT, 0, 0, "int")                    \
+  X(P, QT_I64, i64, "int64", int64_t, uint64_t, 8, INT, 0, 0, "long")                   \
+  X(P, QT_BOOL, b8, "bool", bool, uint8_t, 1, BOOL, 0, 0, "bool")                       \
+  X(P, QT_U8, u8, "uint8", uint8_t, uint8_t, 1, INT, 0, 0, "byte")                      \
+  X(P, QT_F16, f16, "float16", qt_f16, uint16_t, 2, HALF, 11, 15, "half")               \
+  X(P, QT_BF16, bf16, "bfloat16", qt_bf16, uint16_t, 2, HALF, 8, 127, "bfloat16")
 
 #define QT_KIND_IS_FLOAT_FLOAT 1
 #define QT_KIND_IS_FLOAT_INT 0
@@ -128,8 +133,8 @@ typedef struct qt_bf16 { uint16_t bits; } qt_bf16;  /* bfloat16: float32's top h
 #define QT_UNLESS_HALF_BOOL(...) __VA_ARGS__
 #define QT_UNLESS_HALF_HALF(...)
 
-/* Every ordered pair of dtypes: X(dst ENUM, sfx, name, T, U, bytes, kind, src ENUM, sfx,
-** name, T, U, bytes, kind), for tables indexed by two dtypes (the CPU's conversions).
+/* Every ordered pair of dtypes: X(dst ENUM, sfx, name, T, U, bytes, kind, digits, emax,
+** short, src ENUM, sfx, name, T, U, bytes, kind, digits, emax, short), for tables indexed by two dtypes (the CPU's conversions).
 ** The inner list is deferred one scan (QT_PP_DEFER), because a macro cannot expand
 ** inside its own expansion; QT_PP_EXPAND gives it that scan. */
 #define QT_DTYPE_PAIRS(X) QT_PP_EXPAND(QT_DTYPE_LIST(QT_DTYPE_PAIRS_OUTER_, X))
@@ -161,6 +166,29 @@ static inline size_t qt_elsize(qt_dtype d) { return qt_dtypes[d].size; }
 static inline bool qt_is_float(qt_dtype d) { return qt_dtypes[d].is_float; }
 static inline bool qt_is_bool(qt_dtype d) { return qt_dtypes[d].is_bool; }
 static inline bool qt_is_half(qt_dtype d) { return qt_dtypes[d].is_half; }
+/* A float dtype's significand bits (the implicit one counted; 0 for the others): it holds
+** every integer of magnitude up to 2^digits exactly. From the dtype list. */
+static inline int qt_dtype_digits(qt_dtype d) {
+#define QT_DTYPE_DIGITS_(P, E, sfx, name, T, U, size, kind, digits, ...) case E: return digits;
+  switch (d) { QT_DTYPE_LIST(QT_DTYPE_DIGITS_, ~) default: return 0; }
+#undef QT_DTYPE_DIGITS_
+}
+/* A float dtype's largest finite value, (2 - 2^(1-digits)) 2^emax, exactly (0 for the
+** others): 3.4028234663852886e38 for float32, 65504 for float16. */
+static inline double qt_dtype_max_finite(qt_dtype d) {
+#define QT_DTYPE_EMAX_(P, E, sfx, name, T, U, size, kind, digits, e, ...) case E: emax = e; break;
+  int emax = 0;
+  switch (d) { QT_DTYPE_LIST(QT_DTYPE_EMAX_, ~) default: break; }
+#undef QT_DTYPE_EMAX_
+  int digits = qt_dtype_digits(d);
+  if (digits == 0) return 0.0;
+  /* (2 - 2^(1-digits)) * 2^emax = (2^digits - 1) * 2^(emax - digits + 1), both exact */
+  double m = 1.0, p = 1.0;
+  for (int k = 0; k < digits; k++) m *= 2.0;
+  m -= 1.0;
+  for (int k = 0; k < emax - digits + 1; k++) p *= 2.0;
+  return m * p;
+}
 /* NumPy's promotion: bool with anything gives the other; two integers or two floats give
 ** the wider (uint8 with int32 gives int32); a float with an integer gives the narrowest
 ** float that holds every value of both (float32 with bool or uint8, float64 with int32

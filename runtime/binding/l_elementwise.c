@@ -195,10 +195,8 @@ T_UNARY_OUT(isfinite, QT_ISFINITE)
 static qt_unop_params t_nan_to_num_params(lua_State *L, const qt_tensor *t, const char *op) {
   qt_unop_params p;
   memset(&p, 0, sizeof p);
-  double big = t->dtype == QT_F32    ? 3.40282346638528859812e+38
-               : t->dtype == QT_F16  ? 65504.0
-               : t->dtype == QT_BF16 ? 3.38953138925153547590e+38
-                                     : 1.79769313486231570815e+308;
+  /* the dtype's largest finite value (integer tensors compute in float64) */
+  double big = qt_dtype_max_finite(qt_is_float(t->dtype) ? t->dtype : QT_F64);
   double dflt[3] = { 0.0, big, -big };
   for (int k = 0; k < 3; k++) {
     double v = dflt[k];

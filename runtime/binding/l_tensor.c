@@ -323,15 +323,13 @@ static int t_to(lua_State *L) {
 }
 
 /* PyTorch's dtype shorthands: t:float() is t:to("float32") (t itself when it is one). */
-#define T_DTYPE_SHORTHANDS(X) \
-  X(float, QT_F32) X(double, QT_F64) X(half, QT_F16) X(bfloat16, QT_BF16) \
-  X(long, QT_I64) X(int, QT_I32) X(bool, QT_BOOL) X(byte, QT_U8)
-#define T_DTYPE_SHORTHAND(name, dtype)               \
-  static int t_as_##name(lua_State *L) {             \
-    lq_checklive(L, 1, #name);                       \
-    return t_pushmoved(L, 1, NULL, dtype, #name);    \
+/* The names are the dtype list's `short` column; the functions are named by suffix. */
+#define T_DTYPE_SHORTHAND(P, E, sfx, name, T, U, size, kind, digits, emax, shortname, ...) \
+  static int t_as_##sfx(lua_State *L) {                                                  \
+    lq_checklive(L, 1, shortname);                                                       \
+    return t_pushmoved(L, 1, NULL, E, shortname);                                        \
   }
-T_DTYPE_SHORTHANDS(T_DTYPE_SHORTHAND)
+QT_DTYPE_LIST(T_DTYPE_SHORTHAND, ~)
 #undef T_DTYPE_SHORTHAND
 
 static int t_copy_(lua_State *L) {
@@ -744,8 +742,9 @@ static const lq_Reg t_methods[] = {
   {"expand_as", t_expand_as, 2}, {"view_as", t_view_as, 2},
   /* moving */
   {"gpu", t_gpu, 2}, {"cpu", t_cpu, 1}, {"to", t_to, 2}, {"copy_", t_copy_, 2},
-#define T_DTYPE_SHORTHAND_ROW(name, dtype) {#name, t_as_##name, 1},
-  T_DTYPE_SHORTHANDS(T_DTYPE_SHORTHAND_ROW)
+#define T_DTYPE_SHORTHAND_ROW(P, E, sfx, name, T, U, size, kind, digits, emax, shortname, ...) \
+  {shortname, t_as_##sfx, 1},
+  QT_DTYPE_LIST(T_DTYPE_SHORTHAND_ROW, ~)
 #undef T_DTYPE_SHORTHAND_ROW
   /* comparing whole tensors */
   {"isclose", t_isclose, 5}, {"allclose", t_allclose, 5}, {"equal", t_equal, 2},

@@ -62,18 +62,10 @@ int ops_check_index_dtype(qt_ctx *ctx, const char *op, const qt_tensor *index) {
 
 /* Significand bits (the implicit one included): every integer of magnitude up to
 ** 2^digits is exact, 2^digits + 1 is not. */
-static int ops_float_digits(qt_dtype d) {
-  switch (d) {
-    case QT_F16: return 11;
-    case QT_BF16: return 8;
-    case QT_F32: return 24;
-    default: return 53;
-  }
-}
 
 void ops_exact_ints(qt_dtype d, int64_t *lo, int64_t *hi) {
   if (qt_is_float(d)) {
-    *hi = (int64_t)1 << ops_float_digits(d);
+    *hi = (int64_t)1 << qt_dtype_digits(d);
     *lo = -*hi;
   } else {
     *lo = qt_dtypes[d].min;

@@ -25,12 +25,12 @@
 #define TENSOR_MAX_BOOL(T, U) 1
 #define TENSOR_MIN_HALF(T, U) 0
 #define TENSOR_MAX_HALF(T, U) 0
-#define TENSOR_DTYPE_INFO(P, E, sfx, name, T, U, size, kind)                            \
+#define TENSOR_DTYPE_INFO(P, E, sfx, name, T, U, size, kind, ...)                            \
   [E] = { name, size, QT_KIND_IS_FLOAT_##kind, QT_KIND_IS_BOOL_##kind,                  \
           QT_KIND_IS_HALF_##kind, TENSOR_MIN_##kind(T, U), TENSOR_MAX_##kind(T, U) },
 const qt_dtype_info qt_dtypes[QT_NDTYPES] = { QT_DTYPE_LIST(TENSOR_DTYPE_INFO, ~) };
 #undef TENSOR_DTYPE_INFO
-#define TENSOR_DTYPE_SIZE(P, E, sfx, name, T, U, size, kind)                      \
+#define TENSOR_DTYPE_SIZE(P, E, sfx, name, T, U, size, kind, ...)                      \
   _Static_assert(sizeof(T) == size && sizeof(U) == size && size <= sizeof(qt_cell), \
                  "QT_DTYPE_LIST: wrong size for " name);
 QT_DTYPE_LIST(TENSOR_DTYPE_SIZE, ~)
@@ -57,7 +57,7 @@ static qt_scalar tensor_load_BOOL(bool b) { return qt_scalar_i(b ? 1 : 0); }
 
 qt_scalar qt_scalar_load(qt_dtype d, const void *src) {
   switch (d) {
-#define TENSOR_LOAD_(P, E, sfx, name, T, U, size, kind) \
+#define TENSOR_LOAD_(P, E, sfx, name, T, U, size, kind, ...) \
     case E: return tensor_load_##kind(*(const T *)src);
     QT_DTYPE_LIST(TENSOR_LOAD_, ~)
 #undef TENSOR_LOAD_
@@ -67,7 +67,7 @@ qt_scalar qt_scalar_load(qt_dtype d, const void *src) {
 
 void qt_scalar_store(qt_dtype d, void *dst, qt_scalar s) {
   switch (d) {
-#define TENSOR_STORE_(P, E, sfx, name, T, U, size, kind) \
+#define TENSOR_STORE_(P, E, sfx, name, T, U, size, kind, ...) \
     case E: *(T *)dst = TENSOR_STORE_##kind(T, U, s); break;
     QT_DTYPE_LIST(TENSOR_STORE_, ~)
 #undef TENSOR_STORE_

@@ -236,7 +236,7 @@ static int wd_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, ui
     return dev->native->random(dev, kind, dst, seed, offset, lo, hi, err);
   /* A uniform draw in [0, 1) would round up to 1 from the top 2^-12 (float16) or 2^-9
   ** (bfloat16) of the range: those go to the largest 16-bit value below 1 instead. */
-  double below_one = dst->dtype == QT_F16 ? 1.0 - 0x1p-11 : 1.0 - 0x1p-8;
+  double below_one = 1.0 - ldexp(1.0, -qt_dtype_digits(dst->dtype));
   WIDEN_BODY(1, OUT(0, dst),
              dev->native->random(dev, kind, V(0), seed, offset, lo, hi, err) ||
                  (kind == QT_RAND_UNIFORM &&

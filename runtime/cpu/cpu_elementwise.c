@@ -49,12 +49,13 @@
   }
 
 /* One copy row per (dst, src) pair of dtypes. */
-#define CPU_COPY_PAIR_(E, sfx, name, T, U, size, kind, E2, sfx2, name2, T2, U2, size2, kind2) \
+#define CPU_COPY_PAIR_(E, sfx, name, T, U, size, kind, digits, emax, shortname, E2, sfx2, name2, T2, \
+                       U2, size2, kind2, ...)                                         \
   CPU_COPY_ROW(cpu_copy_##sfx##_##sfx2, T, U, kind, T2, kind2)
 QT_DTYPE_PAIRS(CPU_COPY_PAIR_)
 
 /* [dst dtype][src dtype] */
-#define CPU_COPY_ENTRY_(E, sfx, name, T, U, size, kind, E2, sfx2, ...) \
+#define CPU_COPY_ENTRY_(E, sfx, name, T, U, size, kind, digits, emax, shortname, E2, sfx2, ...) \
   [E][E2] = cpu_copy_##sfx##_##sfx2,
 static const cpu_row_fn cpu_copy_rows[QT_NDTYPES][QT_NDTYPES] = { QT_DTYPE_PAIRS(CPU_COPY_ENTRY_) };
 
@@ -160,7 +161,7 @@ int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
 
 /* Every (dtype, op): the op list inside the dtype list, the dtype's C types and kind
 ** passed down in P. */
-#define CPU_BINARY_FNS_(P, E, sfx, name, T, U, size, kind) \
+#define CPU_BINARY_FNS_(P, E, sfx, name, T, U, size, kind, ...) \
   QT_BINOP_LIST(CPU_BINARY_FN_, (sfx, T, U, kind))
 #define CPU_BINARY_FN_(P, OP, name, ints, result, fexpr, iexpr) \
   QT_PP_CALL(CPU_BINARY_FN_AT_, QT_PP_UNPAREN P, OP, ints, result, fexpr, iexpr)
@@ -202,7 +203,7 @@ int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
 QT_DTYPE_LIST(CPU_BINARY_FNS_, ~)
 
 /* [dtype][op]; NULL: a float-only op on an integer dtype. */
-#define CPU_BINARY_TABLE_ROW_(P, E, sfx, name, T, U, size, kind) \
+#define CPU_BINARY_TABLE_ROW_(P, E, sfx, name, T, U, size, kind, ...) \
   [E] = { QT_BINOP_LIST(CPU_BINARY_ENTRY_, (sfx, kind)) },
 #define CPU_BINARY_ENTRY_(P, OP, name, ints, ...) \
   QT_PP_CALL(CPU_BINARY_ENTRY_AT_, QT_PP_UNPAREN P, OP, ints)
@@ -301,7 +302,7 @@ int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_
 /* Every (dtype, op) the op is defined for: CPU_UNARY_GEN_<kind><ints> makes the row
 ** (integer and bool dtypes skip the float-only ops), CPU_UNARY_ENTRY_<kind><ints> its
 ** table entry. */
-#define CPU_UNARY_FNS_(P, E, sfx, name, T, U, size, kind) \
+#define CPU_UNARY_FNS_(P, E, sfx, name, T, U, size, kind, ...) \
   QT_UNOP_LIST(CPU_UNARY_FN_, (sfx, T, U, kind))
 #define CPU_UNARY_FN_(P, OP, name, ints, result, fexpr, iexpr) \
   QT_PP_CALL(CPU_UNARY_FN_AT_, QT_PP_UNPAREN P, OP, ints, result, fexpr, iexpr)
@@ -416,7 +417,7 @@ static const cpu_row_fn cpu_unary_vmath_rows[QT_NDTYPES][QT_NUNOPS] = {
 #endif
 
 /* [dtype][op]; NULL: not for this dtype (the core casts integers to float64 first). */
-#define CPU_UNARY_TABLE_ROW_(P, E, sfx, name, T, U, size, kind) \
+#define CPU_UNARY_TABLE_ROW_(P, E, sfx, name, T, U, size, kind, ...) \
   [E] = { QT_UNOP_LIST(CPU_UNARY_ENTRY_, (sfx, kind)) },
 #define CPU_UNARY_ENTRY_(P, OP, name, ints, ...) \
   QT_PP_CALL(CPU_UNARY_ENTRY_AT_, QT_PP_UNPAREN P, OP, ints)

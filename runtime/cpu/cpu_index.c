@@ -391,13 +391,13 @@ int cpu_scatter(qt_device *dev, const qt_view *dst, int dim, const qt_view *inde
       *at = (T)CPU_INDEX_SUM_##KIND(U, *at, v);                                           \
     }                                                                                     \
   }
-#define CPU_INDEX_ADD_FNS_(P, E, sfx, name, T, U, size, kind)                        \
+#define CPU_INDEX_ADD_FNS_(P, E, sfx, name, T, U, size, kind, ...)                        \
   QT_UNLESS_HALF_##kind(CPU_INDEX_ADD_ROW(cpu_index_add_##sfx##_i32, T, U, int32_t, kind) \
                         CPU_INDEX_ADD_ROW(cpu_index_add_##sfx##_i64, T, U, int64_t, kind))
 QT_DTYPE_LIST(CPU_INDEX_ADD_FNS_, ~)
 
 /* [data dtype][index is int64] (none for the 16-bit floats: widened, device.h) */
-#define CPU_INDEX_ADD_ENTRY_(P, E, sfx, name, T, U, size, kind) \
+#define CPU_INDEX_ADD_ENTRY_(P, E, sfx, name, T, U, size, kind, ...) \
   QT_UNLESS_HALF_##kind([E] = { cpu_index_add_##sfx##_i32, cpu_index_add_##sfx##_i64 },)
 static const cpu_row_fn cpu_index_add_rows[QT_NDTYPES][2] = { QT_DTYPE_LIST(CPU_INDEX_ADD_ENTRY_, ~) };
 

@@ -745,7 +745,7 @@ static cpu_columns4_fold_fn cpu_f32_columns4_arg(qt_redop op) {
   CPU_ARG_INT(min, SFX, T, CPU_LT)
 #define CPU_REDUCERS_BOOL CPU_REDUCERS_INT  /* 0 and 1, summed and compared as integers */
 #define CPU_REDUCERS_HALF(SFX, T)          /* float16/bfloat16 arrive widened (device.h) */
-#define CPU_REDUCERS_(P, E, sfx, name, T, U, size, kind) CPU_REDUCERS_##kind(sfx, T)
+#define CPU_REDUCERS_(P, E, sfx, name, T, U, size, kind, ...) CPU_REDUCERS_##kind(sfx, T)
 QT_DTYPE_LIST(CPU_REDUCERS_, ~)
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -753,7 +753,7 @@ QT_DTYPE_LIST(CPU_REDUCERS_, ~)
 #endif
 
 /* [dtype][op]; MEAN shares SUM's reducers. */
-#define CPU_RED_TABLE_ROW_(P, E, sfx, name, T, U, size, kind)                            \
+#define CPU_RED_TABLE_ROW_(P, E, sfx, name, T, U, size, kind, ...)                            \
   QT_UNLESS_HALF_##kind(                                                                 \
   [E] = { cpu_##P##sum_##sfx, cpu_##P##sum_##sfx, cpu_##P##max_##sfx, cpu_##P##min_##sfx, \
           cpu_##P##argmax_##sfx, cpu_##P##argmin_##sfx },)
@@ -763,7 +763,7 @@ static const cpu_strided_fold_fn cpu_strided_folds[QT_NDTYPES][QT_NREDOPS] = {
 static const cpu_columns_fold_fn cpu_columns_folds[QT_NDTYPES][QT_NREDOPS] = {
   QT_DTYPE_LIST(CPU_RED_TABLE_ROW_, columns_)
 };
-#define CPU_RED4_TABLE_ROW_(P, E, sfx, name, T, U, size, kind)                           \
+#define CPU_RED4_TABLE_ROW_(P, E, sfx, name, T, U, size, kind, ...)                           \
   QT_UNLESS_HALF_##kind([E] = { cpu_columns4_sum_##sfx, cpu_columns4_sum_##sfx },)
 static const cpu_columns4_fold_fn cpu_columns4_folds[QT_NDTYPES][QT_NREDOPS] = {
   QT_DTYPE_LIST(CPU_RED4_TABLE_ROW_, ~)
@@ -1215,7 +1215,7 @@ static int cpu_reduce_dim(qt_redop op, const qt_view *dst, const qt_view *src, i
 /* Loads n elements at stride s (in elements) as float64, or as int64 for integer products. */
 typedef void (*cpu_load_f64_fn)(const char *p, int64_t n, int64_t s, double *out);
 typedef void (*cpu_load_i64_fn)(const char *p, int64_t n, int64_t s, int64_t *out);
-#define CPU_LOADERS_(P, E, sfx, name, T, U, size, kind) QT_UNLESS_HALF_##kind(CPU_LOADERS_AT_(sfx, T))
+#define CPU_LOADERS_(P, E, sfx, name, T, U, size, kind, ...) QT_UNLESS_HALF_##kind(CPU_LOADERS_AT_(sfx, T))
 #define CPU_LOADERS_AT_(sfx, T)                                                          \
   static void cpu_load_f64_##sfx(const char *p, int64_t n, int64_t s, double *out) {     \
     const T *x = (const T *)p;                                                           \
@@ -1226,7 +1226,7 @@ typedef void (*cpu_load_i64_fn)(const char *p, int64_t n, int64_t s, int64_t *ou
     for (int64_t i = 0; i < n; i++) out[i] = (int64_t)x[i * s];                          \
   }  /* (the int64 loader of a float dtype is never called: float products stay in f64) */
 QT_DTYPE_LIST(CPU_LOADERS_, ~)
-#define CPU_LOADER_ROW_(P, E, sfx, name, T, U, size, kind) \
+#define CPU_LOADER_ROW_(P, E, sfx, name, T, U, size, kind, ...) \
   QT_UNLESS_HALF_##kind([E] = cpu_load_##P##_##sfx,)
 static const cpu_load_f64_fn cpu_load_f64[QT_NDTYPES] = { QT_DTYPE_LIST(CPU_LOADER_ROW_, f64) };
 static const cpu_load_i64_fn cpu_load_i64[QT_NDTYPES] = { QT_DTYPE_LIST(CPU_LOADER_ROW_, i64) };

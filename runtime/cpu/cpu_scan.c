@@ -114,14 +114,14 @@ static void cpu_scan_i64(qt_scanop op, const void *src, void *dst, uint64_t *acc
 #define CPU_ISNAN_FLOAT(v) ((v) != (v))
 #define CPU_ISNAN_INT(v) 0
 #define CPU_ISNAN_BOOL(v) 0
-#define CPU_EXTREME_FNS_(P, E, sfx, name, T, U, bytes, kind)                            \
+#define CPU_EXTREME_FNS_(P, E, sfx, name, T, U, bytes, kind, ...)                            \
   QT_UNLESS_HALF_##kind(CPU_EXTREME_FN(cpu_cummax_##sfx, T, CPU_ISNAN_##kind, >=)        \
                         CPU_EXTREME_FN(cpu_cummin_##sfx, T, CPU_ISNAN_##kind, <=))
 QT_DTYPE_LIST(CPU_EXTREME_FNS_, ~)
 
 typedef void (*cpu_extreme_fn)(const void *, void *, int64_t *, int64_t, int64_t, int64_t);
 /* (none for the 16-bit floats: widened, device.h) */
-#define CPU_EXTREME_ENTRY_(P, E, sfx, name, T, U, bytes, kind) \
+#define CPU_EXTREME_ENTRY_(P, E, sfx, name, T, U, bytes, kind, ...) \
   QT_UNLESS_HALF_##kind([E] = {cpu_cummax_##sfx, cpu_cummin_##sfx},)
 static const cpu_extreme_fn cpu_extreme_fns[QT_NDTYPES][2] = {
   QT_DTYPE_LIST(CPU_EXTREME_ENTRY_, ~)
