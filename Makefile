@@ -263,7 +263,7 @@ VALGRIND       ?= valgrind
 VALGRIND_FLAGS ?= --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible \
                   --errors-for-leak-kinds=definite,indirect,possible --track-origins=yes
 VALGRIND_SPECS ?= spec/ops/create_spec.lua spec/ops/shape_spec.lua spec/ops/index_spec.lua \
-                  spec/npy_spec.lua spec/embed_spec.lua spec/cpu_threads_spec.lua
+                  spec/formats/npy_spec.lua spec/host/embed_spec.lua spec/host/cpu_threads_spec.lua
 EMBED       := $(BUILD)/embed
 TSAN_BUILD  ?= build/tsan
 TSAN_N      ?= 50000
@@ -352,9 +352,9 @@ tsan-build:
 tsan: tsan-build
 	@echo "make tsan: $(TSAN_BUILD)/embed --threads $(TSAN_N) under ThreadSanitizer"; \
 	$(TSAN_ENV) $(TSAN_BUILD)/embed --threads $(TSAN_N); rc=$$?; \
-	echo "make tsan: the CPU thread pool (spec/cpu_threads_spec.lua) under ThreadSanitizer"; \
+	echo "make tsan: the CPU thread pool (spec/host/cpu_threads_spec.lua) under ThreadSanitizer"; \
 	$(TSAN_ENV) QLUA_NUM_THREADS=4 QLUA=$(abspath $(TSAN_BUILD))/qlua $(TSAN_BUILD)/qlua \
-	  spec/run.lua spec/cpu_threads_spec.lua || rc=$$?; \
+	  spec/run.lua spec/host/cpu_threads_spec.lua || rc=$$?; \
 	echo "make tsan: $$([ $$rc = 0 ] && echo clean || echo "FAILED (status $$rc)")"; exit $$rc
 # ==== end of reliability ==================================================================
 
@@ -362,7 +362,7 @@ tsan: tsan-build
 # defaults). memcheck's API-error report is off: the out-of-memory specs provoke cudaMalloc
 # failures on purpose, and each would count as an "error". Each step prints its summary
 # line; the last line says whether all passed.
-GPU_SPECS    ?= spec/gpu_spec.lua spec/gpu_edges_spec.lua
+GPU_SPECS    ?= spec/gpu/parity_spec.lua spec/gpu/parity_edges_spec.lua
 GPU_FUZZ_N   ?= 20000
 SAN_FUZZ_N   ?= 2000
 SOAK_SECONDS ?= 300

@@ -78,7 +78,7 @@
 ** the same way (the big pool's 80 GiB free tail serves a 4 MiB request), else every whole
 ** segment goes back and the request is tried once more.
 **
-** spec/cuda_alloc_harness.cc replays samples/soak.lua (random sizes up to 4 GiB, a working
+** spec/gpu/cuda_alloc_harness.cc replays samples/soak.lua (random sizes up to 4 GiB, a working
 ** set of long-lived tensors) against this code and a model of the driver: reserved stays
 ** within 1.53x the peak of allocated in 60000 iterations (1.67x in 150000, from long-lived
 ** tensors pinning lent 4 GiB blocks), for about 1 cudaMalloc per 1000 iterations (5 to 7

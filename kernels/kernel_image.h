@@ -13,7 +13,7 @@
 **   - a fatbin: the cubins it holds uncompressed.
 ** A kernel not found here (a compressed fatbin, an unknown record) is left to kernel.cu's
 ** probe. Plain C that nvcc also compiles (kernel.cu) and that a host compiler builds for the
-** spec (spec/kernel_core_spec.lua reads NVRTC's own cubins and PTX with it). Every read is
+** spec (spec/gpu/kernel_core_spec.lua reads NVRTC's own cubins and PTX with it). Every read is
 ** bounds-checked: an image is the user's bytes.
 */
 #ifndef QLUA_RTC_IMAGE_H

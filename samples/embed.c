@@ -21,7 +21,7 @@
 **      qt_tensor_share is handed to another thread and released there while the state
 **      keeps using, freeing and collecting the tensor (embed_cross_thread).
 **
-** It is also the embedding-safety test (spec/embed_spec.lua runs it; make asan and make
+** It is also the embedding-safety test (spec/host/embed_spec.lua runs it; make asan and make
 ** valgrind run it under the sanitizers, make tsan under ThreadSanitizer): every check that fails prints "embed: FAILED:
 ** ..." and the exit status is 1. On success the last line is "embed: ok".
 **

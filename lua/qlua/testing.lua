@@ -63,7 +63,7 @@ end
 
 function T.is_float_dtype(dtype) return dtype == "float32" or dtype == "float64" end
 -- The dtypes every arithmetic spec loops over; bool and uint8 (T.small_dtypes) have
--- their own specs (spec/dtype_bool_uint8_spec.lua), since bool refuses some arithmetic.
+-- their own specs (spec/ops/dtype_small_spec.lua), since bool refuses some arithmetic.
 T.dtypes = { "float32", "float64", "int32", "int64" }
 T.float_dtypes = { "float32", "float64" }
 T.int_dtypes = { "int32", "int64" }

@@ -6,7 +6,7 @@
 ** The one-liners are written in one place, lh_entries below, as signature/purpose
 ** pairs; the signature's prefix says what it documents ("qlua.cat(...)" the module
 ** function cat, "t:slice(...)" the Tensor method slice, "k:" a qlua.Kernel's method,
-** "m:" a qlua.Module's), so a name is never written twice. spec/help_spec.lua lists
+** "m:" a qlua.Module's), so a name is never written twice. spec/host/help_spec.lua lists
 ** qlua and the Tensor methods at run time and fails when a function has no entry or an
 ** entry names nothing that exists, so the table cannot go stale silently.
 **

@@ -404,7 +404,7 @@ static int qh_rl_getc_blocked (FILE *stream, const sigset_t *waitmask) {
 ** The REPL used to drive readline's callback interface (rl_callback_read_char) from a
 ** pselect loop of its own, but readline 8.2's callback code crashes on byte sequences
 ** that readline() survives: Ctrl-R Esc Ctrl-G "M=" on an xterm is one, and random bytes
-** found others (spec/repl_spec.lua types both).
+** found others (spec/host/repl_spec.lua types both).
 */
 static int qh_rl_getc (FILE *stream) {
   sigset_t blocked, original;

@@ -32,8 +32,8 @@
 **   5. a cached 1 MiB (and 64 MiB) alloc + free makes no runtime call and reads no clock;
 **      its host time is printed, not checked (specs do not assert on time).
 **
-** Built and run by spec/cuda_alloc_spec.lua (make test); by hand, from the project root:
-**   c++ -std=c++17 -O2 -Iruntime -I/usr/local/cuda/include spec/cuda_alloc_harness.cc \
+** Built and run by spec/gpu/cuda_alloc_spec.lua (make test); by hand, from the project root:
+**   c++ -std=c++17 -O2 -Iruntime -I/usr/local/cuda/include spec/gpu/cuda_alloc_harness.cc \
 **       build/obj/kernels/cuda_alloc.o build/obj/kernels/cuda_device.o \
 **       build/obj/kernels/cuda_transfer.o -lpthread -o /tmp/alloc-harness && /tmp/alloc-harness
 ** Optional arguments: soak iterations per replay (default 60000) and replays (default 4).

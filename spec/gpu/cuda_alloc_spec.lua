@@ -1,5 +1,5 @@
 --[[
-The GPU caching allocator without a GPU (issue 9, item 10): spec/cuda_alloc_harness.cc
+The GPU caching allocator without a GPU (issue 9, item 10): spec/gpu/cuda_alloc_harness.cc
 links the CUDA device's compiled objects (obj/kernels/cuda_alloc.o, the allocator, with
 cuda_device.o, cuda_context.o and cuda_transfer.o, which open the device, check its CUDA
 calls and complete its slot table, of
@@ -50,7 +50,7 @@ describe("the GPU caching allocator, against a model of the CUDA runtime", funct
     if not cxx then pending(include); return end
     local binary = P.tempdir() .. "/cuda_alloc_harness"
     local argv = { cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Iruntime", "-I" .. include,
-                   "spec/cuda_alloc_harness.cc" }
+                   "spec/gpu/cuda_alloc_harness.cc" }
     for _, object in ipairs(OBJECTS) do argv[#argv + 1] = object end
     for _, arg in ipairs({ "-lpthread", "-o", binary }) do argv[#argv + 1] = arg end
     local build = P.run(argv, { timeout = 300 })

@@ -1,6 +1,6 @@
 /*
 ** kernel_core_harness.c — the core's half of user kernels (runtime/core/kernel/kernel.c) on
-** the CPU, through a fake device. Built and run by spec/kernel_core_spec.lua.
+** the CPU, through a fake device. Built and run by spec/gpu/kernel_core_spec.lua.
 **
 ** Without a GPU, qlua.kernel and qlua.module cannot be reached from Lua, so CI would never
 ** run the code every GPU launch goes through: the signature parser, the caches and the

@@ -1,5 +1,5 @@
 --[[
-User kernels in the core without a GPU: spec/kernel_core_harness.c drives
+User kernels in the core without a GPU: spec/gpu/kernel_core_harness.c drives
 runtime/core/kernel/kernel.c (the signature parser, the memory and disk caches, the argument
 and launch-limit checks, the release orders of modules and kernels) through a fake device
 whose compile/module/launch slots record what would have reached the GPU. qlua.kernel and
@@ -259,7 +259,7 @@ describe("user kernels in the core, through a fake device", function()
       for _, flag in ipairs(SAN_FLAGS) do argv[#argv + 1] = flag end
     end
     for _, flag in ipairs(words(capture("pkg-config --cflags openblas"))) do argv[#argv + 1] = flag end
-    argv[#argv + 1] = "spec/kernel_core_harness.c"
+    argv[#argv + 1] = "spec/gpu/kernel_core_harness.c"
     for _, src in ipairs(runtime_sources()) do argv[#argv + 1] = src end
     local blas = words(capture("pkg-config --libs openblas"))
     if #blas == 0 then blas = { "-lopenblas" } end

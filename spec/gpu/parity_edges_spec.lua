@@ -1,4 +1,4 @@
--- GPU against CPU at the edges gpu_spec.lua leaves out: NaN and infinities through
+-- GPU against CPU at the edges parity_spec.lua leaves out: NaN and infinities through
 -- maximum/minimum/clamp and the reductions, float -> int conversions out of range, integer
 -- pow/div/overflow, transposes off the copy tile, reductions of shapes that reach every
 -- kernel of kernels/reduce.cu, every path of kernels/gather.cu, matmul at the 128/129
@@ -10,7 +10,7 @@
 --
 -- Without a GPU every test is pending. QLUA_EDGES_SELFTEST=1 runs them with "cpu" in place
 -- of the GPU (CPU against CPU), to check the tests themselves:
---   QLUA_EDGES_SELFTEST=1 build/qlua spec/run.lua spec/gpu_edges_spec.lua
+--   QLUA_EDGES_SELFTEST=1 build/qlua spec/run.lua spec/gpu/parity_edges_spec.lua
 local T, qlua = require("qlua.testing").spec(_ENV)
 
 local SELFTEST = os.getenv("QLUA_EDGES_SELFTEST") == "1"

@@ -1,4 +1,4 @@
--- spec/cpu_threads_spec.lua — the CPU device's thread pool, block cache, vector builds and
+-- spec/host/cpu_threads_spec.lua — the CPU device's thread pool, block cache, vector builds and
 -- BLAS (issue 15): qlua.set_num_threads / get_num_threads / cpu_info, results that do not
 -- depend on the number of threads for every op family the pool runs (bit for bit: the
 -- pieces a reduction is folded in never depend on it), the cache's accounting, and

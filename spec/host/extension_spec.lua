@@ -60,7 +60,7 @@ end
 ------------------------------------------------------------------------ the C API test module
 
 local CAPI_SOURCE = [==[
-/* The C API test module of spec/extension_spec.lua; valid C11 and C++. */
+/* The C API test module of spec/host/extension_spec.lua; valid C11 and C++. */
 #include <stdint.h>
 #include <string.h>
 

@@ -5,7 +5,7 @@ calls, and a planted bad error message or a non-string error is reported as a fi
 
 The long runs are `make fuzz N=100000` (release build) and `make asan` / `make asan-fuzz`
 (sanitizers). QLUA_FUZZ_N and QLUA_FUZZ_SEED change this spec's run (default 10000, 1).
-Findings of longer runs that come from known bugs are pinned in spec/regressions_spec.lua.
+Findings of longer runs that come from known bugs are pinned in spec/host/regressions_spec.lua.
 ]]
 
 local P = require("spec.helpers.process")

@@ -1,5 +1,5 @@
 --[[
-spec/samples_spec.lua — the README's tour and the samples are run, not just read: every
+spec/host/samples_spec.lua — the README's tour and the samples are run, not just read: every
 ```lua block of README.md and every script in samples/ is executed with the qlua under
 test, and must finish with status 0 and nothing on stderr.
 ]]

@@ -1,4 +1,4 @@
--- spec/cpu_reduce_dim_spec.lua — CPU reductions along a dim that is not the innermost
+-- spec/ops/cpu_reduce_dim_spec.lua — CPU reductions along a dim that is not the innermost
 -- (runtime/cpu/cpu_reduce.c, the columns folds): the reduced dim is cut into segments of
 -- 256 rows (more for long dims) and the segments' results merged in order, and the
 -- columns in blocks of up to 4096. Every case reaches several segments, a short last one

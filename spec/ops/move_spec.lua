@@ -1,5 +1,5 @@
 -- Moving and converting (docs/API.md "Moving and converting"): to(dtype), to(device),
--- cpu(), and copy_ across dtypes with broadcasting. GPU moves are in gpu_spec.lua.
+-- cpu(), and copy_ across dtypes with broadcasting. GPU moves are in parity_spec.lua.
 local T, qlua, test = require("qlua.testing").spec(_ENV)
 
 -- What converting the number v to dtype gives: float -> int truncates toward zero.
