@@ -10,7 +10,7 @@
 // Output: one CSV line per case on stdout: `case,seconds_per_call`.
 // A case may be selected by name: `baseline gather_1m matmul_4096`.
 //
-// User kernels (issue 11): kernel_launch_16 launches add16 (the same source bench.lua hands
+// User kernels: kernel_launch_16 launches add16 (the same source bench.lua hands
 // to qlua.kernel, here compiled by nvcc) with <<<>>>; elementwise_64m is z = x*x + y, one
 // element per thread, 256 threads; compile_cold is NVRTC's own cost for add16 (create,
 // compile for this GPU's sm, get the cubin, destroy), with NVRTC loaded by dlopen as qlua
@@ -24,7 +24,7 @@
 // compiles, so a warm process compiling one source 8 times (what this case measured
 // before) is not what qlua's fresh child meets: that alone read as 1.0-1.3x "overhead".
 //
-// 16-bit floats (issue 14): matmul_{bf16,f16}_{4096,8192} are cublasGemmEx on CUDA_R_16BF /
+// 16-bit floats: matmul_{bf16,f16}_{4096,8192} are cublasGemmEx on CUDA_R_16BF /
 // CUDA_R_16F operands and result with CUBLAS_COMPUTE_32F, the call PyTorch makes.
 
 #include <cublas_v2.h>

@@ -12,7 +12,7 @@
 -- warm-up (qlua.bench does this for qlua; baseline.cu and numpy_baseline.py mirror it).
 -- ratio = qlua time / baseline time: below 1 qlua is faster.
 --
--- User kernels (issue 11): kernel_launch_16 (a qlua.kernel launched from Lua, vs the same
+-- User kernels: kernel_launch_16 (a qlua.kernel launched from Lua, vs the same
 -- kernel launched with <<<>>> from C), elementwise_64m (qlua.elementwise vs a raw kernel),
 -- compile_memory (qlua.kernel of a source this process already compiled), and two cases
 -- measured in child qlua processes with their own XDG_CACHE_HOME, since a process can find
@@ -118,7 +118,7 @@ do
   case {name = "matmul_tf32_8192", size = "8192^3 tf32", kind = "ratio", target = 1 / 0.97,
         flops = 2 * 8192 ^ 3, calls = 5, runs = 7, tf32 = true,
         fn = function() local m = mat(8192); return m[1]:matmul(m[2]) end}
-  -- issue 14: 16-bit products on the tensor cores, against cublasGemmEx with the same
+  -- 16-bit products on the tensor cores, against cublasGemmEx with the same
   -- types (PyTorch on the H200: bfloat16 8192^3 770 TFLOP/s, float16 720; 4096^3 689 and 642).
   local mats16 = {}
   local function mat16(n, dtype)
@@ -159,7 +159,7 @@ do
   case {name = "alloc_1m", size = "create+free 1 MiB gpu", kind = "max_seconds", target = 2e-6,
         calls = 20000, runs = 9,
         fn = function() qlua.empty(262144, {device = "gpu"}):free() end}
-  -- issue 12: PyTorch's torch.cat((a, b), dim=1) of two 8192x8192 float32 takes 0.283 ms on
+  -- joining: PyTorch's torch.cat((a, b), dim=1) of two 8192x8192 float32 takes 0.283 ms on
   -- the H200; the target is 1.1x that. bytes: both pieces read, the result written.
   local cat_a, cat_b
   case {name = "cat_8192", size = "2x 8192x8192 f32 along dim 2", kind = "max_seconds",
@@ -169,7 +169,7 @@ do
           cat_b = cat_b or qlua.rand(8192, 8192, {device = "gpu"})
         end,
         fn = function() qlua.cat({cat_a, cat_b}, 2):free() end}
-  -- issue 12, masks, on 64Mi float32 from rand (so v:gt(0.5) is about half true). PyTorch on
+  -- masks, on 64Mi float32 from rand (so v:gt(0.5) is about half true). PyTorch on
   -- the H200: torch.where(v > 0.5, v, 0) 0.366 ms, v[v > 0.5] 0.550 ms, both with the
   -- comparison; the targets are 1.1x those. Each call frees its mask and result, so the
   -- cache reuses the blocks instead of waiting for the collector. bytes: what the
@@ -208,7 +208,7 @@ do
   end
   compare_case.fn = function() mask_v:gt(0.5):free() end
   case(compare_case)
-  -- issue 14: float32 -> bfloat16 of 64Mi (PyTorch's v.to(torch.bfloat16) on the H200:
+  -- float32 -> bfloat16 of 64Mi (PyTorch's v.to(torch.bfloat16) on the H200:
   -- 0.109 ms; the target is 1.1x that), and a + b on 64Mi bfloat16 as a share of the copy
   -- bandwidth (measured in setup as compare_64m does; 6 bytes an element: two read, one
   -- written).
@@ -229,7 +229,7 @@ do
   end
   add_bf16_case.fn = function() (bf_a + bf_b):free() end
   case(add_bf16_case)
-  -- issue 13, sorting and selection, float32 from rand (PyTorch on the H200: torch.sort of
+  -- sorting and selection, float32 from rand (PyTorch on the H200: torch.sort of
   -- 64Mi 3.03 ms, sort of each row of 8192x8192 5.06 ms, topk(5) of each row 0.951 ms,
   -- topk(100) of 64Mi 1.36 ms; the targets are 1.1x those). bytes: the input read once and
   -- the results written (values and int64 indices), the floor a perfect kernel pays. setup
@@ -279,7 +279,7 @@ do
         target = 1.1 * 1.36e-3, bytes = 64 * MiB * 4, calls = 20, runs = 9,
         setup = function() sort_inputs(); topk_check("topk100_64m", sort_v, 100, 1) end,
         fn = function() local v, i = sort_v:topk(100); v:free(); i:free() end}
-  -- issue 13, scans and softmax, float32 (PyTorch on the H200: torch.cumsum of 64Mi 0.225 ms,
+  -- scans and softmax, float32 (PyTorch on the H200: torch.cumsum of 64Mi 0.225 ms,
   -- along the rows of 8192x8192 0.413 ms, softmax and log_softmax of 8192x8192 along dim 2
   -- 0.284 and 0.248 ms; the targets are 1.1x those). bytes: the input read once and the
   -- result written. setup checks each result once against float64 references made of
@@ -341,7 +341,7 @@ do
           scan_check("log_softmax_8192", scan_x:log_softmax(2), softmax_reference(true))
         end,
         fn = function() scan_x:log_softmax(2):free() end}
-  -- issue 13, reductions along the rows of 8192x8192 float32 (PyTorch's x.var(dim=1) and
+  -- reductions along the rows of 8192x8192 float32 (PyTorch's x.var(dim=1) and
   -- x.sum(dim=1, keepdim=True) on the H200: 0.137 ms and 0.087 ms; the targets are 1.1x
   -- those). var is one pass (shifted sums per thread, merged by Chan's formula). setup checks
   -- each result once against a float64 two-pass computation before the timing.
@@ -373,7 +373,7 @@ do
         fn = function() red_x:sum(2, true):free() end}
 end
 
--- ---------------------------------------------------------------- user kernels (issue 11)
+-- ---------------------------------------------------------------- user kernels
 
 -- baseline.cu holds the same text (ADD16_SRC), for NVRTC's own compile time.
 local ADD16 = [[
@@ -529,7 +529,7 @@ do
         fn = function() qlua.kernel(ADD16, "add16") end}
 end
 
--- The CPU cases (issue 15) run twice: as written (the result freed inside the call, as
+-- The CPU cases run twice: as written (the result freed inside the call, as
 -- NumPy's reference counting frees it) and as "<name>_gc", the result left to the garbage
 -- collector, the natural way to write Lua; both against the same NumPy line, with the
 -- target 1.0. Where the Python has torch, numpy_baseline.py also times PyTorch's CPU

@@ -6,7 +6,7 @@ Prints `case,seconds_per_call` lines; prints nothing (exit 0) when NumPy is miss
 
 Where torch imports, each case is also timed on PyTorch's CPU backend, on all cores
 (torch.set_num_threads of os.cpu_count()) and on one, printed as `torch:case,seconds` and
-`torch1:case,seconds` (issue 15's other baseline).
+`torch1:case,seconds` (the one-core baseline).
 
 bench.lua owns the case list, the targets and each case's calls and runs (it passes them
 as case:calls:runs; the numbers below are the defaults for running this script alone);

@@ -1,5 +1,5 @@
 --[=[
-lua/qlua/fuzz.lua — the API fuzzer (issue 6: no input crashes qlua, whatever a script does).
+lua/qlua/fuzz.lua — the API fuzzer: no input crashes qlua, whatever a script does.
 
   qlua lua/qlua/fuzz.lua [N [SEED]] [options]        (make fuzz N=100000 SEED=1)
     --last FILE   before each call, overwrite FILE with "seed S iteration K: <call>", so

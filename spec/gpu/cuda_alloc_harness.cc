@@ -878,7 +878,7 @@ struct soak_model {
   }
 };
 
-/* One replay. keep = 0 with fixed_index replays the soak as it was when the issue was
+/* One replay. keep = 0 with fixed_index replays the soak as it was when it was first
 ** measured (no long-lived tensors, every index 1Mi long). */
 static double soak_replay(uint64_t seed, long iterations, int keep, bool fixed_index,
                           double max_gib, double ms_per_iteration) {
@@ -1006,7 +1006,7 @@ int main(int argc, char **argv) {
   test_oom_lending();
   test_failures();
   double worst = 0;
-  /* the soak as the issue measured it, then as it is now; 2 ms an iteration is a guess at
+  /* the soak as first measured, then as it is now; 2 ms an iteration is a guess at
   ** the H200's pace (fill of 2 GiB on average, a collection, a cudaMalloc now and then),
   ** 50 ms a much slower one (the bound's 5 s window then spans 100 iterations) */
   worst = std::max(worst, soak_replay(12345, iterations, 0, true, 4, 2));

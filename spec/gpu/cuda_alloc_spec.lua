@@ -1,5 +1,5 @@
 --[[
-The GPU caching allocator without a GPU (issue 9, item 10): spec/gpu/cuda_alloc_harness.cc
+The GPU caching allocator without a GPU: spec/gpu/cuda_alloc_harness.cc
 links the CUDA device's compiled objects (obj/kernels/cuda_alloc.o, the allocator, with
 cuda_device.o, cuda_context.o and cuda_transfer.o, which open the device, check its CUDA
 calls and complete its slot table, of

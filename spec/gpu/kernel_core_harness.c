@@ -696,7 +696,7 @@ static void test_signatures(void) {
     qt_kernel_release(k);
   }
 
-  /* the 16-bit floats (issue 22): pointers bind float16/bfloat16 tensors, scalars are
+  /* the 16-bit floats: pointers bind float16/bfloat16 tensors, scalars are
   ** numbers; cuda_fp16.h's typedef half and cuda_bf16.h's nv_bfloat16 too */
   static const char *SRC_HALF =
       "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"

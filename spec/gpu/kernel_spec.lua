@@ -1,4 +1,4 @@
--- User CUDA code from Lua (issue 11): qlua.kernel (NVRTC), qlua.elementwise,
+-- User CUDA code from Lua: qlua.kernel (NVRTC), qlua.elementwise,
 -- qlua.reduction, qlua.module, both caches, and the errors that must reach nothing on
 -- the GPU. Every result is checked against plain Lua. Without a GPU the functions must
 -- raise a clear error, and the GPU cases are pending with the reason.

@@ -1,4 +1,4 @@
--- The GPU device against the CPU device (issue 4; ggml's test-backend-ops idea): every op
+-- The GPU device against the CPU device (ggml's test-backend-ops idea): every op
 -- in every dtype it supports, on contiguous and non-contiguous inputs, with the GPU's
 -- memory poisoned before the op, compared with the CPU's result — exactly for copies,
 -- indexing, integer ops and the uniform/integer generators; ‖gpu − cpu‖/‖cpu‖ < 1e-5 for

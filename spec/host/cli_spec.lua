@@ -258,7 +258,8 @@ describe("qlua's own additions to the command line", function()
     assert.are.equal("Lua 5.4", lua_release:match("^Lua %d+%.%d+"))
   end)
 
-  -- Tools read the Lua version off the end of the banner (issue 9: it ended in ')').
+  -- Tools read the Lua version off the end of the banner, so it ends as lua5.4's does (it
+  -- once ended in ')').
   if LUA then
     it("qlua -v ends its line exactly as lua5.4 -v's does", function()
       local q, l = P.run({ QLUA, "-v" }), P.run({ LUA, "-v" })

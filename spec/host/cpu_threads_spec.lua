@@ -1,5 +1,5 @@
 -- spec/host/cpu_threads_spec.lua — the CPU device's thread pool, block cache, vector builds and
--- BLAS (issue 15): qlua.set_num_threads / get_num_threads / cpu_info, results that do not
+-- BLAS: qlua.set_num_threads / get_num_threads / cpu_info, results that do not
 -- depend on the number of threads for every op family the pool runs (bit for bit: the
 -- pieces a reduction is folded in never depend on it), the cache's accounting, and
 -- QLUA_NUM_THREADS / QLUA_CPU_CACHE in fresh processes.

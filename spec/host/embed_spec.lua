@@ -1,8 +1,8 @@
 --[[
-Embedding safety (issue 6): samples/embed.c opens two lua_States with the runtime, makes
+Embedding safety: samples/embed.c opens two lua_States with the runtime, makes
 tensors in both, lends C memory to Lua, closes one state and checks that its tensors were
 freed (device memory too) and that the other still works; with --threads [N], two states
-run on two threads at once and N references are released on other threads (issue 9). See
+run on two threads at once and N references are released on other threads. See
 the file for what it checks.
 
 The binary is $QLUA_EMBED, else `embed` next to the qlua under test (build/embed for
@@ -59,7 +59,7 @@ describe("embedding", function()
     run_embed({ "--threads", "1" })
   end)
 
-  -- Issue 9: references kept with qt_tensor_share and released on two other threads while
+  -- References kept with qt_tensor_share and released on two other threads while
   -- the state uses, frees and collects the tensors (lent memory too), some held past
   -- lua_close. Plain int reference counts failed here (double frees, leaked or early-freed
   -- storages); make tsan runs the same mode under ThreadSanitizer.

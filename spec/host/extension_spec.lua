@@ -1,5 +1,5 @@
 --[[
-C extensions (issue 11, the C path; docs/API.md "C extensions", runtime/qlua.h).
+C extensions (the C path; docs/API.md "C extensions", runtime/qlua.h).
 
 Two modules are loaded into the qlua running this spec, as a user's script loads one:
 

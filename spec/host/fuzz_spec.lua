@@ -1,5 +1,5 @@
 --[[
-The API fuzzer (lua/qlua/fuzz.lua, issue 6), inside `make test`: a short seeded run of the
+The API fuzzer (lua/qlua/fuzz.lua), inside `make test`: a short seeded run of the
 qlua under test, plus checks that the fuzzer itself works — the same seed makes the same
 calls, and a planted bad error message or a non-string error is reported as a finding.
 

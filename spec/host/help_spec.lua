@@ -1,4 +1,4 @@
--- What makes qlua readable at the REPL (issue 12, "Printing"): qlua.help's one-liners and
+-- What makes qlua readable at the REPL (docs/API.md "Printing"): qlua.help's one-liners and
 -- the tostring of t:shape(). The one-liners live in one table (runtime/binding/l_help.c);
 -- this spec lists the qlua table and the Tensor methods at run time and fails when a
 -- function has no entry, or when an entry names nothing that exists, so the table cannot

@@ -385,8 +385,8 @@ describe("the REPL on a terminal", function()
   end)
 
   -- Ctrl-C reaches readline in whatever it is doing; each of these must end with the line
-  -- dropped, "^C" shown and the next prompt taking input (before issue 9, Ctrl-C inside a
-  -- bracketed paste hung the REPL). They run side by side, as xterm (which has bracketed
+  -- dropped, "^C" shown and the next prompt taking input (Ctrl-C inside a bracketed paste
+  -- once hung the REPL). They run side by side, as xterm (which has bracketed
   -- paste), and under `make asan` also prove that leaving them leaks nothing.
   it("Ctrl-C also leaves a search, a key sequence, a completion question and a paste", function()
     local many = "for i = 1, 400 do _G['zq' .. i] = i end\n"
@@ -423,7 +423,7 @@ describe("the REPL on a terminal", function()
   -- Some bytes make readline 8.2 itself spin: Esc Ctrl-J switches to vi mode, and vi's
   -- "e" then never gets past this invalid UTF-8 in a UTF-8 locale (lua5.4 hangs too). No Ctrl-C
   -- can be answered there, but a second one must end qlua as lua.c's SIGINT handling
-  -- does for a statement stuck in C (before issue 9 it could only be killed).
+  -- does for a statement stuck in C (which could once only be killed).
   it("a second Ctrl-C ends a REPL stuck inside readline", function()
     local _, r = session({ "\27\n", 0.2, "\xfb\x87\xef\xa2\27e", 0.5, CTRL_C, 0.3, CTRL_C, 0.5 },
                          { env = { TERM = "xterm", LC_ALL = "C.UTF-8" }, stty = "cols 80 rows 24",

@@ -1,5 +1,5 @@
 --[[
-Robustness (issue 9): what a script, a finalizer or an exhausted address space does must
+Robustness: what a script, a finalizer or an exhausted address space does must
 never crash or hang qlua, and qlua keeps its own dtype rules (docs/API.md).
 
   * an op's operands stay alive and unchanged until it returns, whatever a finalizer run in
@@ -249,7 +249,7 @@ describe("qlua's dtype rules", function()
       local t = qlua.range(c[1], c[2], c[3], { dtype = "float64" })
       assert.equal(#ref, t:numel(), what)
       if #ref > 0 then T.assert_equal(t:totable(), ref, what) end
-      local fits = true  -- float32 refuses a value past its range (issue 22), as uint8 does
+      local fits = true  -- float32 refuses a value past its range, as uint8 does
       for _, v in ipairs(ref) do fits = fits and math.abs(v) < 3.4e38 end
       if fits then
         assert.equal(#ref, qlua.range(c[1], c[2], c[3]):numel(), what .. " float32")

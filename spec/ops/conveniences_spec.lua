@@ -1,4 +1,4 @@
--- Issue 22, section 5: the small conveniences users reached for (tril/triu and their
+-- The small conveniences users reached for (tril/triu and their
 -- in-place forms, diag, diagonal, isclose/allclose/equal, expand_as/view_as, the dtype
 -- shorthands), qlua.Tensor as a class users extend, and the conversion rules docs/API.md
 -- states once for every dtype. Each op against a plain-Lua reference, on every dtype it

@@ -1,5 +1,5 @@
 --[[
-The 16-bit float dtypes float16 and bfloat16 (issue 14; runtime/half.h's header comment is
+The 16-bit float dtypes float16 and bfloat16 (runtime/half.h's header comment is
 the contract of their bits). Everything is judged against plain-Lua references written
 from that contract (lua/qlua/testing.lua, "16-bit floats"):
 

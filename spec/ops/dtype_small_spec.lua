@@ -1,4 +1,4 @@
--- The 1-byte dtypes bool and uint8 (issue 12, docs/API.md "Conventions" and "Arithmetic"):
+-- The 1-byte dtypes bool and uint8 (docs/API.md "Conventions" and "Arithmetic"):
 -- creation, conversions by NumPy's rules, element access and printing, arithmetic and its
 -- promotion, comparisons and the logical ops (which return bool), reductions, views and
 -- .npy files, each against a plain-Lua reference; every case runs on the CPU and, as a

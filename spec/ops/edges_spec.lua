@@ -1,7 +1,7 @@
--- The edges issue 22 (section 2) found: silent wrong answers and a crash where values,
--- sizes, strings and files reach their limits. Each describe is one finding; each case
--- failed before its fix. Cases that reach device code run on both devices (the GPU ones
--- are pending without a GPU); the others are device-free (checks, files, the binding).
+-- Silent wrong answers and a crash, found where values, sizes, strings and files reach
+-- their limits. Each describe is one finding; each case failed before its fix. Cases that
+-- reach device code run on both devices (the GPU ones are pending without a GPU); the
+-- others are device-free (checks, files, the binding).
 local T, qlua, _, _, both = require("qlua.testing").spec(_ENV)
 local P = require "spec.helpers.process"
 

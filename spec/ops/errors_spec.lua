@@ -1,4 +1,4 @@
--- Bad input (issue 3, docs/API.md "Conventions"): each must raise a Lua error naming the
+-- Bad input (docs/API.md "Conventions"): each must raise a Lua error naming the
 -- function and the offending value, and leave the process and the other tensors intact.
 local T, qlua, test = require("qlua.testing").spec(_ENV)
 

@@ -1,4 +1,4 @@
--- Masks (issue 12, docs/API.md "Masks"): qlua.where, masked_fill_ / masked_fill,
+-- Masks (docs/API.md "Masks"): qlua.where, masked_fill_ / masked_fill,
 -- masked_select, nonzero, any, all and count_nonzero, against plain-Lua references, on
 -- every dtype (bool and uint8 included), on views (transposed, narrowed, stepped, expanded),
 -- with broadcasting, masks of every dtype read through nonzero (NaN true, -0.0 false), empty

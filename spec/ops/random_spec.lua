@@ -1,4 +1,4 @@
--- Sampling (issue 13, docs/API.md "Creating tensors"): t:uniform_, t:normal_, t:random_,
+-- Sampling (docs/API.md "Creating tensors"): t:uniform_, t:normal_, t:random_,
 -- t:exponential_, qlua.bernoulli and qlua.multinomial. Draws are seeded, so each case
 -- checks exact properties (bounds, integrality, counts) and statistics with wide margins
 -- for its fixed seed, and the GPU parity cases check that a seed gives the CPU's numbers.

@@ -1,4 +1,4 @@
--- Scans (issue 13, docs/API.md "Scans"): cumsum, cumprod, cummax, cummin, logcumsumexp
+-- Scans (docs/API.md "Scans"): cumsum, cumprod, cummax, cummin, logcumsumexp
 -- along a dim, against plain-Lua references in every dtype and layout, with empty and 0-d
 -- tensors, NaN and infinities, ties and bad arguments. Every case is a function of the
 -- device: it runs on the CPU here and, through gtest, on the GPU (pending without one),

@@ -1,4 +1,4 @@
--- The softmax family (issue 13, docs/API.md "Softmax and cross-entropy"): softmax and
+-- The softmax family (docs/API.md "Softmax and cross-entropy"): softmax and
 -- log_softmax along a dim and qlua.cross_entropy, against plain-Lua references (the
 -- max-subtracted formula in double) in every dtype and layout, with empty and 0-d tensors,
 -- NaN and infinities, inputs of 1e4, rows near 1e4 and 1e6 to tight tolerances, and bad

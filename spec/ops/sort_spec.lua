@@ -1,4 +1,4 @@
--- Sorting and selection (issue 13): sort, argsort, topk, kthvalue, median, unique, bincount,
+-- Sorting and selection: sort, argsort, topk, kthvalue, median, unique, bincount,
 -- histc and qlua.searchsorted, against plain-Lua references (table.sort with the index as the
 -- tie rule, so the reference is the stable sort), on every dtype, on views, along every dim,
 -- with ties, NaN, +-inf and -0.0, empty and 0-d tensors, and bad arguments. Each body is a

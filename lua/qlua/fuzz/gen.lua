@@ -254,7 +254,7 @@ return function(ctx)
     return t
   end
 
-  -- A key for t[key] and t[key] = v (issue 12): a Torch7 index table, a bool mask of self's
+  -- A key for t[key] and t[key] = v: a Torch7 index table, a bool mask of self's
   -- shape (or of another), or int32/int64 positions along dim 1, mostly in range.
   local function g_key(shape, self)
     local r = R:float()

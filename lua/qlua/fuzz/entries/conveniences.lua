@@ -12,7 +12,7 @@ return function(ctx)
   local DTYPES, g_dim, g_junk, g_like = ctx.DTYPES, ctx.g_dim, ctx.g_junk, ctx.g_like
   local g_number, g_opts, make_tensor_shaped = ctx.g_number, ctx.g_opts, ctx.make_tensor_shaped
 
-  -- issue 22: triangles, diagonals, the *_as views, dtype shorthands, whole-tensor comparisons
+  -- triangles, diagonals, the *_as views, dtype shorthands, whole-tensor comparisons
   local function g_offset(a, shape)
     local n = math.max(shape[#shape] or 2, 1)
     if R:chance(0.3) then return end

@@ -156,7 +156,7 @@ return function(ctx)
     end
     return g_junk()
   end
-  -- ---- sampling (issue 13)
+  -- ---- sampling
   entry { name = "uniform_", kind = "method", ret = "self", mutates = true,
           gen = function(a) a.n = 2; a[1] = R:chance(0.7) and g_number() or nil; a[2] = R:chance(0.7) and g_number() or nil end }
   entry { name = "normal_", kind = "method", ret = "self", mutates = true,

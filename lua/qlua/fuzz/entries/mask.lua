@@ -8,7 +8,7 @@ return function(ctx)
   local DTYPES, g_dim, g_junk, g_like = ctx.DTYPES, ctx.g_dim, ctx.g_junk, ctx.g_like
   local g_number, make_tensor_shaped = ctx.g_number, ctx.make_tensor_shaped
 
-  -- ---- masks (issue 12): a mask broadcastable to self (g_like), or junk
+  -- ---- masks: a mask broadcastable to self (g_like), or junk
   local function g_fill_value(a, self)
     a.n = a.n + 1
     local r = R:float()

@@ -47,7 +47,7 @@ return function(ctx)
   end
   entry { name = "matmul", kind = "method", ret = "tensor", weight = 2, gen = g_matmul_other,
           expect = function(shape, a, res) return matmul_expect(shape, a[1], res) end }
-  -- ---- the products of issue 13: operands of fitting shapes most of the time, a float
+  -- ---- dot, outer, mv, bmm, addmm: operands of fitting shapes most of the time, a float
   -- dtype mostly (integers must be refused), sometimes a shape that cannot fit
   local function g_float_of(self)
     local dt = tdtype(self)

@@ -58,10 +58,10 @@ return function(ctx)
             elseif type(k) == "string" then
               if res[1] ~= METHODS[k] then return "t." .. k .. " is not the method" end
             elseif type(k) == "table" then
-              -- Torch7 indexing (issue 12): a view ({} is all of t)
+              -- Torch7 indexing: a view ({} is all of t)
               return tensor_problem(res[1])
             elseif is_tensor(k) then
-              -- a bool mask or integer positions (issue 12): a new tensor
+              -- a bool mask or integer positions: a new tensor
               return tensor_problem(res[1])
             elseif res[1] ~= nil then
               return "t[" .. type(k) .. "] is not nil"

@@ -9,7 +9,7 @@ return function(ctx)
   local g_dim = ctx.g_dim
 
   -- ---- reductions
-  -- issue 13: keepdim, dim lists, and prod, amax, amin, aminmax, var, std, norm, logsumexp.
+  -- keepdim, dim lists, and prod, amax, amin, aminmax, var, std, norm, logsumexp.
   -- A dims argument is nil, a dim, or a list (sometimes with repeats or bad entries).
   local function g_dims(shape, many)
     if R:chance(0.25) then return nil end

@@ -9,7 +9,7 @@ return function(ctx)
   local FLOAT_DTYPES, FLOAT_SET, g_dim = ctx.FLOAT_DTYPES, ctx.FLOAT_SET, ctx.g_dim
   local make_tensor_shaped = ctx.make_tensor_shaped
 
-  -- ---- scans and the softmax family (issue 13): a dim (0-d tensors take dim 1), results of
+  -- ---- scans and the softmax family: a dim (0-d tensors take dim 1), results of
   -- self's shape; cummax / cummin also give int64 positions of that shape
   local SCAN_RESULT = { cumsum = "int64", cumprod = "int64", logcumsumexp = "float64",
                         softmax = "float64", log_softmax = "float64" }

@@ -6,7 +6,7 @@ return function(ctx)
   local entry = ctx.entry
   local g_dim, g_junk, g_number = ctx.g_dim, ctx.g_junk, ctx.g_number
 
-  -- issue 12: slicing, shape ops, splitting, creation and joining (their results are
+  -- slicing, shape ops, splitting, creation and joining (their results are
   -- checked for a sane geometry; the errors must name the function)
   entry { name = "slice", kind = "method", ret = "tensor", shares = true, weight = 2,
           gen = function(a, shape)

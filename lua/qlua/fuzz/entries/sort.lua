@@ -9,7 +9,7 @@ return function(ctx)
   local DTYPES, g_dim, g_junk, g_number = ctx.DTYPES, ctx.g_dim, ctx.g_junk, ctx.g_number
   local make_tensor_shaped = ctx.make_tensor_shaped
 
-  -- ---- sorting and selection (issue 13): a dim (or nil) and flags, sometimes junk
+  -- ---- sorting and selection: a dim (or nil) and flags, sometimes junk
   local function g_flag() return R:pick({ true, false, nil, 1 }) end
   local function sort_expect(shape, a, res)
     if res.n ~= 2 then return "sort returned " .. res.n .. " values" end
