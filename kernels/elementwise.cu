@@ -84,7 +84,7 @@ __device__ __forceinline__ R ew_down(C r) {
 ** expressions name x, y, T and U (and the unary parameters), so they are in scope here.
 ** An op of the other family than BOOLOUT is never launched with it (qt_cuda_binary picks
 ** by the op), and its case is empty. */
-#define EW_BINOP_CASE_(P, E, name, ints, result, fexpr, iexpr)             \
+#define EW_BINOP_CASE_(P, E, name, ints, result, fexpr, iexpr, ...)           \
   case E:                                                                  \
     if constexpr (QT_BINOP_IS_BOOL_##result != BOOLOUT) return R(0);       \
     else if constexpr (qt_is_float_v<T>) return (R)(fexpr);                \
@@ -117,7 +117,7 @@ struct ew_unary_params {
 
 /* Integer and bool dtypes skip the float-only ops (ints == 0): the core casts those
 ** first. As for the binary ops, BOOLOUT selects the family (isnan, isinf, isfinite). */
-#define EW_UNOP_CASE_(P, E, name, ints, result, fexpr, iexpr)                 \
+#define EW_UNOP_CASE_(P, E, name, ints, result, fexpr, iexpr, ...)               \
   case E:                                                                     \
     if constexpr (QT_BINOP_IS_BOOL_##result != BOOLOUT) return R(0);          \
     else if constexpr (qt_is_float_v<T>) return (R)(fexpr);                   \

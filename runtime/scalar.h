@@ -265,37 +265,46 @@ QT_HD int64_t qt_histc_bin(double x, double lo, double hi, int64_t bins) {
 
 /* ------------------------------------------------------------------ the op lists */
 
-/* Binary ops: X(P, ENUM, name, ints, result, float expression, integer expression).
+/* Binary ops: X(P, ENUM, name, ints, result, float expression, integer expression, help).
 ** ints is 1 when the op is defined on integer (and bool) dtypes, 0 when it is float-only:
 ** the core computes it in float64 for integer operands, and the integer expression is a
 ** placeholder. result is SAME (the operands' dtype) or BOOL: comparisons and the logical
 ** ops give a bool tensor, computed in the operands' promoted dtype (the expression's 1 or
 ** 0 is stored as bool); the logical ops take any dtype through nonzero, as in NumPy.
-** remainder and floor_divide are Lua's % and // (floor semantics, the sign of y). */
-#define QT_BINOP_LIST(X, P)                                                     \
-  X(P, QT_ADD, "add", 1, SAME, x + y, (U)x + (U)y)                              \
-  X(P, QT_SUB, "sub", 1, SAME, x - y, (U)x - (U)y)                              \
-  X(P, QT_MUL, "mul", 1, SAME, x * y, (U)x * (U)y)                              \
-  X(P, QT_DIV, "div", 0, SAME, x / y, 0)                                        \
-  X(P, QT_POW, "pow", 1, SAME, pow(x, y), (U)(uint64_t)qt_intpow(x, y))         \
-  X(P, QT_EQ, "eq", 1, BOOL, x == y, x == y)                                    \
-  X(P, QT_NE, "ne", 1, BOOL, x != y, x != y)                                    \
-  X(P, QT_LT, "lt", 1, BOOL, x < y, x < y)                                      \
-  X(P, QT_LE, "le", 1, BOOL, x <= y, x <= y)                                    \
-  X(P, QT_GT, "gt", 1, BOOL, x > y, x > y)                                      \
-  X(P, QT_GE, "ge", 1, BOOL, x >= y, x >= y)                                    \
-  X(P, QT_MAXIMUM, "maximum", 1, SAME, QT_MAX_NAN(x, y), (x > y ? x : y))       \
-  X(P, QT_MINIMUM, "minimum", 1, SAME, QT_MIN_NAN(x, y), (x < y ? x : y))       \
-  X(P, QT_LOGICAL_AND, "logical_and", 1, BOOL, (x != 0) & (y != 0), (x != 0) & (y != 0)) \
-  X(P, QT_LOGICAL_OR, "logical_or", 1, BOOL, (x != 0) | (y != 0), (x != 0) | (y != 0))   \
-  X(P, QT_LOGICAL_XOR, "logical_xor", 1, BOOL, (x != 0) ^ (y != 0), (x != 0) ^ (y != 0)) \
-  X(P, QT_ATAN2, "atan2", 0, SAME, atan2(x, y), 0)                              \
-  X(P, QT_HYPOT, "hypot", 0, SAME, hypot(x, y), 0)                              \
-  X(P, QT_FMOD, "fmod", 1, SAME, fmod(x, y), (U)(uint64_t)qt_intfmod(x, y))     \
-  X(P, QT_REMAINDER, "remainder", 1, SAME, QT_FLOORMOD(T, x, y),                \
-    (U)(uint64_t)qt_intfloormod(x, y))                                          \
-  X(P, QT_FLOOR_DIVIDE, "floor_divide", 1, SAME, floor(x / y),                  \
-    (U)(uint64_t)qt_intfloordiv(x, y))
+** remainder and floor_divide are Lua's % and // (floor semantics, the sign of y). help is
+** qlua.help's line for t:name(x); the binding makes t:name and t:name_ from the row
+** (runtime/binding/l_elementwise.c), with their help lines. */
+#define QT_BINOP_LIST(X, P)                                                                         \
+  X(P, QT_ADD, "add", 1, SAME, x + y, (U)x + (U)y, "t + x")                                         \
+  X(P, QT_SUB, "sub", 1, SAME, x - y, (U)x - (U)y, "t - x")                                         \
+  X(P, QT_MUL, "mul", 1, SAME, x * y, (U)x * (U)y, "t * x, elementwise")                            \
+  X(P, QT_DIV, "div", 0, SAME, x / y, 0, "t / x")                                                   \
+  X(P, QT_POW, "pow", 1, SAME, pow(x, y), (U)(uint64_t)qt_intpow(x, y), "t ^ x")                    \
+  X(P, QT_EQ, "eq", 1, BOOL, x == y, x == y, "elementwise t == x")                                  \
+  X(P, QT_NE, "ne", 1, BOOL, x != y, x != y, "elementwise t ~= x")                                  \
+  X(P, QT_LT, "lt", 1, BOOL, x < y, x < y, "elementwise t < x")                                     \
+  X(P, QT_LE, "le", 1, BOOL, x <= y, x <= y, "elementwise t <= x")                                  \
+  X(P, QT_GT, "gt", 1, BOOL, x > y, x > y, "elementwise t > x")                                     \
+  X(P, QT_GE, "ge", 1, BOOL, x >= y, x >= y, "elementwise t >= x")                                  \
+  X(P, QT_MAXIMUM, "maximum", 1, SAME, QT_MAX_NAN(x, y), (x > y ? x : y),                           \
+    "the elementwise larger of t and x")                                                            \
+  X(P, QT_MINIMUM, "minimum", 1, SAME, QT_MIN_NAN(x, y), (x < y ? x : y),                           \
+    "the elementwise smaller of t and x")                                                           \
+  X(P, QT_LOGICAL_AND, "logical_and", 1, BOOL, (x != 0) & (y != 0), (x != 0) & (y != 0),            \
+    "elementwise t and x (nonzero is true)")                                                        \
+  X(P, QT_LOGICAL_OR, "logical_or", 1, BOOL, (x != 0) | (y != 0), (x != 0) | (y != 0),              \
+    "elementwise t or x (nonzero is true)")                                                         \
+  X(P, QT_LOGICAL_XOR, "logical_xor", 1, BOOL, (x != 0) ^ (y != 0), (x != 0) ^ (y != 0),            \
+    "elementwise: exactly one of t, x nonzero")                                                     \
+  X(P, QT_ATAN2, "atan2", 0, SAME, atan2(x, y), 0,                                                  \
+    "the angle of (x, t): atan2(t, x) elementwise")                                                 \
+  X(P, QT_HYPOT, "hypot", 0, SAME, hypot(x, y), 0, "sqrt(t^2 + x^2) without overflow")              \
+  X(P, QT_FMOD, "fmod", 1, SAME, fmod(x, y), (U)(uint64_t)qt_intfmod(x, y),                         \
+    "C's remainder: the sign of t (integer x 0 gives 0)")                                           \
+  X(P, QT_REMAINDER, "remainder", 1, SAME, QT_FLOORMOD(T, x, y), (U)(uint64_t)qt_intfloormod(x, y), \
+    "Lua's t % x: floor modulo, the sign of x")                                                     \
+  X(P, QT_FLOOR_DIVIDE, "floor_divide", 1, SAME, floor(x / y), (U)(uint64_t)qt_intfloordiv(x, y),   \
+    "Lua's t // x: floor division")
 
 /* The C type of a binary op's result, by its result column, for operands of type T. */
 #define QT_BINOP_TYPE_SAME(T) T
@@ -303,60 +312,73 @@ QT_HD int64_t qt_histc_bin(double x, double lo, double hi, int64_t bins) {
 #define QT_BINOP_IS_BOOL_SAME 0
 #define QT_BINOP_IS_BOOL_BOOL 1
 
-/* Unary ops: X(P, ENUM, name, ints, result, float expression, integer expression). ints
+/* Unary ops: X(P, ENUM, name, ints, result, float expression, integer expression, bind,
+** help). ints
 ** is 1 when the op is defined on integer (and bool) dtypes, 0 when it is float-only (the
 ** core casts integer inputs to float64 first, and the integer expression is a
 ** placeholder); result as in the binary list (isnan, isinf, isfinite give bool). The
 ** parameters p0, p1, p2 (as T; p0_i.. as int64_t) are clamp's lo and hi, and nan_to_num's
 ** replacements for NaN, +inf and -inf. round is to nearest, ties to even (rint under the
-** default rounding mode), as in NumPy and PyTorch. */
-#define QT_UNOP_LIST(X, P)                                                      \
-  X(P, QT_NEG, "neg", 1, SAME, -x, (U)0 - (U)x)                                 \
-  X(P, QT_ABS, "abs", 1, SAME, fabs(x), (qt_is_negative(x) ? (U)0 - (U)x : (U)x)) \
-  X(P, QT_EXP, "exp", 0, SAME, exp(x), 0)                                       \
-  X(P, QT_LOG, "log", 0, SAME, log(x), 0)                                       \
-  X(P, QT_SQRT, "sqrt", 0, SAME, sqrt(x), 0)                                    \
-  X(P, QT_TANH, "tanh", 0, SAME, tanh(x), 0)                                    \
-  X(P, QT_SIGMOID, "sigmoid", 0, SAME, (T)1 / ((T)1 + exp(-x)), 0)              \
-  X(P, QT_RELU, "relu", 1, SAME, (x < 0 ? (T)0 : x), (qt_is_negative(x) ? 0 : x)) \
-  X(P, QT_CLAMP, "clamp", 1, SAME, QT_CLAMP(x, p0, p1), QT_CLAMP((int64_t)x, p0_i, p1_i)) \
-  X(P, QT_SIN, "sin", 0, SAME, sin(x), 0)                                       \
-  X(P, QT_COS, "cos", 0, SAME, cos(x), 0)                                       \
-  X(P, QT_TAN, "tan", 0, SAME, tan(x), 0)                                       \
-  X(P, QT_ASIN, "asin", 0, SAME, asin(x), 0)                                    \
-  X(P, QT_ACOS, "acos", 0, SAME, acos(x), 0)                                    \
-  X(P, QT_ATAN, "atan", 0, SAME, atan(x), 0)                                    \
-  X(P, QT_SINH, "sinh", 0, SAME, sinh(x), 0)                                    \
-  X(P, QT_COSH, "cosh", 0, SAME, cosh(x), 0)                                    \
-  X(P, QT_ASINH, "asinh", 0, SAME, asinh(x), 0)                                 \
-  X(P, QT_ACOSH, "acosh", 0, SAME, acosh(x), 0)                                 \
-  X(P, QT_ATANH, "atanh", 0, SAME, atanh(x), 0)                                 \
-  X(P, QT_FLOOR, "floor", 1, SAME, floor(x), x)                                 \
-  X(P, QT_CEIL, "ceil", 1, SAME, ceil(x), x)                                    \
-  X(P, QT_ROUND, "round", 1, SAME, rint(x), x)                                  \
-  X(P, QT_TRUNC, "trunc", 1, SAME, trunc(x), x)                                 \
-  X(P, QT_FRAC, "frac", 0, SAME, x - trunc(x), 0)                               \
-  X(P, QT_SIGN, "sign", 1, SAME, (x != x ? x : (T)((x > 0) - (x < 0))),         \
-    (x > 0) - qt_is_negative(x))                                                \
-  X(P, QT_LOG1P, "log1p", 0, SAME, log1p(x), 0)                                 \
-  X(P, QT_EXPM1, "expm1", 0, SAME, expm1(x), 0)                                 \
-  X(P, QT_LOG2, "log2", 0, SAME, log2(x), 0)                                    \
-  X(P, QT_LOG10, "log10", 0, SAME, log10(x), 0)                                 \
-  X(P, QT_EXP2, "exp2", 0, SAME, exp2(x), 0)                                    \
-  X(P, QT_RSQRT, "rsqrt", 0, SAME, (T)1 / sqrt(x), 0)                           \
-  X(P, QT_RECIPROCAL, "reciprocal", 0, SAME, (T)1 / x, 0)                       \
-  X(P, QT_SQUARE, "square", 1, SAME, x * x, (U)x * (U)x)                        \
-  X(P, QT_ERF, "erf", 0, SAME, erf(x), 0)                                       \
-  X(P, QT_ERFC, "erfc", 0, SAME, erfc(x), 0)                                    \
-  X(P, QT_ERFINV, "erfinv", 0, SAME, QT_ERFINV(T, x), 0)                        \
-  X(P, QT_LGAMMA, "lgamma", 0, SAME, QT_LGAMMA(T, x), 0)                        \
-  X(P, QT_SOFTPLUS, "softplus", 0, SAME, (x > (T)20 ? x : log1p(exp(x))), 0)    \
-  X(P, QT_GELU, "gelu", 0, SAME, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)), 0) \
-  X(P, QT_SILU, "silu", 0, SAME, x / ((T)1 + exp(-x)), 0)                       \
-  X(P, QT_ISNAN, "isnan", 1, BOOL, x != x, 0)                                   \
-  X(P, QT_ISINF, "isinf", 1, BOOL, fabs(x) == (T)INFINITY, 0)                   \
-  X(P, QT_ISFINITE, "isfinite", 1, BOOL, (x == x) & (fabs(x) != (T)INFINITY), 1) \
-  X(P, QT_NAN_TO_NUM, "nan_to_num", 1, SAME,                                    \
-    (x != x ? p0 : x == (T)INFINITY ? p1 : x == -(T)INFINITY ? p2 : x), x)
+** default rounding mode), as in NumPy and PyTorch. bind is AUTO when the binding makes
+** t:name() (and t:name_() for a SAME result) from the row, with help as qlua.help's line,
+** or OWN for the ops whose methods take parameters (clamp, nan_to_num: l_elementwise.c). */
+#define QT_UNOP_LIST(X, P)                                                                      \
+  X(P, QT_NEG, "neg", 1, SAME, -x, (U)0 - (U)x, AUTO, "-t")                                     \
+  X(P, QT_ABS, "abs", 1, SAME, fabs(x), (qt_is_negative(x) ? (U)0 - (U)x : (U)x), AUTO, "|t|")  \
+  X(P, QT_EXP, "exp", 0, SAME, exp(x), 0, AUTO, "e ^ t")                                        \
+  X(P, QT_LOG, "log", 0, SAME, log(x), 0, AUTO, "the natural logarithm")                        \
+  X(P, QT_SQRT, "sqrt", 0, SAME, sqrt(x), 0, AUTO, "the square root")                           \
+  X(P, QT_TANH, "tanh", 0, SAME, tanh(x), 0, AUTO, "the hyperbolic tangent")                    \
+  X(P, QT_SIGMOID, "sigmoid", 0, SAME, (T)1 / ((T)1 + exp(-x)), 0, AUTO, "1 / (1 + e ^ -t)")    \
+  X(P, QT_RELU, "relu", 1, SAME, (x < 0 ? (T)0 : x), (qt_is_negative(x) ? 0 : x),               \
+    AUTO, "max(t, 0)")                                                                          \
+  X(P, QT_CLAMP, "clamp", 1, SAME, QT_CLAMP(x, p0, p1), QT_CLAMP((int64_t)x, p0_i, p1_i),       \
+    OWN, "")                                                                                    \
+  X(P, QT_SIN, "sin", 0, SAME, sin(x), 0, AUTO, "the sine")                                     \
+  X(P, QT_COS, "cos", 0, SAME, cos(x), 0, AUTO, "the cosine")                                   \
+  X(P, QT_TAN, "tan", 0, SAME, tan(x), 0, AUTO, "the tangent")                                  \
+  X(P, QT_ASIN, "asin", 0, SAME, asin(x), 0, AUTO, "the arcsine")                               \
+  X(P, QT_ACOS, "acos", 0, SAME, acos(x), 0, AUTO, "the arccosine")                             \
+  X(P, QT_ATAN, "atan", 0, SAME, atan(x), 0, AUTO, "the arctangent")                            \
+  X(P, QT_SINH, "sinh", 0, SAME, sinh(x), 0, AUTO, "the hyperbolic sine")                       \
+  X(P, QT_COSH, "cosh", 0, SAME, cosh(x), 0, AUTO, "the hyperbolic cosine")                     \
+  X(P, QT_ASINH, "asinh", 0, SAME, asinh(x), 0, AUTO, "the inverse hyperbolic sine")            \
+  X(P, QT_ACOSH, "acosh", 0, SAME, acosh(x), 0, AUTO, "the inverse hyperbolic cosine")          \
+  X(P, QT_ATANH, "atanh", 0, SAME, atanh(x), 0, AUTO, "the inverse hyperbolic tangent")         \
+  X(P, QT_FLOOR, "floor", 1, SAME, floor(x), x, AUTO, "rounded down (integers: as they are)")   \
+  X(P, QT_CEIL, "ceil", 1, SAME, ceil(x), x, AUTO, "rounded up (integers: as they are)")        \
+  X(P, QT_ROUND, "round", 1, SAME, rint(x), x,                                                  \
+    AUTO, "rounded to nearest, ties to even (integers: as they are)")                           \
+  X(P, QT_TRUNC, "trunc", 1, SAME, trunc(x), x,                                                 \
+    AUTO, "rounded toward zero (integers: as they are)")                                        \
+  X(P, QT_FRAC, "frac", 0, SAME, x - trunc(x), 0, AUTO, "t - trunc(t)")                         \
+  X(P, QT_SIGN,                                                                                 \
+    "sign", 1, SAME, (x != x ? x : (T)((x > 0) - (x < 0))), (x > 0) - qt_is_negative(x),        \
+    AUTO, "-1, 0 or 1 (NaN stays NaN)")                                                         \
+  X(P, QT_LOG1P, "log1p", 0, SAME, log1p(x), 0, AUTO, "log(1 + t), exact for small t")          \
+  X(P, QT_EXPM1, "expm1", 0, SAME, expm1(x), 0, AUTO, "e ^ t - 1, exact for small t")           \
+  X(P, QT_LOG2, "log2", 0, SAME, log2(x), 0, AUTO, "the base-2 logarithm")                      \
+  X(P, QT_LOG10, "log10", 0, SAME, log10(x), 0, AUTO, "the base-10 logarithm")                  \
+  X(P, QT_EXP2, "exp2", 0, SAME, exp2(x), 0, AUTO, "2 ^ t")                                     \
+  X(P, QT_RSQRT, "rsqrt", 0, SAME, (T)1 / sqrt(x), 0, AUTO, "1 / sqrt(t)")                      \
+  X(P, QT_RECIPROCAL, "reciprocal", 0, SAME, (T)1 / x, 0, AUTO, "1 / t")                        \
+  X(P, QT_SQUARE, "square", 1, SAME, x * x, (U)x * (U)x, AUTO, "t * t")                         \
+  X(P, QT_ERF, "erf", 0, SAME, erf(x), 0, AUTO, "the error function")                           \
+  X(P, QT_ERFC, "erfc", 0, SAME, erfc(x), 0, AUTO, "1 - erf(t), exact in the tail")             \
+  X(P, QT_ERFINV, "erfinv", 0, SAME, QT_ERFINV(T, x), 0, AUTO, "the inverse of erf")            \
+  X(P, QT_LGAMMA, "lgamma", 0, SAME, QT_LGAMMA(T, x), 0, AUTO, "log |gamma(t)|")                \
+  X(P, QT_SOFTPLUS, "softplus", 0, SAME, (x > (T)20 ? x : log1p(exp(x))), 0,                    \
+    AUTO, "log(1 + e ^ t) (t itself above 20)")                                                 \
+  X(P, QT_GELU, "gelu", 0, SAME, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)), 0,   \
+    AUTO, "0.5 t (1 + erf(t / sqrt 2))")                                                        \
+  X(P, QT_SILU, "silu", 0, SAME, x / ((T)1 + exp(-x)), 0, AUTO, "t * sigmoid(t)")               \
+  X(P, QT_ISNAN, "isnan", 1, BOOL, x != x, 0, AUTO, "a bool tensor: true where t is NaN")       \
+  X(P, QT_ISINF, "isinf", 1, BOOL, fabs(x) == (T)INFINITY, 0,                                   \
+    AUTO, "a bool tensor: true where t is +inf or -inf")                                        \
+  X(P, QT_ISFINITE, "isfinite", 1, BOOL, (x == x) & (fabs(x) != (T)INFINITY), 1,                \
+    AUTO, "a bool tensor: true where t is neither NaN nor infinite")                            \
+  X(P, QT_NAN_TO_NUM, "nan_to_num", 1, SAME,                                                    \
+    (x != x ? p0 : x == (T)INFINITY ? p1 : x == -(T)INFINITY ? p2 : x), x,                      \
+    OWN, "")
 
 #endif

@@ -66,34 +66,16 @@ static int t_arith_(lua_State *L, qt_binop op, const char *name) {
   return 1;
 }
 
-#define T_BINARY(name, OP)                                                 \
-  static int t_##name(lua_State *L) {                                      \
-    lq_checklive(L, 1, #name);                                             \
-    return t_arith(L, OP);                                                 \
+/* t:name(x) and t:name_(x) for every binary op, made from scalar.h's list: the functions
+** are named by the op's enum (t_QT_ADD), since the list's names are strings. */
+#define T_BINARY_FNS_(P, E, name, ...)                                     \
+  static int t_##E(lua_State *L) {                                         \
+    lq_checklive(L, 1, name);                                              \
+    return t_arith(L, E);                                                  \
   }                                                                        \
-  static int t_##name##_(lua_State *L) { return t_arith_(L, OP, #name "_"); }
-
-T_BINARY(add, QT_ADD)
-T_BINARY(sub, QT_SUB)
-T_BINARY(mul, QT_MUL)
-T_BINARY(div, QT_DIV)
-T_BINARY(pow, QT_POW)
-T_BINARY(maximum, QT_MAXIMUM)
-T_BINARY(minimum, QT_MINIMUM)
-T_BINARY(eq, QT_EQ)
-T_BINARY(ne, QT_NE)
-T_BINARY(lt, QT_LT)
-T_BINARY(le, QT_LE)
-T_BINARY(gt, QT_GT)
-T_BINARY(ge, QT_GE)
-T_BINARY(logical_and, QT_LOGICAL_AND)
-T_BINARY(logical_or, QT_LOGICAL_OR)
-T_BINARY(logical_xor, QT_LOGICAL_XOR)
-T_BINARY(atan2, QT_ATAN2)
-T_BINARY(hypot, QT_HYPOT)
-T_BINARY(fmod, QT_FMOD)
-T_BINARY(remainder, QT_REMAINDER)
-T_BINARY(floor_divide, QT_FLOOR_DIVIDE)
+  static int t_##E##_(lua_State *L) { return t_arith_(L, E, name "_"); }
+QT_BINOP_LIST(T_BINARY_FNS_, ~)
+#undef T_BINARY_FNS_
 
 /* logical_not is t == 0 (NaN is nonzero, so true, and its not false, as in NumPy). */
 static int t_logical_not(lua_State *L) {
@@ -139,55 +121,18 @@ static int t_unary_(lua_State *L, qt_unop op, const char *name, const qt_unop_pa
   return 1;
 }
 
-#define T_UNARY_OUT(name, OP) \
-  static int t_##name(lua_State *L) { return t_unary(L, OP, #name, NULL); }
-#define T_UNARY(name, OP)                                                             \
-  T_UNARY_OUT(name, OP)                                                               \
-  static int t_##name##_(lua_State *L) { return t_unary_(L, OP, #name "_", NULL); }
-
-T_UNARY(neg, QT_NEG)
-T_UNARY(abs, QT_ABS)
-T_UNARY(exp, QT_EXP)
-T_UNARY(log, QT_LOG)
-T_UNARY(sqrt, QT_SQRT)
-T_UNARY(tanh, QT_TANH)
-T_UNARY(sigmoid, QT_SIGMOID)
-T_UNARY(relu, QT_RELU)
-T_UNARY(sin, QT_SIN)
-T_UNARY(cos, QT_COS)
-T_UNARY(tan, QT_TAN)
-T_UNARY(asin, QT_ASIN)
-T_UNARY(acos, QT_ACOS)
-T_UNARY(atan, QT_ATAN)
-T_UNARY(sinh, QT_SINH)
-T_UNARY(cosh, QT_COSH)
-T_UNARY(asinh, QT_ASINH)
-T_UNARY(acosh, QT_ACOSH)
-T_UNARY(atanh, QT_ATANH)
-T_UNARY(floor, QT_FLOOR)
-T_UNARY(ceil, QT_CEIL)
-T_UNARY(round, QT_ROUND)
-T_UNARY(trunc, QT_TRUNC)
-T_UNARY(frac, QT_FRAC)
-T_UNARY(sign, QT_SIGN)
-T_UNARY(log1p, QT_LOG1P)
-T_UNARY(expm1, QT_EXPM1)
-T_UNARY(log2, QT_LOG2)
-T_UNARY(log10, QT_LOG10)
-T_UNARY(exp2, QT_EXP2)
-T_UNARY(rsqrt, QT_RSQRT)
-T_UNARY(reciprocal, QT_RECIPROCAL)
-T_UNARY(square, QT_SQUARE)
-T_UNARY(erf, QT_ERF)
-T_UNARY(erfc, QT_ERFC)
-T_UNARY(erfinv, QT_ERFINV)
-T_UNARY(lgamma, QT_LGAMMA)
-T_UNARY(softplus, QT_SOFTPLUS)
-T_UNARY(gelu, QT_GELU)
-T_UNARY(silu, QT_SILU)
-T_UNARY_OUT(isnan, QT_ISNAN)
-T_UNARY_OUT(isinf, QT_ISINF)
-T_UNARY_OUT(isfinite, QT_ISFINITE)
+/* t:name() for every unary op the list binds (AUTO), and t:name_() for those of a SAME
+** result, made from scalar.h's list (clamp and nan_to_num take parameters: below). */
+#define T_UNARY_FNS_(P, E, name, ints, result, fexpr, iexpr, bind, ...) \
+  T_UNARY_FNS_##bind##_##result(E, name)
+#define T_UNARY_FNS_AUTO_SAME(E, name)                                          \
+  static int t_##E(lua_State *L) { return t_unary(L, E, name, NULL); }          \
+  static int t_##E##_(lua_State *L) { return t_unary_(L, E, name "_", NULL); }
+#define T_UNARY_FNS_AUTO_BOOL(E, name) \
+  static int t_##E(lua_State *L) { return t_unary(L, E, name, NULL); }
+#define T_UNARY_FNS_OWN_SAME(E, name)
+QT_UNOP_LIST(T_UNARY_FNS_, ~)
+#undef T_UNARY_FNS_
 
 /* nan_to_num([nan = 0] [, posinf] [, neginf]): NumPy's defaults, the dtype's largest and
 ** lowest finite values (float32's for a float32 tensor). Integer tensors are returned as
@@ -326,51 +271,52 @@ static int t_zero_(lua_State *L) {
 
 /* ================================================================ registration */
 
+/* The help lines of the made methods: the list's, with what integer operands become (the
+** float-only ops compute them in float64), and the in-place form's. */
+#define T_INT_NOTE_0 " (float64 for integer tensors)"
+#define T_INT_NOTE_1 ""
+#define T_INPLACE_NOTE_0 " in place (a float tensor)"
+#define T_INPLACE_NOTE_1 " in place"
+#define T_BINARY_ROWS_(P, E, name, ints, result, fexpr, iexpr, help, ...)     \
+  {name, t_##E, 2, "(x)", help T_INT_NOTE_##ints},                             \
+  {name "_", t_##E##_, 2, "(x)", "t:" name "(x)" T_INPLACE_NOTE_##ints},
+#define T_UNARY_ROWS_(P, E, name, ints, result, fexpr, iexpr, bind, help, ...) \
+  T_UNARY_ROWS_##bind##_##result(E, name, ints, help)
+#define T_UNARY_ROWS_AUTO_SAME(E, name, ints, help)                            \
+  {name, t_##E, 1, "()", help T_INT_NOTE_##ints},                              \
+  {name "_", t_##E##_, 1, "()", name "(t)" T_INPLACE_NOTE_##ints},
+#define T_UNARY_ROWS_AUTO_BOOL(E, name, ints, help) {name, t_##E, 1, "()", help},
+#define T_UNARY_ROWS_OWN_SAME(E, name, ints, help)
+
 const lq_Reg lq_elementwise_methods[] = {
-  {"add", t_add, 2}, {"sub", t_sub, 2}, {"mul", t_mul, 2}, {"div", t_div, 2},
-  {"pow", t_pow, 2}, {"maximum", t_maximum, 2}, {"minimum", t_minimum, 2},
-  {"eq", t_eq, 2}, {"ne", t_ne, 2}, {"lt", t_lt, 2}, {"le", t_le, 2}, {"gt", t_gt, 2},
-  {"ge", t_ge, 2},
-  {"add_", t_add_, 2}, {"sub_", t_sub_, 2}, {"mul_", t_mul_, 2}, {"div_", t_div_, 2},
-  {"pow_", t_pow_, 2}, {"maximum_", t_maximum_, 2}, {"minimum_", t_minimum_, 2},
-  {"eq_", t_eq_, 2}, {"ne_", t_ne_, 2}, {"lt_", t_lt_, 2}, {"le_", t_le_, 2},
-  {"gt_", t_gt_, 2}, {"ge_", t_ge_, 2},
-  {"logical_and", t_logical_and, 2}, {"logical_or", t_logical_or, 2},
-  {"logical_xor", t_logical_xor, 2}, {"logical_not", t_logical_not, 1},
-  {"logical_and_", t_logical_and_, 2}, {"logical_or_", t_logical_or_, 2},
-  {"logical_xor_", t_logical_xor_, 2}, {"logical_not_", t_logical_not_, 1},
-  {"neg", t_neg, 1}, {"abs", t_abs, 1}, {"exp", t_exp, 1}, {"log", t_log, 1},
-  {"sqrt", t_sqrt, 1}, {"tanh", t_tanh, 1}, {"sigmoid", t_sigmoid, 1}, {"relu", t_relu, 1},
-  {"clamp", t_clamp, 3},
-  {"neg_", t_neg_, 1}, {"abs_", t_abs_, 1}, {"exp_", t_exp_, 1}, {"log_", t_log_, 1},
-  {"sqrt_", t_sqrt_, 1}, {"tanh_", t_tanh_, 1}, {"sigmoid_", t_sigmoid_, 1},
-  {"relu_", t_relu_, 1}, {"clamp_", t_clamp_, 3},
-  {"atan2", t_atan2, 2}, {"hypot", t_hypot, 2}, {"fmod", t_fmod, 2},
-  {"remainder", t_remainder, 2}, {"floor_divide", t_floor_divide, 2},
-  {"atan2_", t_atan2_, 2}, {"hypot_", t_hypot_, 2}, {"fmod_", t_fmod_, 2},
-  {"remainder_", t_remainder_, 2}, {"floor_divide_", t_floor_divide_, 2},
-#define T_UNARY_ENTRIES(name) {#name, t_##name, 1}, {#name "_", t_##name##_, 1},
-  T_UNARY_ENTRIES(sin) T_UNARY_ENTRIES(cos) T_UNARY_ENTRIES(tan) T_UNARY_ENTRIES(asin)
-  T_UNARY_ENTRIES(acos) T_UNARY_ENTRIES(atan) T_UNARY_ENTRIES(sinh) T_UNARY_ENTRIES(cosh)
-  T_UNARY_ENTRIES(asinh) T_UNARY_ENTRIES(acosh) T_UNARY_ENTRIES(atanh)
-  T_UNARY_ENTRIES(floor) T_UNARY_ENTRIES(ceil) T_UNARY_ENTRIES(round) T_UNARY_ENTRIES(trunc)
-  T_UNARY_ENTRIES(frac) T_UNARY_ENTRIES(sign) T_UNARY_ENTRIES(log1p) T_UNARY_ENTRIES(expm1)
-  T_UNARY_ENTRIES(log2) T_UNARY_ENTRIES(log10) T_UNARY_ENTRIES(exp2) T_UNARY_ENTRIES(rsqrt)
-  T_UNARY_ENTRIES(reciprocal) T_UNARY_ENTRIES(square) T_UNARY_ENTRIES(erf)
-  T_UNARY_ENTRIES(erfc) T_UNARY_ENTRIES(erfinv) T_UNARY_ENTRIES(lgamma)
-  T_UNARY_ENTRIES(softplus) T_UNARY_ENTRIES(gelu) T_UNARY_ENTRIES(silu)
-#undef T_UNARY_ENTRIES
-  {"isnan", t_isnan, 1}, {"isinf", t_isinf, 1}, {"isfinite", t_isfinite, 1},
-  {"nan_to_num", t_nan_to_num, 4}, {"nan_to_num_", t_nan_to_num_, 4},
-  {"lerp", t_lerp, 3}, {"lerp_", t_lerp_, 3}, {"addcmul_", t_addcmul_, 4}, {"addcdiv_", t_addcdiv_, 4},
-  {"fill_", t_fill_, 2}, {"zero_", t_zero_, 1},
-  {NULL, NULL, 0}
+  QT_BINOP_LIST(T_BINARY_ROWS_, ~)
+  QT_UNOP_LIST(T_UNARY_ROWS_, ~)
+  {"logical_not", t_logical_not, 1, "()", "elementwise not t (true where t is 0)"},
+  {"logical_not_", t_logical_not_, 1, "()", "not t in place"},
+  {"clamp", t_clamp, 3, "(lo, hi)", "t limited to [lo, hi] (nil: no bound)"},
+  {"clamp_", t_clamp_, 3, "(lo, hi)", "clamp(t, lo, hi) in place"},
+  {"nan_to_num", t_nan_to_num, 4, "([nan] [, posinf] [, neginf])",
+   "NaN, +inf, -inf replaced (by 0 and the dtype's largest and lowest finite values)"},
+  {"nan_to_num_", t_nan_to_num_, 4, "([nan] [, posinf] [, neginf])", "nan_to_num in place"},
+  {"lerp", t_lerp, 3, "(b, w)", "t + w (b - t), exact at w = 0 and 1 (w a number or a tensor)"},
+  {"lerp_", t_lerp_, 3, "(b, w)", "lerp in place (t a float tensor; b and w broadcast to it)"},
+  {"addcmul_", t_addcmul_, 4, "(a, b [, value])", "t += value * a * b (value 1 by default)"},
+  {"addcdiv_", t_addcdiv_, 4, "(a, b [, value])", "t += value * a / b (value 1 by default)"},
+  {"fill_", t_fill_, 2, "(v)", "sets every element to the number v"},
+  {"zero_", t_zero_, 1, "()", "sets every element to 0"},
+  {NULL, NULL, 0, NULL, NULL}
 };
+#undef T_BINARY_ROWS_
+#undef T_UNARY_ROWS_
 
 const lq_Reg lq_elementwise_metamethods[] = {
-  {"__add", t_meta_add, LQ_VARARGS}, {"__sub", t_meta_sub, LQ_VARARGS},
-  {"__mul", t_meta_mul, LQ_VARARGS}, {"__div", t_meta_div, LQ_VARARGS},
-  {"__pow", t_meta_pow, LQ_VARARGS}, {"__unm", t_meta_unm, LQ_VARARGS},
-  {"__mod", t_meta_mod, LQ_VARARGS}, {"__idiv", t_meta_idiv, LQ_VARARGS},
-  {NULL, NULL, 0}
+  {"__add", t_meta_add, LQ_VARARGS, NULL, NULL},
+  {"__sub", t_meta_sub, LQ_VARARGS, NULL, NULL},
+  {"__mul", t_meta_mul, LQ_VARARGS, NULL, NULL},
+  {"__div", t_meta_div, LQ_VARARGS, NULL, NULL},
+  {"__pow", t_meta_pow, LQ_VARARGS, NULL, NULL},
+  {"__unm", t_meta_unm, LQ_VARARGS, NULL, NULL},
+  {"__mod", t_meta_mod, LQ_VARARGS, NULL, NULL},
+  {"__idiv", t_meta_idiv, LQ_VARARGS, NULL, NULL},
+  {NULL, NULL, 0, NULL, NULL}
 };

@@ -128,9 +128,21 @@ static int t_index_copy_(lua_State *L) {
 }
 
 const lq_Reg lq_index_methods[] = {
-  {"gather", t_gather, 3}, {"index_select", t_index_select, 3}, {"take", t_take, 2},
-  {"scatter_", t_scatter_, 4}, {"index_add_", t_index_add_, 4},
-  {"scatter_add_", t_scatter_add_, 4}, {"index_fill_", t_index_fill_, 4},
-  {"index_copy_", t_index_copy_, 4},
-  {NULL, NULL, 0},
+  {"gather", t_gather, 3, "(dim, index)",
+   "torch.gather: out[i][j] = t[index[i][j]][j] for dim 1; index's shape"},
+  {"index_select", t_index_select, 3, "(dim, index)",
+   "the whole slices along dim at the 1-D index's positions"},
+  {"take", t_take, 2, "(index)",
+   "the elements at index's positions in the flattened t; index's shape"},
+  {"scatter_", t_scatter_, 4, "(dim, index, src)",
+   "t[index[i][j]][j] = src[i][j] for dim 1 (src a tensor or number)"},
+  {"index_add_", t_index_add_, 4, "(dim, index, src)",
+   "t:select(dim, index[k]) += src:select(dim, k); duplicates accumulate"},
+  {"scatter_add_", t_scatter_add_, 4, "(dim, index, src)",
+   "t[index[i][j]][j] += src[i][j] for dim 1; duplicates accumulate"},
+  {"index_fill_", t_index_fill_, 4, "(dim, index, v)",
+   "fills the slices of dim at the 1-D index's positions with the number v"},
+  {"index_copy_", t_index_copy_, 4, "(dim, index, src)",
+   "t:select(dim, index[k]) = src:select(dim, k)"},
+  {NULL, NULL, 0, NULL, NULL}
 };

@@ -612,28 +612,52 @@ static int q_reduction(lua_State *L) {
 /* ================================================================ wiring */
 
 static const lq_Reg lk_kernel_methods[] = {
-  {"launch", lk_kernel_launch, 2}, {"attributes", lk_kernel_attributes, 1},
-  {"signature", lk_kernel_signature, 1}, {NULL, NULL, 0},
+  {"launch", lk_kernel_launch, 2, "{grid =, block =, shared =, args = {...}}",
+   "launches the kernel with dynamic shared memory (k(grid, block, ...) without)"},
+  {"attributes", lk_kernel_attributes, 1, "()",
+   "{registers =, max_threads =, static_shared =, max_dynamic_shared =, params =, device =}"},
+  {"signature", lk_kernel_signature, 1, "()",
+   "the kernel's parameters as a string: \"const float *x, int n\""},
+  {NULL, NULL, 0, NULL, NULL}
 };
 static const lq_Reg lk_kernel_meta[] = {
-  {"__call", lk_kernel_call, LQ_VARARGS}, {"__gc", lk_kernel_gc, 1},
-  {"__close", lk_kernel_gc, 2}, {"__tostring", lk_kernel_tostring, 1}, {NULL, NULL, 0},
+  {"__call", lk_kernel_call, LQ_VARARGS, NULL, NULL},
+  {"__gc", lk_kernel_gc, 1, NULL, NULL},
+  {"__close", lk_kernel_gc, 2, NULL, NULL},
+  {"__tostring", lk_kernel_tostring, 1, NULL, NULL},
+  {NULL, NULL, 0, NULL, NULL}
 };
 static const lq_Reg lk_module_methods[] = {
-  {"kernel", lk_module_kernel, 3}, {"kernels", lk_module_kernels, 1}, {NULL, NULL, 0},
+  {"kernel", lk_module_kernel, 3, "(name [, signature])",
+   "the module's kernel name as a qlua.Kernel"},
+  {"kernels", lk_module_kernels, 1, "()", "the names of the module's kernels"},
+  {NULL, NULL, 0, NULL, NULL}
 };
 static const lq_Reg lk_module_meta[] = {
-  {"__gc", lk_module_gc, 1}, {"__close", lk_module_gc, 2},
-  {"__tostring", lk_module_tostring, 1}, {NULL, NULL, 0},
+  {"__gc", lk_module_gc, 1, NULL, NULL},
+  {"__close", lk_module_gc, 2, NULL, NULL},
+  {"__tostring", lk_module_tostring, 1, NULL, NULL},
+  {NULL, NULL, 0, NULL, NULL}
 };
 static const lq_Reg lk_codegen_meta[] = {
-  {"__call", lk_codegen_call, LQ_VARARGS}, {"__gc", lk_codegen_gc, 1},
-  {"__close", lk_codegen_gc, 2}, {"__tostring", lk_codegen_tostring, 1}, {NULL, NULL, 0},
+  {"__call", lk_codegen_call, LQ_VARARGS, NULL, NULL},
+  {"__gc", lk_codegen_gc, 1, NULL, NULL},
+  {"__close", lk_codegen_gc, 2, NULL, NULL},
+  {"__tostring", lk_codegen_tostring, 1, NULL, NULL},
+  {NULL, NULL, 0, NULL, NULL}
 };
 static const lq_Reg lk_funcs[] = {
-  {"kernel", q_kernel, 3}, {"module", q_module, 2},
-  {"elementwise", q_elementwise, 4}, {"reduction", q_reduction, 1},
-  {"kernel_cache_clear", q_kernel_cache_clear, 0}, {NULL, NULL, 0},
+  {"kernel", q_kernel, 3, "(source, name [, opts])",
+   "compiles CUDA C++ with NVRTC into a qlua.Kernel; k(grid, block, args...) launches it"},
+  {"module", q_module, 2, "(path_or_bytes [, opts])",
+   "loads PTX, cubin or fatbin as a qlua.Module; m.name or m:kernel(name) gives its kernels"},
+  {"elementwise", q_elementwise, 4, "(in_params, out_params, body [, name | opts])",
+   "a callable GPU kernel running body once per element, as CuPy's ElementwiseKernel"},
+  {"reduction", q_reduction, 1, "{in_params =, out_params =, map_expr =, reduce_expr =, identity =, ...}",
+   "a callable GPU reduction f(x [, {dim = d}]), as CuPy's ReductionKernel"},
+  {"kernel_cache_clear", q_kernel_cache_clear, 0, "()",
+   "empties the user kernels' memory and disk caches"},
+  {NULL, NULL, 0, NULL, NULL}
 };
 
 /* The metatable below the methods table on the stack becomes a class users extend, as
@@ -653,18 +677,18 @@ void lq_open_kernel(lua_State *L, int box_idx, int module_idx) {
   box_idx = lua_absindex(L, box_idx);
   module_idx = lua_absindex(L, module_idx);
   luaL_newmetatable(L, LK_KERNEL);
-  lq_setfuncs(L, lk_kernel_meta, box_idx, true);
+  lq_setfuncs(L, lk_kernel_meta, box_idx, true, NULL);
   lua_newtable(L);
-  lq_setfuncs(L, lk_kernel_methods, box_idx, true);
+  lq_setfuncs(L, lk_kernel_methods, box_idx, true, "Kernel");
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__index");
   lk_class(L);
   lua_setfield(L, module_idx, "Kernel");        /* qlua.Kernel */
 
   luaL_newmetatable(L, LK_MODULE);
-  lq_setfuncs(L, lk_module_meta, box_idx, true);
+  lq_setfuncs(L, lk_module_meta, box_idx, true, NULL);
   lua_newtable(L);
-  lq_setfuncs(L, lk_module_methods, box_idx, true);
+  lq_setfuncs(L, lk_module_methods, box_idx, true, "Module");
   lua_pushvalue(L, box_idx);
   lua_pushvalue(L, -2);
   lua_pushcclosure(L, lk_module_index, 2);      /* upvalues: box, methods */
@@ -675,11 +699,11 @@ void lq_open_kernel(lua_State *L, int box_idx, int module_idx) {
   const char *codegen[2] = { LK_ELEMENTWISE, LK_REDUCTION };
   for (int i = 0; i < 2; i++) {
     luaL_newmetatable(L, codegen[i]);
-    lq_setfuncs(L, lk_codegen_meta, box_idx, true);
+    lq_setfuncs(L, lk_codegen_meta, box_idx, true, NULL);
     lua_pop(L, 1);
   }
 
   lua_pushvalue(L, module_idx);
-  lq_setfuncs(L, lk_funcs, box_idx, false);
+  lq_setfuncs(L, lk_funcs, box_idx, false, "qlua");
   lua_pop(L, 1);
 }

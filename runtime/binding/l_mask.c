@@ -141,13 +141,25 @@ static int t_all(lua_State *L) { return m_reduce(L, "all", true, qt_all); }
 static int t_count_nonzero(lua_State *L) { return m_reduce(L, "count_nonzero", false, qt_count_nonzero); }
 
 const lq_Reg lq_mask_methods[] = {
-  {"masked_fill_", t_masked_fill_, 3}, {"masked_fill", t_masked_fill, 3},
-  {"masked_select", t_masked_select, 2}, {"nonzero", t_nonzero, 1},
-  {"any", t_any, 3}, {"all", t_all, 3}, {"count_nonzero", t_count_nonzero, 2},
-  {NULL, NULL, 0},
+  {"masked_fill_", t_masked_fill_, 3, "(mask, v)",
+   "sets the elements where mask is nonzero to v (mask broadcast)"},
+  {"masked_fill", t_masked_fill, 3, "(mask, v)",
+   "a copy of t with the elements where mask is nonzero set to v"},
+  {"masked_select", t_masked_select, 2, "(mask)",
+   "a 1-D tensor of the elements where mask is nonzero, in row-major order"},
+  {"nonzero", t_nonzero, 1, "()",
+   "an n x dim int64 tensor of the 1-based positions of the nonzero elements"},
+  {"any", t_any, 3, "([dim] [, keepdim])",
+   "whether any element is nonzero (along dim: a tensor without it, or with it at size 1)"},
+  {"all", t_all, 3, "([dim] [, keepdim])",
+   "whether every element is nonzero (along dim: a tensor without it, or with it at size 1)"},
+  {"count_nonzero", t_count_nonzero, 2, "([dim])",
+   "the number of nonzero elements (along dim: a tensor without it)"},
+  {NULL, NULL, 0, NULL, NULL}
 };
 
 const lq_Reg lq_mask_functions[] = {
-  {"where", q_where, 3},
-  {NULL, NULL, 0},
+  {"where", q_where, 3, "(cond, a, b)",
+   "a where cond is nonzero, else b (tensors or numbers, broadcast)"},
+  {NULL, NULL, 0, NULL, NULL}
 };

@@ -131,13 +131,28 @@ static int q_einsum(lua_State *L) {
 /* ================================================================ registration */
 
 const lq_Reg lq_matmul_methods[] = {
-  {"matmul", t_matmul, 2}, {"dot", t_dot, 2}, {"outer", t_outer, 2}, {"mv", t_mv, 2},
-  {"bmm", t_bmm, 2}, {"addmm", t_addmm, 4}, {"addmm_", t_addmm_, 4},
-  {NULL, NULL, 0},
+  {"matmul", t_matmul, 2, "(b)", "the matrix product t @ b, as qlua.matmul"},
+  {"dot", t_dot, 2, "(b)", "the inner product of two 1-D tensors of one size, as a 0-d tensor"},
+  {"outer", t_outer, 2, "(b)", "the outer product of two 1-D tensors: #t x #b"},
+  {"mv", t_mv, 2, "(v)", "the product of the 2-D t and the 1-D v"},
+  {"bmm", t_bmm, 2, "(b)",
+   "batched products of 3-D tensors with equal batch sizes (no broadcasting)"},
+  {"addmm", t_addmm, 4, "(a, b [, opts])",
+   "beta * t + alpha * (a @ b) in a new tensor, as qlua.addmm"},
+  {"addmm_", t_addmm_, 4, "(a, b [, opts])",
+   "t = beta * t + alpha * (a @ b) in place; t has the product's shape"},
+  {NULL, NULL, 0, NULL, NULL}
 };
 
 const lq_Reg lq_matmul_functions[] = {
-  {"matmul", q_matmul, 2}, {"addmm", q_addmm, 4},
-  {"einsum", q_einsum, LQ_VARARGS},
-  {NULL, NULL, 0},
+  {"matmul", q_matmul, 2, "(a, b)",
+   "matrix product: 1-D, 2-D and batched (batch dims broadcast); any float dtype "
+   "(float16/bfloat16 on the GPU's tensor cores)"},
+  {"addmm", q_addmm, 4, "(c, a, b [, {beta =, alpha =}])",
+   "beta * c + alpha * (a @ b) for 2-D a and b, c broadcast to the product (beta and alpha "
+   "1 by default; beta 0 ignores c)"},
+  {"einsum", q_einsum, LQ_VARARGS, "(spec, a [, b, ...])",
+   "NumPy's einsum: \"ij,jk->ik\", implicit output, \"...\" broadcasting, repeated letters "
+   "as diagonals; operands also as one list"},
+  {NULL, NULL, 0, NULL, NULL}
 };

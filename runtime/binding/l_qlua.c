@@ -757,24 +757,88 @@ static int q_is_tensor(lua_State *L) {
 /* ================================================================ the module */
 
 static const lq_Reg q_funcs[] = {
-  {"tensor", q_tensor, 2}, {"empty", q_empty, LQ_VARARGS}, {"zeros", q_zeros, LQ_VARARGS},
-  {"ones", q_ones, LQ_VARARGS}, {"full", q_full, 3}, {"range", q_range, 4},
-  {"arange", q_arange, 4}, {"linspace", q_linspace, 4}, {"logspace", q_logspace, 5},
-  {"eye", q_eye, 3}, {"empty_like", q_empty_like, 2}, {"zeros_like", q_zeros_like, 2},
-  {"ones_like", q_ones_like, 2}, {"full_like", q_full_like, 3},
-  {"rand_like", q_rand_like, 2}, {"randn_like", q_randn_like, 2},
-  {"randperm", q_randperm, 2}, {"cat", q_cat, 2}, {"stack", q_stack, 2},
-  {"rand", q_rand, LQ_VARARGS}, {"randn", q_randn, LQ_VARARGS},
-  {"randint", q_randint, LQ_VARARGS}, {"seed", q_seed, 1},
-  {"set_tf32", q_set_tf32, 1}, {"set_num_threads", q_set_num_threads, 1},
-  {"get_num_threads", q_get_num_threads, 0}, {"cpu_info", q_cpu_info, 0},
-  {"gpu_count", q_gpu_count, 0}, {"device_name", q_device_name, 1},
-  {"set_device", q_set_device, 1}, {"sync", q_sync, 1}, {"memory", q_memory, 1},
-  {"empty_cache", q_empty_cache, 0}, {"save", q_save, 2}, {"load", q_load, 2},
-  {"save_safetensors", q_save_safetensors, 3}, {"load_safetensors", q_load_safetensors, 2},
-  {"clock", q_clock, 0}, {"bench", q_bench, 2 | LQ_UNCOUNTED}, {"is_tensor", q_is_tensor, 1},
-  {"help", lq_help, 1 | LQ_UNCOUNTED},
-  {NULL, NULL, 0}
+  {"tensor", q_tensor, 2, "(data [, opts])",
+   "a tensor from a number (0-d) or a nested table; dtype inferred (any float: float32, all "
+   "integers: int64) unless opts.dtype says"},
+  {"empty", q_empty, LQ_VARARGS, "(shape [, opts])",
+   "an uninitialised tensor (shape: 2, 3 or {2, 3}; opts: {dtype =, device =})"},
+  {"zeros", q_zeros, LQ_VARARGS, "(shape [, opts])", "a tensor of zeros"},
+  {"ones", q_ones, LQ_VARARGS, "(shape [, opts])", "a tensor of ones"},
+  {"full", q_full, 3, "(shape, value [, opts])", "a tensor filled with value"},
+  {"range", q_range, 4, "(first, last [, step] [, opts])",
+   "the values of Lua's `for i = first, last, step` (last included); int64 for integers, "
+   "else float32"},
+  {"arange", q_arange, 4, "([start,] stop [, step] [, opts])",
+   "half-open, as PyTorch's: arange(1, 4) is 1, 2, 3 and arange(n) is 0 .. n-1"},
+  {"linspace", q_linspace, 4, "(start, end, n [, opts])",
+   "n evenly spaced values from start to end, both included; float32 by default"},
+  {"logspace", q_logspace, 5, "(start, end, n [, base] [, opts])",
+   "base ^ v (base 10 by default) for each v of linspace(start, end, n)"},
+  {"eye", q_eye, 3, "(n [, m] [, opts])",
+   "n x m (default n x n) with ones on the diagonal, zeros elsewhere"},
+  {"empty_like", q_empty_like, 2, "(t [, opts])",
+   "uninitialised, with t's shape, dtype and device"},
+  {"zeros_like", q_zeros_like, 2, "(t [, opts])", "zeros with t's shape, dtype and device"},
+  {"ones_like", q_ones_like, 2, "(t [, opts])", "ones with t's shape, dtype and device"},
+  {"full_like", q_full_like, 3, "(t, value [, opts])",
+   "value with t's shape, dtype and device"},
+  {"rand_like", q_rand_like, 2, "(t [, opts])",
+   "uniform in [0, 1) with t's shape (a float dtype)"},
+  {"randn_like", q_randn_like, 2, "(t [, opts])",
+   "normal (mean 0, sd 1) with t's shape (a float dtype)"},
+  {"randperm", q_randperm, 2, "(n [, opts])",
+   "a random permutation of 1 .. n, int64 by default"},
+  {"cat", q_cat, 2, "(list [, dim])",
+   "the tensors of list joined along dim (default 1); sizes must agree except along dim"},
+  {"stack", q_stack, 2, "(list [, dim])",
+   "tensors of one shape joined along a new dim inserted at dim (default 1)"},
+  {"rand", q_rand, LQ_VARARGS, "(shape [, opts])", "uniform in [0, 1), float32 by default"},
+  {"randn", q_randn, LQ_VARARGS, "(shape [, opts])",
+   "normal, mean 0, sd 1, float32 by default"},
+  {"randint", q_randint, LQ_VARARGS, "(lo, hi, shape [, opts])",
+   "uniform integers in [lo, hi] (both included), int64 by default"},
+  {"seed", q_seed, 1, "(n)",
+   "makes the random functions reproducible: one seed, the same numbers on every device"},
+  {"set_tf32", q_set_tf32, 1, "(on)",
+   "true allows TF32 tensor cores for float32 products on the GPU (off by default)"},
+  {"set_num_threads", q_set_num_threads, 1, "(n)",
+   "threads for large CPU ops, the caller included (default: QLUA_NUM_THREADS or the cores; "
+   "OpenBLAS follows; 1: all on the calling thread)"},
+  {"get_num_threads", q_get_num_threads, 0, "()", "the CPU threads set_num_threads set"},
+  {"cpu_info", q_cpu_info, 0, "()",
+   "{threads =, simd =, blas =}: the CPU threads, the vector build picked (avx512, avx2, "
+   "generic) and OpenBLAS's kernel set"},
+  {"gpu_count", q_gpu_count, 0, "()",
+   "the number of GPUs this qlua sees (0 in a CPU-only build)"},
+  {"device_name", q_device_name, 1, "(ordinal)",
+   "the name of GPU ordinal (0-based, as CUDA's); \"cpu\" for \"cpu\""},
+  {"set_device", q_set_device, 1, "(ordinal)",
+   "makes gpu:ordinal the current GPU, the one \"gpu\" means"},
+  {"sync", q_sync, 1, "([device])",
+   "waits for the work queued on device (default: every device this state used)"},
+  {"memory", q_memory, 1, "([device])",
+   "{allocated =, reserved =, peak =, total =, free =} in bytes (default: the current GPU, "
+   "or the CPU)"},
+  {"empty_cache", q_empty_cache, 0, "()",
+   "collects garbage, then gives back every cached block that holds no live tensor"},
+  {"save", q_save, 2, "(path, t)", "writes t to a NumPy .npy file, all or nothing"},
+  {"load", q_load, 2, "(path [, opts])",
+   "reads a NumPy .npy file; a CPU tensor unless opts.device says"},
+  {"save_safetensors", q_save_safetensors, 3, "(path, tensors [, metadata])",
+   "writes a table of name = tensor (and string metadata) to a .safetensors file, all or "
+   "nothing"},
+  {"load_safetensors", q_load_safetensors, 2, "(path [, opts])",
+   "reads a .safetensors file: a table of name = tensor (CPU unless opts.device says) and "
+   "the metadata table"},
+  {"clock", q_clock, 0, "()", "monotonic time in seconds (a float)"},
+  {"bench", q_bench, 2 | LQ_UNCOUNTED, "(fn [, {calls =, runs =, warmup =}])",
+   "times fn as make bench does: {median =, min =, max =, mean =, runs =, calls =}, seconds "
+   "per call"},
+  {"is_tensor", q_is_tensor, 1, "(x)", "true when x is a qlua.Tensor"},
+  {"help", lq_help, 1 | LQ_UNCOUNTED, "([name | function])",
+   "prints the signature and purpose of a qlua function or method (\"cat\", \"slice\", "
+   "\"Tensor.slice\", qlua.cat); \"qlua\", \"Tensor\" list them all"},
+  {NULL, NULL, 0, NULL, NULL}
 };
 
 /* Builds the state box (anchored in the registry, upvalue of every function), the
@@ -790,16 +854,17 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   lq_open_tensor(L, box);
 
   lua_createtable(L, 0, (int)(sizeof q_funcs / sizeof q_funcs[0]) + 1);
-  lq_setfuncs(L, q_funcs, box, false);
-  lq_setfuncs(L, lq_mask_functions, box, false);  /* qlua.where (l_mask.c) */
-  lq_setfuncs(L, lq_sort_functions, box, false);  /* qlua.searchsorted (l_sort.c) */
-  lq_setfuncs(L, lq_matmul_functions, box, false);  /* qlua.matmul ... (l_matmul.c) */
-  lq_setfuncs(L, lq_random_functions, box, false);  /* qlua.bernoulli ... (l_random.c) */
-  lq_setfuncs(L, lq_scan_functions, box, false);  /* qlua.cross_entropy (l_scan.c) */
+  lq_setfuncs(L, q_funcs, box, false, "qlua");
+  lq_setfuncs(L, lq_mask_functions, box, false, "qlua");  /* qlua.where (l_mask.c) */
+  lq_setfuncs(L, lq_sort_functions, box, false, "qlua");  /* qlua.searchsorted (l_sort.c) */
+  lq_setfuncs(L, lq_matmul_functions, box, false, "qlua");  /* qlua.matmul ... (l_matmul.c) */
+  lq_setfuncs(L, lq_random_functions, box, false, "qlua");  /* qlua.bernoulli ... (l_random.c) */
+  lq_setfuncs(L, lq_scan_functions, box, false, "qlua");  /* qlua.cross_entropy (l_scan.c) */
   lq_open_kernel(L, box, -1);                     /* also qlua.Kernel, qlua.Module */
   luaL_getmetatable(L, QLUA_TENSOR);              /* qlua.Tensor: the class (l_tensor.c) */
   lua_setfield(L, -2, "Tensor");
   lua_pushliteral(L, QLUA_VERSION);
+  lq_document(L, "qlua", "version", "", "the qlua version string");
   lua_setfield(L, -2, "version");
   lua_remove(L, box);
   lua_pushvalue(L, -1);

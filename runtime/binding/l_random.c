@@ -91,12 +91,22 @@ static int r_multinomial(lua_State *L) {
 }
 
 const lq_Reg lq_random_methods[] = {
-  {"uniform_", r_uniform_, 3}, {"normal_", r_normal_, 3}, {"random_", r_random_, 3},
-  {"exponential_", r_exponential_, 2},
-  {NULL, NULL, 0}
+  {"uniform_", r_uniform_, 3, "([lo] [, hi])",
+   "fills t with uniform numbers in [lo, hi) (0 and 1 by default)"},
+  {"normal_", r_normal_, 3, "([mean] [, sd])",
+   "fills t with normal numbers (mean 0, sd 1 by default)"},
+  {"random_", r_random_, 3, "([lo,] hi)",
+   "fills t with integers uniform in lo..hi, inclusive (lo 1 by default)"},
+  {"exponential_", r_exponential_, 2, "([lambda])",
+   "fills t with exponential numbers of rate lambda (1 by default)"},
+  {NULL, NULL, 0, NULL, NULL}
 };
 
 const lq_Reg lq_random_functions[] = {
-  {"bernoulli", r_bernoulli, 1}, {"multinomial", r_multinomial, 3},
-  {NULL, NULL, 0}
+  {"bernoulli", r_bernoulli, 1, "(p)",
+   "1 with probability p, else 0, elementwise (p's float dtype)"},
+  {"multinomial", r_multinomial, 3, "(probs, n [, replacement])",
+   "n 1-based category draws per row of weights probs (int64), without replacement unless "
+   "replacement is true"},
+  {NULL, NULL, 0, NULL, NULL}
 };

@@ -216,9 +216,34 @@ static int t_aminmax(lua_State *L) {
 
 /* Method name, function, and the most arguments it takes counting self (lqlua.h). */
 const lq_Reg lq_reduce_methods[] = {
-  {"sum", t_sum, 3}, {"mean", t_mean, 3}, {"prod", t_prod, 3}, {"max", t_max, 3},
-  {"min", t_min, 3}, {"amax", t_amax, 3}, {"amin", t_amin, 3}, {"aminmax", t_aminmax, 3},
-  {"argmax", t_argmax, 3}, {"argmin", t_argmin, 3}, {"var", t_var, 3}, {"std", t_std, 3},
-  {"norm", t_norm, 4}, {"logsumexp", t_logsumexp, 3},
-  {NULL, NULL, 0},
+  {"sum", t_sum, 3, "([dim] [, keepdim])",
+   "the sum: a number, or over dim (or a list of dims) a tensor without them (keepdim: kept "
+   "as size 1)"},
+  {"mean", t_mean, 3, "([dim] [, keepdim])",
+   "the mean: a number, or over dim (or a list) a tensor"},
+  {"prod", t_prod, 3, "([dim] [, keepdim])",
+   "the product (integers and bool give int64, wrapping)"},
+  {"max", t_max, 3, "([dim] [, keepdim])",
+   "the largest value; along dim, the values and their int64 positions"},
+  {"min", t_min, 3, "([dim] [, keepdim])",
+   "the smallest value; along dim, the values and their int64 positions"},
+  {"amax", t_amax, 3, "([dim] [, keepdim])",
+   "the largest value over dim or a list of dims (no positions; NaN propagates)"},
+  {"amin", t_amin, 3, "([dim] [, keepdim])", "the smallest value over dim or a list of dims"},
+  {"aminmax", t_aminmax, 3, "([dim] [, keepdim])",
+   "the smallest and the largest value: two results"},
+  {"argmax", t_argmax, 3, "([dim] [, keepdim])",
+   "the 1-based position of the largest value (flat, or along dim)"},
+  {"argmin", t_argmin, 3, "([dim] [, keepdim])",
+   "the 1-based position of the smallest value (flat, or along dim)"},
+  {"var", t_var, 3, "([dim] [, opts])",
+   "the variance over dim or a list; opts: keepdim (a boolean), the correction (a number, "
+   "default 1) or {correction =, keepdim =}"},
+  {"std", t_std, 3, "([dim] [, opts])", "the standard deviation, sqrt(var), with var's opts"},
+  {"norm", t_norm, 4, "([p] [, dim] [, keepdim])",
+   "the p-norm (p = 2 by default; 1, 0, math.huge, -math.huge, any p > 0) over everything, "
+   "dim or a list"},
+  {"logsumexp", t_logsumexp, 3, "(dim [, keepdim])",
+   "log(sum(exp(t))) over dim or a list, max-subtracted (no overflow)"},
+  {NULL, NULL, 0, NULL, NULL}
 };

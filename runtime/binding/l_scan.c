@@ -120,13 +120,26 @@ static int q_cross_entropy(lua_State *L) {
 }
 
 const lq_Reg lq_scan_methods[] = {
-  {"cumsum", t_cumsum, 2}, {"cumprod", t_cumprod, 2}, {"cummax", t_cummax, 2},
-  {"cummin", t_cummin, 2}, {"logcumsumexp", t_logcumsumexp, 2},
-  {"softmax", t_softmax, 2}, {"log_softmax", t_log_softmax, 2},
-  {NULL, NULL, 0},
+  {"cumsum", t_cumsum, 2, "(dim)", "running sums along dim (integers and bool give int64)"},
+  {"cumprod", t_cumprod, 2, "(dim)",
+   "running products along dim (integers and bool give int64)"},
+  {"cummax", t_cummax, 2, "(dim)",
+   "running maxima along dim and their int64 positions (ties: the later, NaN sticks)"},
+  {"cummin", t_cummin, 2, "(dim)",
+   "running minima along dim and their int64 positions (ties: the later, NaN sticks)"},
+  {"logcumsumexp", t_logcumsumexp, 2, "(dim)",
+   "log(cumsum(exp(t))) along dim, computed stably (float64 for integer tensors)"},
+  {"softmax", t_softmax, 2, "(dim)",
+   "exp(t - max) / sum(exp(t - max)) along dim (float64 for integer tensors)"},
+  {"log_softmax", t_log_softmax, 2, "(dim)",
+   "t - max - log(sum(exp(t - max))) along dim (float64 for integer tensors)"},
+  {NULL, NULL, 0, NULL, NULL}
 };
 
 const lq_Reg lq_scan_functions[] = {
-  {"cross_entropy", q_cross_entropy, 3},
-  {NULL, NULL, 0},
+  {"cross_entropy", q_cross_entropy, 3, "(logits, target [, opts])",
+   "the cross-entropy of N x C (or C) logits with 1-based class indices or probabilities, "
+   "from log_softmax; opts {reduction = \"mean\" | \"sum\" | \"none\", ignore_index =, "
+   "label_smoothing =}"},
+  {NULL, NULL, 0, NULL, NULL}
 };

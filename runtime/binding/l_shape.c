@@ -295,11 +295,38 @@ static int t_diagonal(lua_State *L) {
 }
 
 const lq_Reg lq_shape_methods[] = {
-  {"slice", t_slice, 5}, {"squeeze", t_squeeze, 2}, {"unsqueeze", t_unsqueeze, 2},
-  {"flatten", t_flatten, 3}, {"unflatten", t_unflatten, 3}, {"movedim", t_movedim, 3},
-  {"flip", t_flip, 2}, {"roll", t_roll, 3}, {"repeat_tensor", t_repeat_tensor, LQ_VARARGS},
-  {"split", t_split, 3}, {"chunk", t_chunk, 3},
-  {"tril", t_tril, 2}, {"triu", t_triu, 2}, {"tril_", t_tril_, 2}, {"triu_", t_triu_, 2},
-  {"diag", t_diag, 2}, {"diagonal", t_diagonal, 4},
-  {NULL, NULL, 0},
+  {"slice", t_slice, 5, "(dim, first, last [, step])",
+   "a view of positions first..last (inclusive; -1 is the last) of dim, every step-th"},
+  {"squeeze", t_squeeze, 2, "([dim])",
+   "a view without the size-1 dims (or without dim, if its size is 1)"},
+  {"unsqueeze", t_unsqueeze, 2, "(dim)", "a view with a size-1 dim inserted at dim"},
+  {"flatten", t_flatten, 3, "([first [, last]])",
+   "dims first..last (default all) merged into one"},
+  {"unflatten", t_unflatten, 3, "(dim, sizes)",
+   "a view with dim split into the table sizes (one may be -1)"},
+  {"movedim", t_movedim, 3, "(from, to)",
+   "a view with dim from moved to position to (numbers or tables)"},
+  {"flip", t_flip, 2, "(dims)", "a new tensor with the dims (a number or a table) reversed"},
+  {"roll", t_roll, 3, "(shifts [, dims])",
+   "a new tensor with elements shifted along dims, wrapping (without dims: the flattened "
+   "tensor)"},
+  {"repeat_tensor", t_repeat_tensor, LQ_VARARGS, "(sizes)",
+   "t tiled sizes[d] times along each dim d (PyTorch's repeat)"},
+  {"split", t_split, 3, "(size | {s1, s2, ...} [, dim])",
+   "a Lua list of views along dim (default 1) of size elements each, or of those sizes"},
+  {"chunk", t_chunk, 3, "(n [, dim])",
+   "a Lua list of up to n views along dim (default 1) of ceil(size / n) elements each"},
+  {"tril", t_tril, 2, "([k])",
+   "a copy with the elements above diagonal k (default 0, the main one; k > 0 above it) of "
+   "the last two dims zeroed"},
+  {"triu", t_triu, 2, "([k])",
+   "a copy with the elements below diagonal k of the last two dims zeroed"},
+  {"tril_", t_tril_, 2, "([k])", "tril in place; returns t"},
+  {"triu_", t_triu_, 2, "([k])", "triu in place; returns t"},
+  {"diag", t_diag, 2, "([k])",
+   "1-D: the square matrix with t on diagonal k (default 0); 2-D: a 1-D copy of diagonal k"},
+  {"diagonal", t_diagonal, 4, "([offset] [, dim1] [, dim2])",
+   "a view of diagonal offset (default 0) of dims dim1 and dim2 (default 1 and 2), as the "
+   "new last dim"},
+  {NULL, NULL, 0, NULL, NULL}
 };

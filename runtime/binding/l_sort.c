@@ -201,13 +201,29 @@ static int q_searchsorted(lua_State *L) {
 }
 
 const lq_Reg lq_sort_methods[] = {
-  {"sort", t_sort, 3}, {"argsort", t_argsort, 3}, {"topk", t_topk, 5},
-  {"kthvalue", t_kthvalue, 4}, {"median", t_median, 3}, {"unique", t_unique, 2},
-  {"bincount", t_bincount, 3}, {"histc", t_histc, 4},
-  {NULL, NULL, 0},
+  {"sort", t_sort, 3, "([dim] [, descending])",
+   "values and int64 positions sorted along dim (the last), stable, NaN last (first when "
+   "descending)"},
+  {"argsort", t_argsort, 3, "([dim] [, descending])",
+   "the int64 positions that sort t along dim, as sort's"},
+  {"topk", t_topk, 5, "(k [, dim] [, largest] [, sorted])",
+   "the k largest (or smallest) along dim and their positions, best first, ties by position"},
+  {"kthvalue", t_kthvalue, 4, "(k [, dim] [, keepdim])",
+   "the k-th smallest along dim and its position (dim removed, or kept at size 1)"},
+  {"median", t_median, 3, "([dim] [, keepdim])",
+   "the lower median: a number, or along dim values and positions; NaN if the line holds one"},
+  {"unique", t_unique, 2, "([{return_inverse =, return_counts =}])",
+   "the sorted distinct values, and the inverse (t's shape) and counts when asked"},
+  {"bincount", t_bincount, 3, "([weights] [, minlength])",
+   "result[v + 1] counts (sums weights of) the values v of a 1-D non-negative integer t"},
+  {"histc", t_histc, 4, "([bins] [, min] [, max])",
+   "a float histogram of bins (100) equal bins over [min, max] (0, 0: the data's range)"},
+  {NULL, NULL, 0, NULL, NULL}
 };
 
 const lq_Reg lq_sort_functions[] = {
-  {"searchsorted", q_searchsorted, 3},
-  {NULL, NULL, 0},
+  {"searchsorted", q_searchsorted, 3, "(sorted, values [, right])",
+   "1-based insertion positions of values in the sorted last dim (PyTorch's + 1); right: "
+   "after equal elements"},
+  {NULL, NULL, 0, NULL, NULL}
 };

@@ -182,13 +182,38 @@ static int s_trampoline(lua_State *L) {
   return n;
 }
 
-void lq_setfuncs(lua_State *L, const lq_Reg *regs, int box_idx, bool method) {
+void lq_document(lua_State *L, const char *topic, const char *name, const char *args,
+                 const char *help) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, LQ_API) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, LQ_API);
+  }
+  lua_createtable(L, 0, 5);
+  lua_pushstring(L, topic);
+  lua_setfield(L, -2, "topic");
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, args != NULL ? args : "");
+  lua_setfield(L, -2, "args");
+  lua_pushstring(L, help);
+  lua_setfield(L, -2, "help");
+  lua_pushvalue(L, -3);                         /* the value documented */
+  lua_setfield(L, -2, "fn");
+  lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+  lua_pop(L, 1);                                /* the list */
+}
+
+void lq_setfuncs(lua_State *L, const lq_Reg *regs, int box_idx, bool method,
+                 const char *topic) {
   box_idx = lua_absindex(L, box_idx);
   for (const lq_Reg *r = regs; r->name != NULL; r++) {
     lua_pushvalue(L, box_idx);
     lua_pushlightuserdata(L, (void *)r);
     lua_pushboolean(L, method);
     lua_pushcclosure(L, s_trampoline, 3);
+    if (topic != NULL && r->help != NULL) lq_document(L, topic, r->name, r->args, r->help);
     lua_setfield(L, -2, r->name);
   }
 }

@@ -731,26 +731,64 @@ static int t_newindex(lua_State *L) {
 /* Method name, function, and the most arguments it takes counting self (lqlua.h). */
 static const lq_Reg t_methods[] = {
   /* inspection */
-  {"shape", t_shape, 1}, {"size", t_size, 2}, {"stride", t_stride, 2}, {"dim", t_dim, 1},
-  {"numel", t_numel, 1}, {"dtype", t_dtype, 1}, {"device", t_device, 1},
-  {"is_contiguous", t_is_contiguous, 1}, {"item", t_item, 1}, {"totable", lq_totable, 1},
+  {"shape", t_shape, 1, "()",
+   "the sizes, {2, 3} ({} for 0-d): a fresh table whose tostring is {2, 3}"},
+  {"size", t_size, 2, "([dim])", "the sizes as t:shape(), or the size of dim"},
+  {"stride", t_stride, 2, "([dim])", "the strides in elements, or the stride of dim"},
+  {"dim", t_dim, 1, "()", "the number of dims"},
+  {"numel", t_numel, 1, "()", "the number of elements"},
+  {"dtype", t_dtype, 1, "()", "the dtype's name: \"float32\", \"int64\", ..."},
+  {"device", t_device, 1, "()", "the device's name: \"cpu\", \"gpu:0\", ..."},
+  {"is_contiguous", t_is_contiguous, 1, "()",
+   "true when the elements are dense in row-major order"},
+  {"item", t_item, 1, "()",
+   "the value of a one-element tensor (an integer for integer dtypes)"},
+  {"totable", lq_totable, 1, "()", "nested Lua tables of the values (a number for 0-d)"},
   /* views */
-  {"view", t_view, LQ_VARARGS}, {"reshape", t_reshape, LQ_VARARGS}, {"narrow", t_narrow, 4},
-  {"select", t_select, 3}, {"transpose", t_transpose, 3}, {"t", t_t, 1},
-  {"permute", t_permute, LQ_VARARGS}, {"expand", t_expand, LQ_VARARGS},
-  {"contiguous", t_contiguous, 1}, {"clone", t_clone, 1},
-  {"expand_as", t_expand_as, 2}, {"view_as", t_view_as, 2},
+  {"view", t_view, LQ_VARARGS, "(shape)",
+   "a view with another shape over the same storage (one size may be -1)"},
+  {"reshape", t_reshape, LQ_VARARGS, "(shape)",
+   "as view, copying only when the strides cannot express it"},
+  {"narrow", t_narrow, 4, "(dim, start, length)",
+   "a view of length elements of dim from start"},
+  {"select", t_select, 3, "(dim, i)", "the view of position i of dim, that dim removed"},
+  {"transpose", t_transpose, 3, "(d1, d2)", "a view with dims d1 and d2 swapped"},
+  {"t", t_t, 1, "()", "the transpose of a 2-D tensor (1-D and 0-d as they are)"},
+  {"permute", t_permute, LQ_VARARGS, "(d1, d2, ...)",
+   "a view with the dims in that order (or one table of them)"},
+  {"expand", t_expand, LQ_VARARGS, "(shape)",
+   "a view broadcasting size-1 dims to shape (stride 0)"},
+  {"contiguous", t_contiguous, 1, "()", "t itself when contiguous, else a contiguous copy"},
+  {"clone", t_clone, 1, "()", "a copy, always"},
+  {"expand_as", t_expand_as, 2, "(other)",
+   "t:expand(other:size()): a view of t broadcast to other's shape"},
+  {"view_as", t_view_as, 2, "(other)", "t:view(other:size()): a view of t with other's shape"},
   /* moving */
-  {"gpu", t_gpu, 2}, {"cpu", t_cpu, 1}, {"to", t_to, 2}, {"copy_", t_copy_, 2},
+  {"gpu", t_gpu, 2, "([ordinal])",
+   "t on a GPU (default: the current one); t itself if already there"},
+  {"cpu", t_cpu, 1, "()", "t on the CPU; t itself if already there"},
+  {"to", t_to, 2, "(name)", "t converted to a dtype or moved to a device, by name"},
+  {"copy_", t_copy_, 2, "(src)", "copies src into t (broadcast, across dtypes and devices)"},
 #define T_DTYPE_SHORTHAND_ROW(P, E, sfx, name, T, U, size, kind, digits, emax, shortname, ...) \
-  {shortname, t_as_##sfx, 1},
+  {shortname, t_as_##sfx, 1, "()", "t:to(\"" name "\")" T_SHORTHAND_NOTE_##kind},
+#define T_SHORTHAND_NOTE_FLOAT ""
+#define T_SHORTHAND_NOTE_INT ""
+#define T_SHORTHAND_NOTE_HALF ""
+#define T_SHORTHAND_NOTE_BOOL " (nonzero is true)"
   QT_DTYPE_LIST(T_DTYPE_SHORTHAND_ROW, ~)
 #undef T_DTYPE_SHORTHAND_ROW
   /* comparing whole tensors */
-  {"isclose", t_isclose, 5}, {"allclose", t_allclose, 5}, {"equal", t_equal, 2},
+  {"isclose", t_isclose, 5, "(other [, rtol] [, atol] [, equal_nan])",
+   "bool tensor: |t - other| <= atol + |rtol * other| (1e-05, 1e-08 by default), or equal; "
+   "also with {rtol =, atol =, equal_nan =}"},
+  {"allclose", t_allclose, 5, "(other [, rtol] [, atol] [, equal_nan])",
+   "true when isclose holds for every element (a Lua boolean)"},
+  {"equal", t_equal, 2, "(other)",
+   "true when other has t's shape and equal values (a Lua boolean)"},
   /* memory */
-  {"free", lq_tensor_free, 1},
-  {NULL, NULL, 0}
+  {"free", lq_tensor_free, 1, "()",
+   "gives the storage's memory back now; t and its views become freed"},
+  {NULL, NULL, 0, NULL, NULL}
 };
 
 /* __gc and __close release (and are not calls that hold operands); the others are ops,
@@ -761,25 +799,26 @@ static const luaL_Reg t_releases[] = {
 };
 
 static const lq_Reg t_metamethods[] = {
-  {"__newindex", t_newindex, LQ_VARARGS}, {"__tostring", lq_tostring, LQ_VARARGS},
-  {"__len", t_len, LQ_VARARGS},
-  {NULL, NULL, 0}
+  {"__newindex", t_newindex, LQ_VARARGS, NULL, NULL},
+  {"__tostring", lq_tostring, LQ_VARARGS, NULL, NULL},
+  {"__len", t_len, LQ_VARARGS, NULL, NULL},
+  {NULL, NULL, 0, NULL, NULL}
 };
 
 void lq_open_tensor(lua_State *L, int box_idx) {
   box_idx = lua_absindex(L, box_idx);
   luaL_newmetatable(L, QLUA_TENSOR);            /* sets __name */
   lua_createtable(L, 0, (int)(sizeof t_methods / sizeof t_methods[0]));
-  lq_setfuncs(L, t_methods, box_idx, true);     /* methods: upvalue 1 = the state box */
-  lq_setfuncs(L, lq_elementwise_methods, box_idx, true);
-  lq_setfuncs(L, lq_random_methods, box_idx, true);
-  lq_setfuncs(L, lq_shape_methods, box_idx, true);
-  lq_setfuncs(L, lq_index_methods, box_idx, true);
-  lq_setfuncs(L, lq_mask_methods, box_idx, true);
-  lq_setfuncs(L, lq_sort_methods, box_idx, true);
-  lq_setfuncs(L, lq_scan_methods, box_idx, true);
-  lq_setfuncs(L, lq_reduce_methods, box_idx, true);
-  lq_setfuncs(L, lq_matmul_methods, box_idx, true);
+  lq_setfuncs(L, t_methods, box_idx, true, "Tensor");     /* methods: upvalue 1 = the state box */
+  lq_setfuncs(L, lq_elementwise_methods, box_idx, true, "Tensor");
+  lq_setfuncs(L, lq_random_methods, box_idx, true, "Tensor");
+  lq_setfuncs(L, lq_shape_methods, box_idx, true, "Tensor");
+  lq_setfuncs(L, lq_index_methods, box_idx, true, "Tensor");
+  lq_setfuncs(L, lq_mask_methods, box_idx, true, "Tensor");
+  lq_setfuncs(L, lq_sort_methods, box_idx, true, "Tensor");
+  lq_setfuncs(L, lq_scan_methods, box_idx, true, "Tensor");
+  lq_setfuncs(L, lq_reduce_methods, box_idx, true, "Tensor");
+  lq_setfuncs(L, lq_matmul_methods, box_idx, true, "Tensor");
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__methods");             /* for the REPL's completion */
   lua_pushvalue(L, box_idx);
@@ -788,8 +827,8 @@ void lq_open_tensor(lua_State *L, int box_idx) {
   lua_setfield(L, -2, "__index");
   lua_pushvalue(L, box_idx);
   luaL_setfuncs(L, t_releases, 1);
-  lq_setfuncs(L, t_metamethods, box_idx, false);
-  lq_setfuncs(L, lq_elementwise_metamethods, box_idx, false);
+  lq_setfuncs(L, t_metamethods, box_idx, false, NULL);
+  lq_setfuncs(L, lq_elementwise_metamethods, box_idx, false, NULL);
   /* Last (its fields are all set): the metatable is qlua.Tensor (l_qlua.c), the class
   ** users extend. A name it lacks reads the method, and a name written into it that it
   ** lacks becomes a method (function qlua.Tensor.double_it(t) return t * 2 end; then

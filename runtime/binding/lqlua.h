@@ -96,18 +96,34 @@ void lq_gc_collect(lua_State *L);
 ** argument too many is an error naming the function instead of silently ignored:
 ** t:add(1, 2, 3), or t:sub(1, 3) read as Torch7's slice. LQ_VARARGS: the function
 ** checks its own tail with lq_checkend (shapes given as numbers: zeros(2, 3, opts)). */
+/* A binding function's row: what it is called, its C function, how many arguments it takes,
+** and what qlua.help says of it (the signature after the name, "(dim, index)", and one line
+** of purpose): the one place an API function is described. Rows without help (args and
+** help NULL: metamethods) are not documented. */
 typedef struct lq_Reg {
   const char *name;
   lua_CFunction func;
   int nargs;            /* or LQ_VARARGS; | LQ_UNCOUNTED */
+  const char *args;     /* "(dim, index)", "()", or NULL */
+  const char *help;
 } lq_Reg;
 #define LQ_VARARGS (-1)
 /* Not a call in progress while it runs (qlua.bench: it holds no tensor, and the ops its
 ** Lua function makes must see no call below them, or each would search the stack). */
 #define LQ_UNCOUNTED 0x10000
 /* Like luaL_setfuncs into the table on top, with the box at box_idx as upvalue 1 of
-** every function; method: self is argument 1 (messages count the arguments after it). */
-void lq_setfuncs(lua_State *L, const lq_Reg *regs, int box_idx, bool method);
+** every function; method: self is argument 1 (messages count the arguments after it).
+** topic ("qlua", "Tensor", "Kernel", "Module", or NULL): the help topic the documented
+** rows are recorded under, in the registry's LQ_API list (qlua.help reads it, and so
+** can specs and the fuzzer: {topic =, name =, args =, help =, fn =} per row, in
+** registration order). */
+void lq_setfuncs(lua_State *L, const lq_Reg *regs, int box_idx, bool method,
+                 const char *topic);
+#define LQ_API "qlua.api"
+/* Records the value on top of the stack (left there) in the LQ_API list, for a documented
+** value that is no lq_Reg row (qlua.version). */
+void lq_document(lua_State *L, const char *topic, const char *name, const char *args,
+                 const char *help);
 /* Raises "<op>: unexpected argument #n (...)" when any argument from `arg` on is not nil
 ** (nargs arguments are expected before it). */
 void lq_checkend(lua_State *L, int arg, const char *op, bool method);

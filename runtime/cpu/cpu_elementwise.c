@@ -163,7 +163,7 @@ int cpu_fill(qt_device *dev, const qt_view *dst, qt_scalar value, qt_err *err) {
 ** passed down in P. */
 #define CPU_BINARY_FNS_(P, E, sfx, name, T, U, size, kind, ...) \
   QT_BINOP_LIST(CPU_BINARY_FN_, (sfx, T, U, kind))
-#define CPU_BINARY_FN_(P, OP, name, ints, result, fexpr, iexpr) \
+#define CPU_BINARY_FN_(P, OP, name, ints, result, fexpr, iexpr, ...) \
   QT_PP_CALL(CPU_BINARY_FN_AT_, QT_PP_UNPAREN P, OP, ints, result, fexpr, iexpr)
 #define CPU_BINARY_FN_AT_(sfx, T, U, kind, OP, ints, result, fexpr, iexpr)           \
   CPU_BINARY_GEN_##kind##ints(cpu_binary_##OP##_##sfx, T, U, QT_BINOP_TYPE_##result(T), \
@@ -304,7 +304,7 @@ int cpu_binary_scalar(qt_device *dev, qt_binop op, const qt_view *dst, const qt_
 ** table entry. */
 #define CPU_UNARY_FNS_(P, E, sfx, name, T, U, size, kind, ...) \
   QT_UNOP_LIST(CPU_UNARY_FN_, (sfx, T, U, kind))
-#define CPU_UNARY_FN_(P, OP, name, ints, result, fexpr, iexpr) \
+#define CPU_UNARY_FN_(P, OP, name, ints, result, fexpr, iexpr, ...) \
   QT_PP_CALL(CPU_UNARY_FN_AT_, QT_PP_UNPAREN P, OP, ints, result, fexpr, iexpr)
 #define CPU_UNARY_FN_AT_(sfx, T, U, kind, OP, ints, result, fexpr, iexpr)              \
   CPU_UNARY_GEN_##kind##ints(cpu_unary_##OP##_##sfx, T, U, QT_BINOP_TYPE_##result(T),  \
