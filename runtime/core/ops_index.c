@@ -237,20 +237,16 @@ static int ops_check_slices_shape(qt_ctx *ctx, const char *op, const qt_tensor *
                    dim + 1);
 }
 
-int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
-                  const qt_tensor *src) {
-  const char *op = "index_add_";
-  if (ops_live(ctx, op, dst) || ops_check_index(ctx, op, dst, index) || ops_live(ctx, op, src) ||
-      ops_same_device(ctx, op, dst, src) || ops_check_dim(ctx, op, dim, dst->ndim) ||
-      ops_check_1d_index(ctx, op, index))
-    return -1;
-  if (ops_check_slices_shape(ctx, op, dst, dim, index, src) || ops_check_writable(ctx, op, dst))
-    return -1;
-  qt_device *dev = ops_device(dst);
-  if (dev->iface->index_add == NULL) return ops_unsupported(ctx, op, dev);
-  if (qt_numel(src) == 0 || qt_numel(dst) == 0)  /* nothing to add: the indices still count */
-    return ops_check_index_values(ctx, op, index, dst->size[dim]);
+/* A slot that puts src's elements into dst at index (index_add, scatter_add, index_copy). */
+typedef int (*ops_put_slot)(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                            const qt_view *src, qt_err *err);
 
+/* The call every put op ends in: src as the slot wants it (dst's dtype, not sharing dst's
+** memory), the index not in dst's storage, the slot, and its message said as the method's
+** ("index_add: ..." -> "index_add_: ..."). */
+static int ops_put(qt_ctx *ctx, const char *op, const char *slot_name, ops_put_slot slot,
+                   qt_tensor *dst, int dim, const qt_tensor *index, const qt_tensor *src) {
+  qt_device *dev = ops_device(dst);
   int rc = -1;
   qt_tensor cs, ci;
   qt_tensor_init(&cs);
@@ -261,12 +257,39 @@ int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
   qt_view_of(&dv, dst);
   qt_view_of(&iv, &ci);
   qt_view_of(&sv, &cs);
-  rc = dev->iface->index_add(dev, &dv, dim, &iv, &sv, &ctx->err);
-  if (rc) ops_slot_error_as(ctx, "index_add", op);
+  rc = slot(dev, &dv, dim, &iv, &sv, &ctx->err);
+  if (rc) ops_slot_error_as(ctx, slot_name, op);
 cleanup:
   qt_tensor_release(&cs);
   qt_tensor_release(&ci);
   return rc;
+}
+
+/* index_add_ and index_copy_: whole slices of src along dim put at the 1-D index's
+** positions; the checks, the empty cases (the indices still count), then ops_put. */
+static int ops_put_slices(qt_ctx *ctx, const char *op, const char *slot_name, qt_tensor *dst,
+                          int dim, const qt_tensor *index, const qt_tensor *src, bool add) {
+  if (ops_live(ctx, op, dst) || ops_check_index(ctx, op, dst, index) || ops_live(ctx, op, src) ||
+      ops_same_device(ctx, op, dst, src) || ops_check_dim(ctx, op, dim, dst->ndim) ||
+      ops_check_1d_index(ctx, op, index) ||
+      ops_check_slices_shape(ctx, op, dst, dim, index, src) || ops_check_writable(ctx, op, dst))
+    return -1;
+  qt_device *dev = ops_device(dst);
+  ops_put_slot slot = add ? dev->iface->index_add : dev->iface->index_copy;
+  if (slot == NULL) return ops_unsupported(ctx, op, dev);
+  if (qt_numel(src) == 0 || qt_numel(dst) == 0)  /* nothing to put: the indices still count */
+    return ops_check_index_values(ctx, op, index, dst->size[dim]);
+  return ops_put(ctx, op, slot_name, slot, dst, dim, index, src);
+}
+
+int qt_index_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
+                  const qt_tensor *src) {
+  return ops_put_slices(ctx, "index_add_", "index_add", dst, dim, index, src, true);
+}
+
+int qt_index_copy_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
+                   const qt_tensor *src) {
+  return ops_put_slices(ctx, "index_copy_", "index_copy", dst, dim, index, src, false);
 }
 
 int qt_scatter_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
@@ -283,23 +306,7 @@ int qt_scatter_add_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index
   if (qt_numel(index) == 0) return 0;
   /* nothing to add to: the indices still count (scatter_'s rule) */
   if (qt_numel(dst) == 0) return ops_check_index_values(ctx, op, index, dst->size[dim]);
-
-  int rc = -1;
-  qt_tensor cs, ci;
-  qt_tensor_init(&cs);
-  qt_tensor_init(&ci);
-  if (ops_source_for(ctx, op, &cs, dst, src) || ops_index_for(ctx, op, &ci, dst, index))
-    goto cleanup;
-  qt_view dv, iv, sv;
-  qt_view_of(&dv, dst);
-  qt_view_of(&iv, &ci);
-  qt_view_of(&sv, &cs);
-  rc = dev->iface->scatter_add(dev, &dv, dim, &iv, &sv, &ctx->err);
-  if (rc) ops_slot_error_as(ctx, "scatter_add", op);
-cleanup:
-  qt_tensor_release(&cs);
-  qt_tensor_release(&ci);
-  return rc;
+  return ops_put(ctx, op, "scatter_add", dev->iface->scatter_add, dst, dim, index, src);
 }
 
 int qt_index_fill_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
@@ -330,33 +337,3 @@ int qt_index_fill_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
   return rc;
 }
 
-int qt_index_copy_(qt_ctx *ctx, qt_tensor *dst, int dim, const qt_tensor *index,
-                   const qt_tensor *src) {
-  const char *op = "index_copy_";
-  if (ops_live(ctx, op, dst) || ops_check_index(ctx, op, dst, index) || ops_live(ctx, op, src) ||
-      ops_same_device(ctx, op, dst, src) || ops_check_dim(ctx, op, dim, dst->ndim) ||
-      ops_check_1d_index(ctx, op, index) ||
-      ops_check_slices_shape(ctx, op, dst, dim, index, src) || ops_check_writable(ctx, op, dst))
-    return -1;
-  qt_device *dev = ops_device(dst);
-  if (dev->iface->index_copy == NULL) return ops_unsupported(ctx, op, dev);
-  if (qt_numel(src) == 0 || qt_numel(dst) == 0)  /* nothing to copy: the indices still count */
-    return ops_check_index_values(ctx, op, index, dst->size[dim]);
-
-  int rc = -1;
-  qt_tensor cs, ci;
-  qt_tensor_init(&cs);
-  qt_tensor_init(&ci);
-  if (ops_source_for(ctx, op, &cs, dst, src) || ops_index_for(ctx, op, &ci, dst, index))
-    goto cleanup;
-  qt_view dv, iv, sv;
-  qt_view_of(&dv, dst);
-  qt_view_of(&iv, &ci);
-  qt_view_of(&sv, &cs);
-  rc = dev->iface->index_copy(dev, &dv, dim, &iv, &sv, &ctx->err);
-  if (rc) ops_slot_error_as(ctx, "index_copy", op);
-cleanup:
-  qt_tensor_release(&cs);
-  qt_tensor_release(&ci);
-  return rc;
-}

@@ -79,10 +79,9 @@ static void cpu_check_chunk(void *arg, int64_t chunk) {
   cpu_check_range(j->v, j->row, &j->walks[chunk], begin, end);
 }
 
+/* The one check of this file (device.h: a device checks only what only it can see): the
+** index values, against 1..bound; the core has checked dims, dtypes and shapes. */
 static int cpu_index_check(const qt_view *index, int64_t bound, const char *op, qt_err *err) {
-  if (index->dtype != QT_I32 && index->dtype != QT_I64)
-    return qt_errorf(err, "%s: index must be int32 or int64, got %s", op,
-                     cpu_dtype_ok(index->dtype) ? qt_dtypes[index->dtype].name : "?");
   qt_view v = *index;
   qt_view *vp = &v;
   qt_views_collapse(&vp, 1);
@@ -167,27 +166,11 @@ static cpu_row_fn cpu_gather_row(qt_dtype data, qt_dtype index) {
   return cpu_gather_rows[cpu_width_slot(data)][index == QT_I64];
 }
 
-static int cpu_check_dim(const qt_view *v, int dim, const char *op, qt_err *err) {
-  if (dim < 0 || dim >= v->ndim)
-    return qt_errorf(err, "%s: dimension %d out of range for a %d-d tensor", op, dim, v->ndim);
-  return 0;
-}
-
-static int cpu_check_index_dtype(const qt_view *index, const char *op, qt_err *err) {
-  if (index->dtype != QT_I32 && index->dtype != QT_I64)
-    return qt_errorf(err, "%s: index must be int32 or int64", op);
-  return 0;
-}
-
 /* dst[p] = src[p with p[dim] = index[p]] over index's shape: src is seen through a view
 ** of index's shape whose stride along dim is 0, and the row adds the index offset. */
 int cpu_gather(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
                const qt_view *index, qt_err *err) {
   (void)dev;
-  if (cpu_check_index_dtype(index, "gather", err) || cpu_check_dim(src, dim, "gather", err))
-    return -1;
-  if (!cpu_dtype_ok(src->dtype) || dst->dtype != src->dtype)
-    return qt_errorf(err, "gather: source and result must have one dtype");
   if (cpu_index_check(index, src->size[dim], "gather", err)) return -1;
   qt_view src_walk;
   cpu_view_make(&src_walk, index, src->data, src->dtype, src->stride);
@@ -232,12 +215,6 @@ static void cpu_slices_chunk(void *arg, int64_t chunk) {
 int cpu_index_select(qt_device *dev, const qt_view *dst, const qt_view *src, int dim,
                      const qt_view *index, qt_err *err) {
   (void)dev;
-  if (cpu_check_index_dtype(index, "index_select", err) ||
-      cpu_check_dim(src, dim, "index_select", err))
-    return -1;
-  if (!cpu_dtype_ok(src->dtype) || dst->dtype != src->dtype)
-    return qt_errorf(err, "index_select: source and result must have one dtype");
-  if (index->ndim != 1) return qt_errorf(err, "index_select: index must be 1-D");
   if (cpu_index_check(index, src->size[dim], "index_select", err)) return -1;
   if (cpu_view_numel(dst) == 0) return 0;
 
@@ -312,9 +289,6 @@ static const cpu_row_fn cpu_take_rows[4][2] = { CPU_INDEX_WIDTHS(CPU_WIDTH_ROWS_
 int cpu_take(qt_device *dev, const qt_view *dst, const qt_view *src, const qt_view *index,
              qt_err *err) {
   (void)dev;
-  if (cpu_check_index_dtype(index, "take", err)) return -1;
-  if (!cpu_dtype_ok(src->dtype) || dst->dtype != src->dtype)
-    return qt_errorf(err, "take: source and result must have one dtype");
   int64_t numel = cpu_view_numel(src);
   if (cpu_index_check(index, numel, "take", err)) return -1;
   if (cpu_view_numel(index) == 0) return 0;
@@ -351,10 +325,6 @@ static const cpu_row_fn cpu_scatter_rows[4][2] = { CPU_INDEX_WIDTHS(CPU_WIDTH_RO
 int cpu_scatter(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                 const qt_view *src, qt_scalar value, qt_err *err) {
   (void)dev;
-  if (cpu_check_index_dtype(index, "scatter", err) || cpu_check_dim(dst, dim, "scatter", err))
-    return -1;
-  if (!cpu_dtype_ok(dst->dtype) || (src != NULL && src->dtype != dst->dtype))
-    return qt_errorf(err, "scatter: source and destination must have one dtype");
   if (cpu_index_check(index, dst->size[dim], "scatter", err)) return -1;
   cpu_value v;
   cpu_value_set(&v, dst->dtype, value);
@@ -412,28 +382,27 @@ static void cpu_slices_walk(qt_view *dst_walk, qt_view *index_walk, const qt_vie
   index_walk->stride[dim] = index->stride[0];
 }
 
-/* dst.select(dim, index[k]) += src.select(dim, k), walking src's shape in row-major
-** order, so duplicates accumulate in a fixed order (deterministic results). */
-int cpu_index_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
-                  const qt_view *src, qt_err *err) {
-  (void)dev;
-  if (cpu_check_index_dtype(index, "index_add", err) ||
-      cpu_check_dim(dst, dim, "index_add", err))
-    return -1;
-  if (!cpu_dtype_ok(dst->dtype) || src->dtype != dst->dtype)
-    return qt_errorf(err, "index_add: source and destination must have one dtype");
-  if (index->ndim != 1) return qt_errorf(err, "index_add: index must be 1-D");
-  if (src->ndim != dst->ndim || src->size[dim] != index->size[0])
-    return qt_errorf(err, "index_add: source does not match index and destination");
-  if (cpu_index_check(index, dst->size[dim], "index_add", err)) return -1;
+/* index_add and index_copy: src's slices along dim put into dst's at the 1-D index's
+** positions by `row` (a sum or a copy), walking src's shape in row-major order, so
+** duplicates accumulate in a fixed order (deterministic sums; the last copy wins). */
+static int cpu_put_slices(const qt_view *dst, int dim, const qt_view *index, const qt_view *src,
+                          cpu_row_fn row, const char *op, qt_err *err) {
+  if (cpu_index_check(index, dst->size[dim], op, err)) return -1;
   qt_view dst_walk, index_walk;
   cpu_slices_walk(&dst_walk, &index_walk, src, dst, dim, index);
   cpu_args args;
   memset(&args, 0, sizeof args);
   args.dim_stride = dst->stride[dim];
   const qt_view *views[3] = { &dst_walk, &index_walk, src };
-  cpu_walk(views, 3, cpu_index_add_rows[dst->dtype][index->dtype == QT_I64], &args);
+  cpu_walk(views, 3, row, &args);
   return 0;
+}
+
+int cpu_index_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
+                  const qt_view *src, qt_err *err) {
+  (void)dev;
+  return cpu_put_slices(dst, dim, index, src,
+                        cpu_index_add_rows[dst->dtype][index->dtype == QT_I64], "index_add", err);
 }
 
 /* dst[p with p[dim] = index[p]] += src[p] over index's shape: scatter's walk with
@@ -442,11 +411,6 @@ int cpu_index_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *in
 int cpu_scatter_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                     const qt_view *src, qt_err *err) {
   (void)dev;
-  if (cpu_check_index_dtype(index, "scatter_add", err) ||
-      cpu_check_dim(dst, dim, "scatter_add", err))
-    return -1;
-  if (!cpu_dtype_ok(dst->dtype) || src->dtype != dst->dtype)
-    return qt_errorf(err, "scatter_add: source and destination must have one dtype");
   if (cpu_index_check(index, dst->size[dim], "scatter_add", err)) return -1;
   qt_view dst_walk, src_walk;
   cpu_view_make(&dst_walk, index, dst->data, dst->dtype, dst->stride);
@@ -465,11 +429,6 @@ int cpu_scatter_add(qt_device *dev, const qt_view *dst, int dim, const qt_view *
 int cpu_index_fill(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                    qt_scalar value, qt_err *err) {
   (void)dev;
-  if (cpu_check_index_dtype(index, "index_fill", err) ||
-      cpu_check_dim(dst, dim, "index_fill", err))
-    return -1;
-  if (!cpu_dtype_ok(dst->dtype)) return qt_errorf(err, "index_fill: unsupported dtype");
-  if (index->ndim != 1) return qt_errorf(err, "index_fill: index must be 1-D");
   if (cpu_index_check(index, dst->size[dim], "index_fill", err)) return -1;
   qt_view shape = *dst;
   shape.size[dim] = index->size[0];
@@ -495,22 +454,7 @@ int cpu_index_fill(qt_device *dev, const qt_view *dst, int dim, const qt_view *i
 int cpu_index_copy(qt_device *dev, const qt_view *dst, int dim, const qt_view *index,
                    const qt_view *src, qt_err *err) {
   (void)dev;
-  if (cpu_check_index_dtype(index, "index_copy", err) ||
-      cpu_check_dim(dst, dim, "index_copy", err))
-    return -1;
-  if (!cpu_dtype_ok(dst->dtype) || src->dtype != dst->dtype)
-    return qt_errorf(err, "index_copy: source and destination must have one dtype");
-  if (index->ndim != 1) return qt_errorf(err, "index_copy: index must be 1-D");
-  if (src->ndim != dst->ndim || src->size[dim] != index->size[0])
-    return qt_errorf(err, "index_copy: source does not match index and destination");
-  if (cpu_index_check(index, dst->size[dim], "index_copy", err)) return -1;
-  qt_view dst_walk, index_walk;
-  cpu_slices_walk(&dst_walk, &index_walk, src, dst, dim, index);
-  cpu_args args;
-  memset(&args, 0, sizeof args);
-  args.dim_stride = dst->stride[dim];
-  const qt_view *views[3] = { &dst_walk, &index_walk, src };
-  cpu_walk(views, 3, cpu_scatter_rows[cpu_width_slot(dst->dtype)][index->dtype == QT_I64],
-           &args);
-  return 0;
+  return cpu_put_slices(dst, dim, index, src,
+                        cpu_scatter_rows[cpu_width_slot(dst->dtype)][index->dtype == QT_I64],
+                        "index_copy", err);
 }
