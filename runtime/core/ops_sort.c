@@ -48,10 +48,7 @@ static int sort_moved(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_tens
     if (rc == 0) rc = qt_contiguous(ctx, out, &p);
   }
   qt_tensor_release(&p);
-  if (rc) {
-    qt_err_rename(&ctx->err, "permute", op);
-    qt_err_rename(&ctx->err, "contiguous", op);
-  }
+  if (rc) qt_err_as(&ctx->err, op);
   return rc;
 }
 
@@ -79,10 +76,7 @@ static int sort_unmoved(qt_ctx *ctx, const char *op, qt_tensor *out, qt_tensor *
   int rc = qt_permute(ctx, &p, r, t->ndim, inv);
   if (rc == 0) rc = qt_clone(ctx, out, &p);
   qt_tensor_release(&p);
-  if (rc) {
-    qt_err_rename(&ctx->err, "permute", op);
-    qt_err_rename(&ctx->err, "clone", op);
-  }
+  if (rc) qt_err_as(&ctx->err, op);
   return rc;
 }
 
@@ -120,63 +114,12 @@ static void sort_as_1d(qt_tensor *one, const qt_tensor *t) {
   }
 }
 
-/* ================================================================== sort, argsort */
+/* ================================================================== sort, topk */
 
-int qt_sort(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_tensor *t, int dim,
-            bool descending) {
-  const char *op = "sort";
-  if (sort_check(ctx, op, t, dim, ops_device(t) && ops_device(t)->iface->sort != NULL))
-    return -1;
-  qt_device *dev = ops_device(t);
-  qt_tensor one;
-  sort_as_1d(&one, t);
-  int64_t n = one.size[dim];
-  int64_t size[QT_MAXDIM];
-  sort_moved_shape(&one, dim, n, size);
-  int rc = -1;
-  qt_tensor src, v, i, vo, io;
-  qt_tensor_init(&src);
-  qt_tensor_init(&v);
-  qt_tensor_init(&i);
-  qt_tensor_init(&vo);
-  qt_tensor_init(&io);
-  if (ops_alloc(ctx, op, &v, dev, t->dtype, one.ndim, size) ||
-      ops_alloc(ctx, op, &i, dev, QT_I64, one.ndim, size))
-    goto cleanup;
-  if (qt_numel(t) > 0) {
-    if (sort_moved(ctx, op, &src, &one, dim)) goto cleanup;
-    qt_view sv, vv, iv;
-    sort_view_rows(&sv, &src, n);
-    sort_view_rows(&vv, &v, n);
-    sort_view_rows(&iv, &i, n);
-    if (dev->iface->sort(dev, &vv, &iv, &sv, descending, &ctx->err)) goto cleanup;
-  }
-  if (sort_unmoved(ctx, op, &vo, &v, &one, dim) || sort_unmoved(ctx, op, &io, &i, &one, dim))
-    goto cleanup;
-  if (t->ndim == 0) vo.ndim = io.ndim = 0;
-  if (values != NULL) {
-    *values = vo;
-    qt_tensor_init(&vo);
-  }
-  if (indices != NULL) {
-    *indices = io;
-    qt_tensor_init(&io);
-  }
-  rc = 0;
-cleanup:
-  qt_tensor_release(&src);
-  qt_tensor_release(&v);
-  qt_tensor_release(&i);
-  qt_tensor_release(&vo);
-  qt_tensor_release(&io);
-  return rc;
-}
-
-/* ================================================================== topk, kthvalue */
-
-/* The k best of every line in the moved shape (rows..., k), not yet permuted back. */
-static int sort_topk_moved(qt_ctx *ctx, const char *op, qt_tensor *v, qt_tensor *i,
-                           const qt_tensor *one, int dim, int64_t k, bool largest) {
+/* The k best of every line in the moved shape (rows..., k), not yet moved back: by the sort
+** slot (k == n, descending: best) or the topk slot (largest: best). */
+static int sort_best_moved(qt_ctx *ctx, const char *op, qt_tensor *v, qt_tensor *i,
+                           const qt_tensor *one, int dim, int64_t k, bool by_sort, bool best) {
   qt_device *dev = ops_device(one);
   int64_t n = one->size[dim];
   int64_t size[QT_MAXDIM];
@@ -193,10 +136,53 @@ static int sort_topk_moved(qt_ctx *ctx, const char *op, qt_tensor *v, qt_tensor 
     sort_view_rows(&sv, &src, n);
     sort_view_rows(&vv, v, k);
     sort_view_rows(&iv, i, k);
-    rc = dev->iface->topk(dev, &vv, &iv, &sv, k, largest, &ctx->err);
+    rc = by_sort ? dev->iface->sort(dev, &vv, &iv, &sv, best, &ctx->err)
+                 : dev->iface->topk(dev, &vv, &iv, &sv, k, best, &ctx->err);
   }
   qt_tensor_release(&src);
   return rc;
+}
+
+/* sort and topk: the k best of each line along dim, values and positions in t's order of
+** dims (0-d again for a 0-d t); values or indices may be NULL when not wanted. */
+static int sort_best(qt_ctx *ctx, const char *op, qt_tensor *values, qt_tensor *indices,
+                     const qt_tensor *t, const qt_tensor *one, int dim, int64_t k, bool by_sort,
+                     bool best) {
+  int rc = -1;
+  qt_tensor v, i, vo, io;
+  qt_tensor_init(&v);
+  qt_tensor_init(&i);
+  qt_tensor_init(&vo);
+  qt_tensor_init(&io);
+  if (sort_best_moved(ctx, op, &v, &i, one, dim, k, by_sort, best) ||
+      sort_unmoved(ctx, op, &vo, &v, one, dim) || sort_unmoved(ctx, op, &io, &i, one, dim))
+    goto cleanup;
+  if (t->ndim == 0) vo.ndim = io.ndim = 0;
+  if (values != NULL) {
+    *values = vo;
+    qt_tensor_init(&vo);
+  }
+  if (indices != NULL) {
+    *indices = io;
+    qt_tensor_init(&io);
+  }
+  rc = 0;
+cleanup:
+  qt_tensor_release(&v);
+  qt_tensor_release(&i);
+  qt_tensor_release(&vo);
+  qt_tensor_release(&io);
+  return rc;
+}
+
+int qt_sort(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_tensor *t, int dim,
+            bool descending) {
+  const char *op = "sort";
+  if (sort_check(ctx, op, t, dim, ops_device(t) && ops_device(t)->iface->sort != NULL))
+    return -1;
+  qt_tensor one;
+  sort_as_1d(&one, t);
+  return sort_best(ctx, op, values, indices, t, &one, dim, one.size[dim], true, descending);
 }
 
 int qt_topk(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_tensor *t, int64_t k,
@@ -211,27 +197,7 @@ int qt_topk(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_tensor 
   if (k < 0 || k > n)
     return qt_errorf(&ctx->err, "topk: k %lld out of range (0..%lld) for dim %d of size %lld",
                      (long long)k, (long long)n, dim + 1, (long long)n);
-  int rc = -1;
-  qt_tensor v, i, vo, io;
-  qt_tensor_init(&v);
-  qt_tensor_init(&i);
-  qt_tensor_init(&vo);
-  qt_tensor_init(&io);
-  if (sort_topk_moved(ctx, op, &v, &i, &one, dim, k, largest) ||
-      sort_unmoved(ctx, op, &vo, &v, &one, dim) || sort_unmoved(ctx, op, &io, &i, &one, dim))
-    goto cleanup;
-  if (t->ndim == 0) vo.ndim = io.ndim = 0;
-  *values = vo;
-  *indices = io;
-  qt_tensor_init(&vo);
-  qt_tensor_init(&io);
-  rc = 0;
-cleanup:
-  qt_tensor_release(&v);
-  qt_tensor_release(&i);
-  qt_tensor_release(&vo);
-  qt_tensor_release(&io);
-  return rc;
+  return sort_best(ctx, op, values, indices, t, &one, dim, k, false, largest);
 }
 
 /* Column col of a moved-shape result r, as a contiguous tensor without the last dim (t's
@@ -243,10 +209,7 @@ static int sort_column(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_ten
   int rc = qt_select(ctx, &s, r, r->ndim - 1, col);
   if (rc == 0) rc = qt_clone(ctx, out, &s);
   qt_tensor_release(&s);
-  if (rc) {
-    qt_err_rename(&ctx->err, "select", op);
-    qt_err_rename(&ctx->err, "clone", op);
-  }
+  if (rc) qt_err_as(&ctx->err, op);
   return rc;
 }
 
@@ -267,7 +230,7 @@ int qt_kthvalue(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_ten
   qt_tensor_init(&i);
   qt_tensor_init(&vo);
   qt_tensor_init(&io);
-  if (sort_topk_moved(ctx, op, &v, &i, &one, dim, k, false) ||
+  if (sort_best_moved(ctx, op, &v, &i, &one, dim, k, false, false) ||
       sort_column(ctx, op, &vo, &v, k - 1) || sort_column(ctx, op, &io, &i, k - 1))
     goto cleanup;
   *values = vo;
@@ -341,7 +304,7 @@ int qt_median(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_tenso
   qt_tensor_init(&flat);
   if (dim == -1) {
     int64_t n = qt_numel(t);
-    if (qt_reshape(ctx, &flat, t, 1, &n)) return qt_err_rename(&ctx->err, "reshape", op);
+    if (qt_reshape(ctx, &flat, t, 1, &n)) return qt_err_as(&ctx->err, op);
     one = flat;
     dim = 0;
   } else {
@@ -366,7 +329,7 @@ int qt_median(qt_ctx *ctx, qt_tensor *values, qt_tensor *indices, const qt_tenso
   if (qt_is_float(t->dtype)) {
     if (sort_median_float(ctx, op, &vo, &io, &one, dim)) goto cleanup;
   } else if (qt_kthvalue(ctx, &vo, &io, &one, (n + 1) / 2, dim)) {
-    qt_err_rename(&ctx->err, "kthvalue", op);
+    qt_err_as(&ctx->err, op);
     goto cleanup;
   }
   *values = vo;
@@ -395,8 +358,7 @@ static int sort_prefix(qt_ctx *ctx, const char *op, qt_tensor *out, const qt_ten
   if (rc == 0) rc = qt_clone(ctx, out, &s);
   qt_tensor_release(&s);
   if (rc) {
-    qt_err_rename(&ctx->err, "narrow", op);
-    qt_err_rename(&ctx->err, "clone", op);
+    qt_err_as(&ctx->err, op);
   }
   return rc;
 }
@@ -414,7 +376,7 @@ int qt_unique(qt_ctx *ctx, qt_tensor *uniques, qt_tensor *inverse, qt_tensor *co
   for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) qt_tensor_init(all[j]);
   int64_t count = 0;
   if (qt_reshape(ctx, &flat, t, 1, &n)) {
-    qt_err_rename(&ctx->err, "reshape", op);
+    qt_err_as(&ctx->err, op);
     goto cleanup;
   }
   if (ops_alloc(ctx, op, &u, dev, t->dtype, 1, &n) ||
@@ -423,7 +385,7 @@ int qt_unique(qt_ctx *ctx, qt_tensor *uniques, qt_tensor *inverse, qt_tensor *co
     goto cleanup;
   if (n > 0) {
     if (qt_sort(ctx, &sv, &si, &flat, 0, false)) {
-      qt_err_rename(&ctx->err, "sort", op);
+      qt_err_as(&ctx->err, op);
       goto cleanup;
     }
     qt_view svv, siv, uv, iv, cv;
@@ -439,7 +401,7 @@ int qt_unique(qt_ctx *ctx, qt_tensor *uniques, qt_tensor *inverse, qt_tensor *co
   if (sort_prefix(ctx, op, &uo, &u, count)) goto cleanup;
   if (counts != NULL && sort_prefix(ctx, op, &co, &cnt, count)) goto cleanup;
   if (inverse != NULL && qt_view_as(ctx, &invo, &inv, t->ndim, t->size)) {
-    qt_err_rename(&ctx->err, "view", op);
+    qt_err_as(&ctx->err, op);
     goto cleanup;
   }
   *uniques = uo;
@@ -470,8 +432,7 @@ static int sort_read_reduce(qt_ctx *ctx, const char *op, qt_redop redop, const q
   if (rc == 0) rc = qt_get(ctx, &r, pos, v);
   qt_tensor_release(&r);
   if (rc) {
-    qt_err_rename(&ctx->err, qt_redop_name(redop), op);
-    qt_err_rename(&ctx->err, "get", op);
+    qt_err_as(&ctx->err, op);
   }
   return rc;
 }
@@ -543,7 +504,7 @@ int qt_bincount(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, const qt_tensor
   qt_tensor_init(&res);
   rc = 0;
 cleanup:
-  if (rc) qt_err_rename(&ctx->err, "contiguous", op);
+  if (rc) qt_err_as(&ctx->err, op);
   qt_tensor_release(&res);
   qt_tensor_release(&src);
   qt_tensor_release(&w);
@@ -590,7 +551,7 @@ int qt_histc(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t bins, doub
   if (ops_fill_view(ctx, op, dev, &cv, qt_scalar_i(0))) goto cleanup;
   if (n > 0) {
     if (qt_contiguous(ctx, &src, t)) {
-      qt_err_rename(&ctx->err, "contiguous", op);
+      qt_err_as(&ctx->err, op);
       goto cleanup;
     }
     qt_view sv;
@@ -644,7 +605,7 @@ int qt_searchsorted(qt_ctx *ctx, qt_tensor *out, const qt_tensor *sorted, const 
   if (m > 0) {
     if (ops_cast(ctx, op, &sc, sorted, dtype) || ops_cast(ctx, op, &vc, values, dtype) ||
         qt_contiguous(ctx, &s, &sc) || qt_contiguous(ctx, &v, &vc)) {
-      qt_err_rename(&ctx->err, "contiguous", op);
+      qt_err_as(&ctx->err, op);
       goto cleanup;
     }
     int64_t n = sorted->size[sorted->ndim - 1];
