@@ -493,35 +493,55 @@ inline unsigned ew_blocks(qt_device *dev, int64_t n, size_t elsize, bool packed)
   return qt_cuda_blocks(dev, units, EW_THREADS);
 }
 
+/* Launches a family's kernel for plan p: contig(packed, blocks, stream) for a dense run
+** (packed a std::bool_constant: 16-byte packs, or one element at a time), or
+** strided(index, blocks, stream) for any strides (index uint32_t or int64_t: the offset
+** arithmetic's width). Each family names its two kernels once, in the two lambdas. */
+template <int NV, typename Contig, typename Strided>
+static void ew_launch(qt_device *dev, const ew_plan<NV> &p, size_t elsize, Contig contig,
+                      Strided strided) {
+  cudaStream_t stream = qt_cuda_context(dev)->stream;
+  if (p.contiguous) {
+    unsigned blocks = ew_blocks(dev, p.n, elsize, p.packed);
+    if (p.packed) contig(std::true_type(), blocks, stream);
+    else contig(std::false_type(), blocks, stream);
+  } else {
+    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
+    if (p.small_index) strided(uint32_t(), blocks, stream);
+    else strided(int64_t(), blocks, stream);
+  }
+}
+
+/* f(std::bool_constant<bool_out>): the families' kernels for bool results or T's. */
+template <typename F>
+static void ew_with_bool_out(bool bool_out, F f) {
+  if (bool_out) f(std::true_type());
+  else f(std::false_type());
+}
+
 /* ---- binary */
 
 template <typename T, bool BOOLOUT>
 static void ew_binary_launch(qt_device *dev, int op, const ew_plan<3> &p) {
-  cudaStream_t stream = qt_cuda_context(dev)->stream;
   ew_out_t<T, BOOLOUT> *d = (ew_out_t<T, BOOLOUT> *)p.view[0].data;
   const T *a = (const T *)p.view[1].data, *b = (const T *)p.view[2].data;
-  if (p.contiguous) {
-    unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
-    if (p.packed)
-      ew_binary_contiguous<T, BOOLOUT, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
-    else
-      ew_binary_contiguous<T, BOOLOUT, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
-  } else {
-    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
-    if (p.small_index)
-      ew_binary_strided<T, BOOLOUT, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(
-          op, d, a, b, p.geometry, p.n);
-    else
-      ew_binary_strided<T, BOOLOUT, int64_t><<<blocks, EW_THREADS, 0, stream>>>(
-          op, d, a, b, p.geometry, p.n);
-  }
+  ew_launch(dev, p, sizeof(T),
+      [&](auto packed, unsigned blocks, cudaStream_t stream) {
+        ew_binary_contiguous<T, BOOLOUT, decltype(packed)::value>
+            <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
+      },
+      [&](auto index, unsigned blocks, cudaStream_t stream) {
+        ew_binary_strided<T, BOOLOUT, decltype(index)><<<blocks, EW_THREADS, 0, stream>>>(
+            op, d, a, b, p.geometry, p.n);
+      });
 }
 
 /* The binary op on dtype T: the family's kernels (bool results or T's). */
 template <typename T>
 void ew_binary_run(qt_device *dev, int op, const ew_plan<3> &p, bool bool_out) {
-  if (bool_out) ew_binary_launch<T, true>(dev, op, p);
-  else ew_binary_launch<T, false>(dev, op, p);
+  ew_with_bool_out(bool_out, [&](auto b) {
+    ew_binary_launch<T, decltype(b)::value>(dev, op, p);
+  });
 }
 QT_PARTS(void, ew_binary_run, (qt_device *, int, const ew_plan<3> &, bool))
 
@@ -561,26 +581,17 @@ extern "C" int qt_cuda_binary(qt_device *dev, qt_binop op, const qt_view *dst, c
 template <typename T, bool BOOLOUT>
 static void ew_scalar_launch(qt_device *dev, int op, const ew_plan<2> &p, ew_calc_t<T> s,
                              bool first) {
-  cudaStream_t stream = qt_cuda_context(dev)->stream;
   ew_out_t<T, BOOLOUT> *d = (ew_out_t<T, BOOLOUT> *)p.view[0].data;
   const T *a = (const T *)p.view[1].data;
-  if (p.contiguous) {
-    unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
-    if (p.packed)
-      ew_scalar_contiguous<T, BOOLOUT, true><<<blocks, EW_THREADS, 0, stream>>>(
-          op, d, a, s, first, p.n);
-    else
-      ew_scalar_contiguous<T, BOOLOUT, false><<<blocks, EW_THREADS, 0, stream>>>(
-          op, d, a, s, first, p.n);
-  } else {
-    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
-    if (p.small_index)
-      ew_scalar_strided<T, BOOLOUT, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(
-          op, d, a, s, first, p.geometry, p.n);
-    else
-      ew_scalar_strided<T, BOOLOUT, int64_t><<<blocks, EW_THREADS, 0, stream>>>(
-          op, d, a, s, first, p.geometry, p.n);
-  }
+  ew_launch(dev, p, sizeof(T),
+      [&](auto packed, unsigned blocks, cudaStream_t stream) {
+        ew_scalar_contiguous<T, BOOLOUT, decltype(packed)::value>
+            <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.n);
+      },
+      [&](auto index, unsigned blocks, cudaStream_t stream) {
+        ew_scalar_strided<T, BOOLOUT, decltype(index)><<<blocks, EW_THREADS, 0, stream>>>(
+            op, d, a, s, first, p.geometry, p.n);
+      });
 }
 
 /* a 16-bit tensor computes with the number in float32, as PyTorch does (not rounded to
@@ -590,8 +601,9 @@ void ew_scalar_run(qt_device *dev, int op, const ew_plan<2> &p, qt_scalar s, boo
                    bool bool_out) {
   using C = ew_calc_t<T>;
   C sc = qt_is_half_v<T> ? (C)(float)s.f : (C)qt_scalar_as<C>(s);
-  if (bool_out) ew_scalar_launch<T, true>(dev, op, p, sc, scalar_first);
-  else ew_scalar_launch<T, false>(dev, op, p, sc, scalar_first);
+  ew_with_bool_out(bool_out, [&](auto b) {
+    ew_scalar_launch<T, decltype(b)::value>(dev, op, p, sc, scalar_first);
+  });
 }
 QT_PARTS(void, ew_scalar_run, (qt_device *, int, const ew_plan<2> &, qt_scalar, bool, bool))
 
@@ -620,7 +632,6 @@ extern "C" int qt_cuda_binary_scalar(qt_device *dev, qt_binop op, const qt_view 
 template <typename T, bool BOOLOUT>
 static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p,
                             const qt_unop_params *given) {
-  cudaStream_t stream = qt_cuda_context(dev)->stream;
   typedef ew_calc_t<T> C;
   ew_unary_params<C> params;
   for (int k = 0; k < 3; k++) {
@@ -630,28 +641,23 @@ static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p,
   }
   ew_out_t<T, BOOLOUT> *d = (ew_out_t<T, BOOLOUT> *)p.view[0].data;
   const T *a = (const T *)p.view[1].data;
-  if (p.contiguous) {
-    unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
-    if (p.packed)
-      ew_unary_contiguous<T, BOOLOUT, true><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
-    else
-      ew_unary_contiguous<T, BOOLOUT, false><<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
-  } else {
-    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
-    if (p.small_index)
-      ew_unary_strided<T, BOOLOUT, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(
-          op, d, a, params, p.geometry, p.n);
-    else
-      ew_unary_strided<T, BOOLOUT, int64_t><<<blocks, EW_THREADS, 0, stream>>>(
-          op, d, a, params, p.geometry, p.n);
-  }
+  ew_launch(dev, p, sizeof(T),
+      [&](auto packed, unsigned blocks, cudaStream_t stream) {
+        ew_unary_contiguous<T, BOOLOUT, decltype(packed)::value>
+            <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
+      },
+      [&](auto index, unsigned blocks, cudaStream_t stream) {
+        ew_unary_strided<T, BOOLOUT, decltype(index)><<<blocks, EW_THREADS, 0, stream>>>(
+            op, d, a, params, p.geometry, p.n);
+      });
 }
 
 template <typename T>
 void ew_unary_run(qt_device *dev, int op, const ew_plan<2> &p, const qt_unop_params *params,
                   bool bool_out) {
-  if (bool_out) ew_unary_launch<T, true>(dev, op, p, params);
-  else ew_unary_launch<T, false>(dev, op, p, params);
+  ew_with_bool_out(bool_out, [&](auto b) {
+    ew_unary_launch<T, decltype(b)::value>(dev, op, p, params);
+  });
 }
 QT_PARTS(void, ew_unary_run, (qt_device *, int, const ew_plan<2> &, const qt_unop_params *, bool))
 
@@ -686,19 +692,16 @@ extern "C" int qt_cuda_unary(qt_device *dev, qt_unop op, const qt_view *dst, con
 
 template <typename T>
 static void ew_fill_launch(qt_device *dev, const ew_plan<1> &p, T value) {
-  cudaStream_t stream = qt_cuda_context(dev)->stream;
   T *d = (T *)p.view[0].data;
-  if (p.contiguous) {
-    unsigned blocks = ew_blocks(dev, p.n, sizeof(T), p.packed);
-    if (p.packed) ew_fill_contiguous<T, true><<<blocks, EW_THREADS, 0, stream>>>(d, value, p.n);
-    else ew_fill_contiguous<T, false><<<blocks, EW_THREADS, 0, stream>>>(d, value, p.n);
-  } else {
-    unsigned blocks = qt_cuda_blocks(dev, p.n, EW_THREADS);
-    if (p.small_index)
-      ew_fill_strided<T, uint32_t><<<blocks, EW_THREADS, 0, stream>>>(d, value, p.geometry, p.n);
-    else
-      ew_fill_strided<T, int64_t><<<blocks, EW_THREADS, 0, stream>>>(d, value, p.geometry, p.n);
-  }
+  ew_launch(dev, p, sizeof(T),
+      [&](auto packed, unsigned blocks, cudaStream_t stream) {
+        ew_fill_contiguous<T, decltype(packed)::value><<<blocks, EW_THREADS, 0, stream>>>(
+            d, value, p.n);
+      },
+      [&](auto index, unsigned blocks, cudaStream_t stream) {
+        ew_fill_strided<T, decltype(index)><<<blocks, EW_THREADS, 0, stream>>>(
+            d, value, p.geometry, p.n);
+      });
 }
 
 template <typename T>
