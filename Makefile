@@ -347,7 +347,7 @@ tsan-build:
 	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) CUDA=0 CFLAGS="-O1 -g $(TSAN_FLAGS)" \
 	  LDFLAGS="$(TSAN_FLAGS)" $(TSAN_BUILD)/embed $(TSAN_BUILD)/qlua
 
-# Then the CPU thread pool (issue 15) under TSan: its spec runs every pooled op family on
+# Then the CPU thread pool under TSan: its spec runs every pooled op family on
 # 1, 2, 3 and 8 threads, with 4 threads by default.
 tsan: tsan-build
 	@echo "make tsan: $(TSAN_BUILD)/embed --threads $(TSAN_N) under ThreadSanitizer"; \

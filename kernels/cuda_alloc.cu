@@ -61,11 +61,7 @@
 **      fits it (a block of its pool more than 4 times its size, or a block of another
 **      pool), that block serves it: it is lent, stays a block of its own pool and merges
 **      back there when freed. Reserved memory does not grow, and no segment in recent use
-**      is evicted. Evicting one instead is what made a steady step thrash: a step that
-**      frees 1 GiB and then holds three 200 MiB blocks needs 1.6 GiB laid out by the rules
-**      but has a 1.5 GiB bound, so the third 200 MiB miss gave back the 1 GiB segment and
-**      the next 1 GiB miss a 200 MiB one, a cudaMalloc, a cudaFree and a sync twice a step
-**      (the same with 1 GiB and 600 MiB of mid or small blocks);
+**      is evicted (evicting one made a steady step thrash: docs/NOTES.md);
 **   3. else (no free block fits at all: every whole one is smaller than the request) whole
 **      segments go back regardless of age, and a new segment is taken.
 ** Segments go back the smallest that covers the excess if one does, else the largest
@@ -78,14 +74,9 @@
 ** the same way (the big pool's 80 GiB free tail serves a 4 MiB request), else every whole
 ** segment goes back and the request is tried once more.
 **
-** spec/gpu/cuda_alloc_harness.cc replays samples/soak.lua (random sizes up to 4 GiB, a working
-** set of long-lived tensors) against this code and a model of the driver: reserved stays
-** within 1.53x the peak of allocated in 60000 iterations (1.67x in 150000, from long-lived
-** tensors pinning lent 4 GiB blocks), for about 1 cudaMalloc per 1000 iterations (5 to 7
-** when step 2 evicted instead, at 1.50x). Before the bound the ratio reached 3.97 there in
-** 60000 iterations, and 4.96 (39.65 GiB reserved for a 7.99 GiB peak) in a 150 s soak on
-** the H200; splitting without the 4x limit at all overshot the bound by up to a sixth
-** (1.75x). The harness also runs the steady steps above: no driver call after warm-up.
+** spec/gpu/cuda_alloc_harness.cc replays samples/soak.lua against this code and a model of
+** the driver, and runs the steady steps above (no driver call after warm-up); what it
+** measured, before and after the bound, is in docs/NOTES.md.
 **
 ** cudaFree must not return a block that queued kernels still use (a block freed in stream
 ** order is reused by the next op at once, see the top of this file), so a trim first

@@ -12,7 +12,7 @@
 **     fewer than 2^32 elements (most do; 64-bit division is several times slower).
 **     A copy that transposes (src dense along one of the last two dims, dst along the
 **     other) goes through 32x32 shared-memory tiles instead, so that both sides stay
-**     coalesced (2.5 TB/s instead of 0.45 for a 16384^2 float32 x:t():contiguous()).
+**     coalesced (docs/NOTES.md has what that bought).
 ** The op is a run-time switch inside the kernel rather than a template parameter: these
 ** kernels are memory-bound, the switch is uniform across the grid and costs a few
 ** instructions per element, and it keeps the number of instantiations (and compile time)

@@ -34,7 +34,7 @@ extern "C" {
 typedef struct qt_ctx {
   qt_refcount refcount;      /* atomic (tensor.h): a storage may drop its reference on any thread */
   qt_err err;                /* the last error message */
-  /* Garbage-collector driving (DESIGN "Execution and memory model"). gpu_live_bytes
+  /* Garbage-collector driving (docs/ARCHITECTURE.md, "Who owns what"). gpu_live_bytes
   ** counts device bytes held by this state's storages; when an allocation would take it
   ** past gpu_gc_limit, the core calls gc(gc_ud, 0) first; the binding then runs a full
   ** collection and adapts the limit. On out-of-memory the core empties the device cache,

@@ -1,5 +1,5 @@
 /*
-** l_random.c — sampling (issue 13): the in-place fills t:uniform_, t:normal_, t:random_ and
+** l_random.c — sampling: the in-place fills t:uniform_, t:normal_, t:random_ and
 ** t:exponential_, and qlua.bernoulli and qlua.multinomial. l_tensor.c registers
 ** lq_random_methods with the other methods, l_qlua.c lq_random_functions. All draws come
 ** from the seeded Philox stream (qlua.seed), so a seed gives the same numbers on every

@@ -343,8 +343,8 @@ static int s_state_gc(lua_State *L) {
 
 /* ================================================================ the userdata */
 
-/* The one accessor every binding function goes through (DESIGN: keep tensor access
-** behind one function the embedding API shares). Borrowed pointer. */
+/* The one accessor every binding function goes through (so that tensor access stays
+** behind one function, which the embedding API shares). Borrowed pointer. */
 qt_tensor *qlua_checktensor(lua_State *L, int idx) {
   return (qt_tensor *)luaL_checkudata(L, idx, QLUA_TENSOR);
 }

@@ -12,7 +12,7 @@
 
 /* The ops below are compositions of the elementwise ops above, so each device runs them
 ** with the kernels it already has (a few passes where one fused kernel could do; none of
-** them is on a hot path of the programs issue 13 measured). A 16-bit float computes the
+** them is on a hot path of the training samples measured). A 16-bit float computes the
 ** whole composition in float32 and rounds once at the end, as PyTorch's fused kernels
 ** do (each step rounding to 16 bits would differ in the last bit in a fair share of
 ** elements). */

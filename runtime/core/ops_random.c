@@ -1,5 +1,5 @@
 /*
-** ops_random.c — sampling beyond rand/randn/randint (issue 13): the in-place fills
+** ops_random.c — sampling beyond rand/randn/randint: the in-place fills
 ** uniform_, normal_, random_ and exponential_, and bernoulli and multinomial.
 **
 ** Everything here composes qt_random_ (Philox: element k of a call draws from counter
