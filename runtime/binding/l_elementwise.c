@@ -309,6 +309,42 @@ const lq_Reg lq_elementwise_methods[] = {
 #undef T_BINARY_ROWS_
 #undef T_UNARY_ROWS_
 
+#define T_LIST_NAME_(P, E, name, ...) name,
+#define T_UNARY_NAME_(P, E, name, ints, result, fexpr, iexpr, bind, ...) \
+  T_UNARY_NAME_##bind##_##result(name)
+#define T_UNARY_NAME_AUTO_SAME(name) name,
+#define T_UNARY_NAME_AUTO_BOOL(name)
+#define T_UNARY_NAME_OWN_SAME(name)
+#define T_BOOL_NAME_(P, E, name, ints, result, fexpr, iexpr, bind, ...) \
+  T_BOOL_NAME_##bind##_##result(name)
+#define T_BOOL_NAME_AUTO_SAME(name)
+#define T_BOOL_NAME_AUTO_BOOL(name) name,
+#define T_BOOL_NAME_OWN_SAME(name)
+static void t_push_names(lua_State *L, const char *const *names, int n, const char *field) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushstring(L, names[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, field);
+}
+
+void lq_elementwise_lists(lua_State *L) {
+  static const char *const unary[] = { QT_UNOP_LIST(T_UNARY_NAME_, ~) };
+  static const char *const unary_bool[] = { QT_UNOP_LIST(T_BOOL_NAME_, ~) };
+  static const char *const binary[] = { QT_BINOP_LIST(T_LIST_NAME_, ~) };
+  if (lua_getfield(L, LUA_REGISTRYINDEX, LQ_OPS) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, LQ_OPS);
+  }
+  t_push_names(L, unary, (int)(sizeof unary / sizeof *unary), "unary");
+  t_push_names(L, unary_bool, (int)(sizeof unary_bool / sizeof *unary_bool), "unary_bool");
+  t_push_names(L, binary, (int)(sizeof binary / sizeof *binary), "binary");
+  lua_pop(L, 1);
+}
+
 const lq_Reg lq_elementwise_metamethods[] = {
   {"__add", t_meta_add, LQ_VARARGS, NULL, NULL},
   {"__sub", t_meta_sub, LQ_VARARGS, NULL, NULL},

@@ -843,6 +843,49 @@ static const lq_Reg q_funcs[] = {
 
 /* Builds the state box (anchored in the registry, upvalue of every function), the
 ** tensor metatable, and the module table. */
+/* The registry's LQ_OPS.dtypes: every dtype of the list in enum order, {name =, size =,
+** kind = "float" | "int" | "bool" | "half", min =, max = (integers), digits = (floats)},
+** for the specs and the fuzzer, so that a new dtype is in their lists by itself. */
+#define Q_KIND_FLOAT "float"
+#define Q_KIND_INT "int"
+#define Q_KIND_BOOL "bool"
+#define Q_KIND_HALF "half"
+static void q_push_dtypes(lua_State *L) {
+  static const char *const kinds[QT_NDTYPES] = {
+#define Q_KIND_ROW_(P, E, sfx, name, T, U, size, kind, ...) [E] = Q_KIND_##kind,
+    QT_DTYPE_LIST(Q_KIND_ROW_, ~)
+#undef Q_KIND_ROW_
+  };
+  if (lua_getfield(L, LUA_REGISTRYINDEX, LQ_OPS) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, LQ_OPS);
+  }
+  lua_createtable(L, QT_NDTYPES, 0);
+  for (int d = 0; d < QT_NDTYPES; d++) {
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, qt_dtypes[d].name);
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, (lua_Integer)qt_dtypes[d].size);
+    lua_setfield(L, -2, "size");
+    lua_pushstring(L, kinds[d]);
+    lua_setfield(L, -2, "kind");
+    if (qt_is_float((qt_dtype)d)) {
+      lua_pushinteger(L, qt_dtype_digits((qt_dtype)d));
+      lua_setfield(L, -2, "digits");
+    } else {
+      lua_pushinteger(L, (lua_Integer)qt_dtypes[d].min);
+      lua_setfield(L, -2, "min");
+      lua_pushinteger(L, (lua_Integer)qt_dtypes[d].max);
+      lua_setfield(L, -2, "max");
+    }
+    lua_rawseti(L, -2, d + 1);
+  }
+  lua_setfield(L, -2, "dtypes");
+  lua_pop(L, 1);
+}
+
 LUAMOD_API int luaopen_qlua(lua_State *L) {
   /* Once per state: the "qlua.Tensor" metatable is per state, so a second context would
   ** take over the first one's tensors. A second call returns the same module. */
@@ -852,6 +895,8 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   int box = lua_gettop(L);
 
   lq_open_tensor(L, box);
+  lq_elementwise_lists(L);
+  q_push_dtypes(L);
 
   lua_createtable(L, 0, (int)(sizeof q_funcs / sizeof q_funcs[0]) + 1);
   lq_setfuncs(L, q_funcs, box, false, "qlua");

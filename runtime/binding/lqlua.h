@@ -204,6 +204,12 @@ void lq_open_kernel(lua_State *L, int box_idx, int module_idx);
 ** registered by l_tensor.c */
 extern const lq_Reg lq_elementwise_methods[];
 extern const lq_Reg lq_elementwise_metamethods[];
+/* Sets the registry's LQ_OPS table's fields unary, unary_bool and binary: the names of the
+** elementwise ops the binding makes from scalar.h's lists, in list order (unary: those with
+** an in-place form), for the specs and the fuzzer (qlua.testing's T.op_list). */
+void lq_elementwise_lists(lua_State *L);
+/* The registry table of what the lists make: {unary =, unary_bool =, binary =, dtypes =}. */
+#define LQ_OPS "qlua.ops"
 /* ---- l_random.c: sampling methods (uniform_ ...), registered by l_tensor.c, and
 ** qlua.bernoulli and qlua.multinomial, registered by l_qlua.c */
 extern const lq_Reg lq_random_methods[];
