@@ -222,7 +222,10 @@ function M.run(opts)
 
   -- The parts of the run share its state through ctx (see the header): each part reads
   -- what it needs from ctx and adds what it makes for the parts after it.
-  local ctx = { qlua = qlua, R = R, has_gpu = has_gpu, report = report, opts = opts,
+  -- the op and dtype lists, where the runtime makes them (the registry's qlua.ops)
+  local OPS = debug.getregistry()["qlua.ops"]
+  assert(type(OPS) == "table", "fuzz: this qlua has no qlua.ops list in its registry")
+  local ctx = { qlua = qlua, R = R, has_gpu = has_gpu, report = report, opts = opts, OPS = OPS,
                 TENSOR_MT = TENSOR_MT, METHODS = METHODS, is_tensor = is_tensor, NaN = NaN,
                 INF = INF, CAP = CAP, POOL_MAX = POOL_MAX, HUGE_ELEMS = HUGE_ELEMS,
                 SAFE_ELEMS = SAFE_ELEMS, pack = pack, product = product, span = span,
@@ -284,8 +287,8 @@ function M.run(opts)
   local g_number, g_junk, g_shape = ctx.g_number, ctx.g_junk, ctx.g_shape
 
   -- ------------------------------------------------------------- result checks
-  local DTYPE_SET = { float32 = true, float64 = true, int32 = true, int64 = true, bool = true,
-                      uint8 = true, float16 = true, bfloat16 = true }
+  local DTYPE_SET = {}
+  for _, d in ipairs(ctx.OPS.dtypes) do DTYPE_SET[d.name] = true end
 
   local DEFERRED = { "gather", "take", "index_select", "scatter_", "index_add_", "scatter_add_",
                      "index_fill_", "index_copy_" }

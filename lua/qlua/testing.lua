@@ -62,14 +62,34 @@ function T.as_dtype(x, dtype)
 end
 
 function T.is_float_dtype(dtype) return dtype == "float32" or dtype == "float64" end
--- The dtypes every arithmetic spec loops over; bool and uint8 (T.small_dtypes) have
--- their own specs (spec/ops/dtype_small_spec.lua), since bool refuses some arithmetic.
-T.dtypes = { "float32", "float64", "int32", "int64" }
-T.float_dtypes = { "float32", "float64" }
-T.int_dtypes = { "int32", "int64" }
-T.small_dtypes = { "bool", "uint8" }
-T.all_dtypes = { "float32", "float64", "int32", "int64", "bool", "uint8" }
-local SIZE = { float32 = 4, float64 = 8, int32 = 4, int64 = 8, bool = 1, uint8 = 1 }
+-- The lists the runtime makes from its own (the registry's qlua.ops): the elementwise ops
+-- the binding makes methods of (T.op_list "unary", "unary_bool", "binary"), and every
+-- dtype of the dtype list (T.dtype_info(): {name =, size =, kind =, short =, min =, max =,
+-- digits =} in enum order), so a spec that walks them covers a new op or dtype by itself.
+local OPS = debug.getregistry()["qlua.ops"]
+assert(type(OPS) == "table", "qlua.testing: this qlua has no qlua.ops list in its registry")
+function T.op_list(name) return OPS[name] end
+function T.dtype_info() return OPS.dtypes end
+
+-- The dtypes every arithmetic spec loops over, in the dtype list's order: the floats and
+-- the signed integers (T.dtypes); bool and uint8 (T.small_dtypes, the 1-byte ones) have
+-- their own specs (spec/ops/dtype_small_spec.lua), since bool refuses some arithmetic; the
+-- 16-bit floats (T.half_dtypes, testing/half.lua) theirs.
+T.float_dtypes, T.int_dtypes, T.small_dtypes, T.all_dtypes = {}, {}, {}, {}
+local SIZE = {}
+for _, d in ipairs(OPS.dtypes) do
+  if d.kind ~= "half" then
+    SIZE[d.name] = d.size
+    T.all_dtypes[#T.all_dtypes + 1] = d.name
+    if d.kind == "float" then T.float_dtypes[#T.float_dtypes + 1] = d.name end
+    if d.kind == "int" and d.min < 0 then T.int_dtypes[#T.int_dtypes + 1] = d.name end
+    if d.size == 1 then T.small_dtypes[#T.small_dtypes + 1] = d.name end
+  end
+end
+T.dtypes = {}
+for _, list in ipairs({ T.float_dtypes, T.int_dtypes }) do
+  for _, d in ipairs(list) do T.dtypes[#T.dtypes + 1] = d end
+end
 
 -- NumPy's promotion (docs/API.md "Arithmetic"): bool with anything gives the other; two
 -- floats or two integers the wider; a float with an integer the float when it holds

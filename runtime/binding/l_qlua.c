@@ -844,7 +844,8 @@ static const lq_Reg q_funcs[] = {
 /* Builds the state box (anchored in the registry, upvalue of every function), the
 ** tensor metatable, and the module table. */
 /* The registry's LQ_OPS.dtypes: every dtype of the list in enum order, {name =, size =,
-** kind = "float" | "int" | "bool" | "half", min =, max = (integers), digits = (floats)},
+** kind = "float" | "int" | "bool" | "half", short = (t:float() ...), min =, max =
+** (integers), digits = (floats)},
 ** for the specs and the fuzzer, so that a new dtype is in their lists by itself. */
 #define Q_KIND_FLOAT "float"
 #define Q_KIND_INT "int"
@@ -855,6 +856,12 @@ static void q_push_dtypes(lua_State *L) {
 #define Q_KIND_ROW_(P, E, sfx, name, T, U, size, kind, ...) [E] = Q_KIND_##kind,
     QT_DTYPE_LIST(Q_KIND_ROW_, ~)
 #undef Q_KIND_ROW_
+  };
+  static const char *const shorthands[QT_NDTYPES] = {
+#define Q_SHORT_ROW_(P, E, sfx, name, T, U, size, kind, digits, emax, shortname, ...) \
+    [E] = shortname,
+    QT_DTYPE_LIST(Q_SHORT_ROW_, ~)
+#undef Q_SHORT_ROW_
   };
   if (lua_getfield(L, LUA_REGISTRYINDEX, LQ_OPS) != LUA_TTABLE) {
     lua_pop(L, 1);
@@ -871,6 +878,8 @@ static void q_push_dtypes(lua_State *L) {
     lua_setfield(L, -2, "size");
     lua_pushstring(L, kinds[d]);
     lua_setfield(L, -2, "kind");
+    lua_pushstring(L, shorthands[d]);
+    lua_setfield(L, -2, "short");
     if (qt_is_float((qt_dtype)d)) {
       lua_pushinteger(L, qt_dtype_digits((qt_dtype)d));
       lua_setfield(L, -2, "digits");

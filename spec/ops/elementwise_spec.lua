@@ -732,3 +732,58 @@ describe("binary math", function()
     T.assert_error(function() i:addcdiv_(i, i) end, "addcdiv_", "cannot store")
   end)
 end)
+
+-- ==================== every op the binding makes from scalar.h's lists
+
+-- The op lists come from where the runtime makes its methods (T.op_list: the registry's
+-- qlua.ops), so a new op in scalar.h is tested here by itself, and fails here until it has
+-- a plain-Lua reference in qlua.testing (T.ref.unary, T.ref.binary).
+describe("the ops made from the op lists", function()
+  it("each has a plain-Lua reference", function()
+    for _, list in ipairs({ "unary", "unary_bool" }) do
+      for _, name in ipairs(T.op_list(list)) do
+        assert(ref.unary[name], name .. ": no plain-Lua reference in qlua.testing (T.ref.unary)")
+      end
+    end
+    for _, name in ipairs(T.op_list("binary")) do
+      assert(ref.binary[name], name .. ": no plain-Lua reference in qlua.testing (T.ref.binary)")
+    end
+  end)
+
+  both("each matches its reference on float64, strided, with NaN and infinities", function(dev)
+    local specials = { 0 / 0, math.huge, -math.huge }
+    for _, name in ipairs(T.op_list("unary")) do
+      local r = ref.unary[name]
+      local lo, hi = table.unpack(r.data or (r.positive and { 0.1, 4 }) or { -2, 2 })
+      local xs = {}
+      for k = 1, 12 do xs[k] = lo + (hi - lo) * (k - 0.5) / 12 end
+      local t = qlua.tensor(xs, { dtype = "float64", device = dev }):view(3, 4):t()
+      local want = {}
+      for k, x in ipairs(T.flatten(t:totable())) do want[k] = r.f(x) end
+      T.assert_close(T.flatten(t[name](t):totable()), want, 1e-12, name)
+    end
+    for _, name in ipairs(T.op_list("unary_bool")) do
+      local xs = { -1.5, 0, 2, specials[1], specials[2], specials[3] }
+      local t = qlua.tensor(xs, { dtype = "float64", device = dev })
+      local want = {}
+      for k, x in ipairs(xs) do want[k] = ref.unary[name].f(x) end
+      T.assert_equal(t[name](t), want, name)
+    end
+    for _, name in ipairs(T.op_list("binary")) do
+      local r = ref.binary[name]
+      local as, bs = {}, {}
+      for k = 1, 12 do
+        as[k] = 0.25 + 0.4 * k
+        bs[k] = (k % 5 - 2) * 0.75
+        if r.nonzero and bs[k] == 0 then bs[k] = 1.25 end
+      end
+      local a = qlua.tensor(as, { dtype = "float64", device = dev }):view(4, 3):t()
+      local b = qlua.tensor(bs, { dtype = "float64", device = dev }):view(4, 3):t()
+      local fa, fb = T.flatten(a:totable()), T.flatten(b:totable())
+      local want = {}
+      for k = 1, #fa do want[k] = r.f(fa[k], fb[k], "float64") end
+      local got = T.flatten(a[name](a, b):totable())
+      if r.cmp then T.assert_equal(got, want, name) else T.assert_close(got, want, 1e-12, name) end
+    end
+  end)
+end)

@@ -19,9 +19,15 @@ return function(ctx)
     1 << 31, (1 << 31) - 1, 1 << 32, -(1 << 31), 1 << 50, 2.0 ^ 50, 1e300, -1e300, 1e-300,
     5e-324, 16, 17, 64, 100, math.pi,
   }
-  local DTYPES = { "float32", "float64", "int32", "int64", "bool", "uint8", "float16", "bfloat16" }
-  local FLOAT_DTYPES = { "float32", "float64", "float16", "bfloat16" }
-  local FLOAT_SET = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+  -- every dtype, and the float ones, in the dtype list's order (the registry's qlua.ops)
+  local DTYPES, FLOAT_DTYPES, FLOAT_SET = {}, {}, {}
+  for _, d in ipairs(ctx.OPS.dtypes) do
+    DTYPES[#DTYPES + 1] = d.name
+    if d.kind == "float" or d.kind == "half" then
+      FLOAT_DTYPES[#FLOAT_DTYPES + 1] = d.name
+      FLOAT_SET[d.name] = true
+    end
+  end
   local DEVICES = has_gpu and { "cpu", "gpu", "gpu:0" } or { "cpu" }
   local BAD_NAMES = { "", "x", "float8", "half", "bool", "gpu:1", "gpu:99", "gpu:-1",
                       "gpu:", "gpu:0x1", "gpu:99999999999", "cuda", "CPU", "cpu ", "gpu:0\0",

@@ -453,6 +453,22 @@ return function(T)
     gelu = { f = function(x) return 0.5 * x * (1 + erf(x / sqrt(2))) end, data = { -3, 3 },
              half = { -4, 4, 1 } },
     silu = { f = function(x) return x / (1 + exp(-x)) end, data = { -4, 4 }, half = { -8, 8, 1 } },
+    -- erf's inverse, by bisection on erf (60 halvings of (-6, 6): below double's resolution)
+    erfinv = { f = function(y)
+                 if y <= -1 or y >= 1 then return y == 1 and math.huge or y == -1 and -math.huge or 0 / 0 end
+                 if y == 0 then return y end
+                 local lo, hi = -6.0, 6.0
+                 for _ = 1, 60 do
+                   local mid = (lo + hi) / 2
+                   if erf(mid) < y then lo = mid else hi = mid end
+                 end
+                 return (lo + hi) / 2
+               end, data = { -0.9, 0.9 } },
+    -- the predicates (bool results)
+    isnan = { f = function(x) return x ~= x end, ints = true, bool = true },
+    isinf = { f = function(x) return x == math.huge or x == -math.huge end, ints = true, bool = true },
+    isfinite = { f = function(x) return x == x and x ~= math.huge and x ~= -math.huge end,
+                 ints = true, bool = true },
   }
 
   -- a ^ b for integers a and b >= 0, by repeated products (wrapping as int64 does)
@@ -465,7 +481,8 @@ return function(T)
 
   -- The binary elementwise ops: name -> { f(a, b, rd): the value the result dtype rd holds
   -- for two numbers already of the operands' dtypes (also the Lua operator itself on two
-  -- tensors, where op is given), op: the Lua operator, cmp: a comparison (bool results) }.
+  -- tensors, where op is given), op: the Lua operator, cmp: a comparison (bool results),
+  -- nonzero: b must not be 0 (a float x/0 is not what these references compute) }.
   ref.binary = {
     add = { f = function(a, b) return a + b end, op = "+" },
     sub = { f = function(a, b) return a - b end, op = "-" },
@@ -486,5 +503,13 @@ return function(T)
     le = { f = function(a, b) return a <= b end, cmp = true },
     gt = { f = function(a, b) return a > b end, cmp = true },
     ge = { f = function(a, b) return a >= b end, cmp = true },
+    logical_and = { f = function(a, b) return a ~= 0 and b ~= 0 end, cmp = true },
+    logical_or = { f = function(a, b) return a ~= 0 or b ~= 0 end, cmp = true },
+    logical_xor = { f = function(a, b) return (a ~= 0) ~= (b ~= 0) end, cmp = true },
+    atan2 = { f = function(a, b) return math.atan(a, b) end },
+    hypot = { f = function(a, b) return math.sqrt(a * a + b * b) end },
+    fmod = { f = function(a, b) return math.fmod(a, b) end, nonzero = true },
+    remainder = { f = function(a, b) return a % b end, nonzero = true },
+    floor_divide = { f = function(a, b) return a // b end, nonzero = true },
   }
 end

@@ -68,11 +68,10 @@ return function(ctx)
           expect = expect_shape(function(_, a) return geom(a[1]) end) }
   entry { name = "view_as", kind = "method", ret = "tensor", shares = true, gen = g_shaped_like,
           expect = expect_shape(function(_, a) return geom(a[1]) end) }
-  -- a list, not pairs: the order entries are made in is part of what a seed replays
-  for _, nd in ipairs({ { "float", "float32" }, { "double", "float64" }, { "half", "float16" },
-                        { "bfloat16", "bfloat16" }, { "long", "int64" }, { "int", "int32" },
-                        { "bool", "bool" }, { "byte", "uint8" } }) do
-    local name, dtype = nd[1], nd[2]
+  -- the dtype shorthands, in the dtype list's order (a list, not pairs: the order entries
+  -- are made in is part of what a seed replays)
+  for _, d in ipairs(ctx.OPS.dtypes) do
+    local name, dtype = d.short, d.name
     entry { name = name, kind = "method", gen = function() end, ret = "tensor", shares = true,
             expect = function(shape, _, res)
               local got = geom(res[1])

@@ -9,10 +9,8 @@ return function(ctx)
   local g_like, g_number, g_operand = ctx.g_like, ctx.g_number, ctx.g_operand
 
   -- ---- arithmetic
-  for _, op in ipairs({ "add", "sub", "mul", "div", "pow", "maximum", "minimum",
-                        "eq", "ne", "lt", "le", "gt", "ge",
-                        "logical_and", "logical_or", "logical_xor",
-                        "atan2", "hypot", "fmod", "remainder", "floor_divide" }) do
+  -- the op lists the binding makes its methods from (the registry's qlua.ops), in order
+  for _, op in ipairs(ctx.OPS.binary) do
     entry { name = op, kind = "method", ret = "tensor", gen = g_operand, expect = binary_expect }
     entry { name = op .. "_", kind = "method", ret = "self", mutates = true, gen = g_operand }
   end
@@ -20,16 +18,11 @@ return function(ctx)
           expect = same_shape_expect }
   entry { name = "logical_not_", kind = "method", gen = function() end, ret = "self",
           mutates = true }
-  for _, op in ipairs({ "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu",
-                        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
-                        "acosh", "atanh", "floor", "ceil", "round", "trunc", "frac", "sign",
-                        "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal",
-                        "square", "erf", "erfc", "erfinv", "lgamma", "softplus", "gelu",
-                        "silu" }) do
+  for _, op in ipairs(ctx.OPS.unary) do
     entry { name = op, kind = "method", gen = function() end, ret = "tensor", expect = same_shape_expect }
     entry { name = op .. "_", kind = "method", gen = function() end, ret = "self", mutates = true }
   end
-  for _, op in ipairs({ "isnan", "isinf", "isfinite" }) do
+  for _, op in ipairs(ctx.OPS.unary_bool) do
     entry { name = op, kind = "method", gen = function() end, ret = "tensor", expect = same_shape_expect }
   end
   local function g_nan_to_num(a)
