@@ -361,7 +361,8 @@ function M.run(opts)
   to skip), ret (what a success returns), expect (optional: problem string or nil from
   self's shape, args, results), shares (the result may share self's storage), mutates
   (a success changes self's storage: recorded for reproducers), names (accepted names in
-  messages), weight.
+  messages), uninit (the result's contents are whatever the memory held: zeroed before
+  it joins the pool), weight.
   ]]
   local ENTRIES = {}
   local function entry(e)
@@ -622,7 +623,13 @@ function M.run(opts)
         -- the pool takes small tensors only, judged by the float product of the shape
         -- (a numel that wrapped around must not let a huge tensor in); freed ones too
         local s = geom(r)
-        if (s == nil and pcall(r.numel, r) == false) or (s and span(s) <= CAP) then pool_add(r) end
+        if (s == nil and pcall(r.numel, r) == false) or (s and span(s) <= CAP) then
+          -- what empty() hands out is whatever the memory held: zeroed before later calls
+          -- read it, so that a seed's stream (the shapes of unique, nonzero, ...) is the same
+          -- on every run
+          if e.uninit then pcall(r.zero_, r) end
+          pool_add(r)
+        end
       end
     end
     return res

@@ -113,7 +113,7 @@ return function(ctx)
   entry { name = "equal", kind = "method", ret = "boolean",
           gen = function(a, shape, self) g_tolerances(a, shape, self); a.n = 2 end }
   for _, fname in ipairs({ "empty_like", "zeros_like", "ones_like", "rand_like", "randn_like" }) do
-    entry { name = fname, kind = "module", ret = "tensor",
+    entry { name = fname, kind = "module", ret = "tensor", uninit = fname == "empty_like",
             gen = function(a)
               a.n = 1; a[1] = pool_pick()
               local o = g_opts(fname == "rand_like" or fname == "randn_like")

@@ -31,7 +31,8 @@ return function(ctx)
     end
   end
   for _, fname in ipairs({ "empty", "zeros", "ones", "rand", "randn" }) do
-    entry { name = fname, kind = "module", ret = "tensor", gen = g_creation, expect = creation_expect(1) }
+    entry { name = fname, kind = "module", ret = "tensor", gen = g_creation, expect = creation_expect(1),
+            uninit = fname == "empty" }
   end
   entry { name = "full", kind = "module", ret = "tensor", expect = creation_expect(1, true),
           gen = function(a)
@@ -158,17 +159,17 @@ return function(ctx)
   end
   -- ---- sampling
   entry { name = "uniform_", kind = "method", ret = "self", mutates = true,
-          gen = function(a) a.n = 2; a[1] = R:chance(0.7) and g_number() or nil; a[2] = R:chance(0.7) and g_number() or nil end }
+          gen = function(a) a.n = 3; a[2] = R:chance(0.7) and g_number() or nil; a[3] = R:chance(0.7) and g_number() or nil end }
   entry { name = "normal_", kind = "method", ret = "self", mutates = true,
-          gen = function(a) a.n = 2; a[1] = R:chance(0.7) and g_number() or nil; a[2] = R:chance(0.7) and g_number() or nil end }
+          gen = function(a) a.n = 3; a[2] = R:chance(0.7) and g_number() or nil; a[3] = R:chance(0.7) and g_number() or nil end }
   entry { name = "random_", kind = "method", ret = "self", mutates = true,
           gen = function(a)
-            a.n = 2
-            a[1] = R:int(-5, 5)
-            a[2] = R:chance(0.7) and R:int(-5, 300) or nil
+            a.n = 3
+            a[2] = R:int(-5, 5)
+            a[3] = R:chance(0.7) and R:int(-5, 300) or nil
           end }
   entry { name = "exponential_", kind = "method", ret = "self", mutates = true,
-          gen = function(a) a.n = 1; a[1] = R:chance(0.8) and g_number() or nil end }
+          gen = function(a) a.n = 2; a[2] = R:chance(0.8) and g_number() or nil end }
   entry { name = "bernoulli", kind = "module", ret = "tensor",
           gen = function(a)
             local p = pool_pick()

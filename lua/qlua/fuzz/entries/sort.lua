@@ -21,20 +21,20 @@ return function(ctx)
     if not same_list(geom(res[1]), shape) then return "sort gave shape " .. list_str(geom(res[1])) end
   end
   entry { name = "sort", kind = "method", ret = "any", weight = 1,
-          gen = function(a, shape) a.n = 2; a[1] = R:chance(0.7) and g_dim(shape) or nil; a[2] = g_flag() end,
+          gen = function(a, shape) a.n = 3; a[2] = R:chance(0.7) and g_dim(shape) or nil; a[3] = g_flag() end,
           expect = sort_expect }
   entry { name = "argsort", kind = "method", ret = "tensor", weight = 1,
-          gen = function(a, shape) a.n = 2; a[1] = R:chance(0.7) and g_dim(shape) or nil; a[2] = g_flag() end,
+          gen = function(a, shape) a.n = 3; a[2] = R:chance(0.7) and g_dim(shape) or nil; a[3] = g_flag() end,
           expect = function(shape, _, res)
             if tdtype(res[1]) ~= "int64" then return "argsort gave " .. tostring(tdtype(res[1])) end
             if not same_list(geom(res[1]), shape) then return "argsort gave shape " .. list_str(geom(res[1])) end
           end }
   entry { name = "topk", kind = "method", ret = "any", weight = 1,
           gen = function(a, shape)
-            a.n = 4
-            a[1] = R:int(-1, 6)
-            a[2] = R:chance(0.7) and g_dim(shape) or nil
-            a[3], a[4] = g_flag(), g_flag()
+            a.n = 5
+            a[2] = R:int(-1, 6)
+            a[3] = R:chance(0.7) and g_dim(shape) or nil
+            a[4], a[5] = g_flag(), g_flag()
           end,
           expect = function(shape, a, res)
             if res.n ~= 2 then return "topk returned " .. res.n .. " values" end
@@ -59,25 +59,25 @@ return function(ctx)
   entry { name = "unique", kind = "method", ret = "any", weight = 1,
           gen = function(a)
             local r = R:float()
-            if r < 0.7 then a.n = 1; a[1] = { return_inverse = g_flag(), return_counts = g_flag() }
-            elseif r < 0.8 then a.n = 1; a[1] = g_junk() end
+            if r < 0.7 then a.n = 2; a[2] = { return_inverse = g_flag(), return_counts = g_flag() }
+            elseif r < 0.8 then a.n = 2; a[2] = g_junk() end
           end }
   entry { name = "bincount", kind = "method", ret = "any", weight = 1,
           gen = function(a, shape, self)
             local r = R:float()
-            if r < 0.3 then a.n = 1; a[1] = R:int(-1, 9)
+            if r < 0.3 then a.n = 2; a[2] = R:int(-1, 9)
             elseif r < 0.6 then
-              a.n = 2
-              a[1] = make_tensor_shaped({ shape[1] or 1 }, R:pick(DTYPES), tdevice(self))
-              a[2] = R:chance(0.5) and R:int(-1, 9) or nil
+              a.n = 3
+              a[2] = make_tensor_shaped({ shape[1] or 1 }, R:pick(DTYPES), tdevice(self))
+              a[3] = R:chance(0.5) and R:int(-1, 9) or nil
             end
           end }
   entry { name = "histc", kind = "method", ret = "any", weight = 1,
           gen = function(a)
-            a.n = 3
-            a[1] = R:chance(0.8) and R:int(-1, 20) or nil
-            a[2] = R:chance(0.5) and g_number() or nil
+            a.n = 4
+            a[2] = R:chance(0.8) and R:int(-1, 20) or nil
             a[3] = R:chance(0.5) and g_number() or nil
+            a[4] = R:chance(0.5) and g_number() or nil
           end }
   entry { name = "searchsorted", kind = "module", ret = "tensor", weight = 1,
           gen = function(a)
