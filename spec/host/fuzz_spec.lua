@@ -51,10 +51,17 @@ describe("fuzz", function()
     -- temporary directory aside); before empty()'s results were zeroed, about one run in
     -- three of these seeds differed
     local function counts(out) return (out:gsub("%s+[%d.]+ s\n", "\n"):gsub("; [%d.]+ s", "")) end
-    local function calls(err) return (err:gsub("/tmp/lua_%w+", "TMP")) end
+    -- the trace lines only (a sanitizer's warnings carry the process id)
+    local function calls(err)
+      local lines = {}
+      for line in err:gmatch("[^\n]+") do
+        if line:match("^%[%d+%] ") then lines[#lines + 1] = (line:gsub("/tmp/lua_%w+", "TMP")) end
+      end
+      return table.concat(lines, "\n")
+    end
     for _, seed in ipairs({ "1", "3" }) do
       local a = run_fuzzer({ "5000", seed, "--quiet", "--stats", "--trace" }, 120)
-      assert.truthy(#a.stderr > 0)
+      assert.truthy(#calls(a.stderr) > 0)
       for _ = 1, 3 do
         local b = run_fuzzer({ "5000", seed, "--quiet", "--stats", "--trace" }, 120)
         assert.are.equal(counts(a.stdout), counts(b.stdout))
