@@ -264,6 +264,9 @@ typedef struct qt_storage {
   ** device's; release(release_ud, data) is called instead of device->iface->free. */
   void (*release)(void *release_ud, void *data);
   void *release_ud;
+  /* Counts the in-place writes into the bytes, through any view (every write passes
+  ** ops_check_writable): autograd's check that a tensor it saved is still as it was. */
+  uint64_t version;
 } qt_storage;
 
 typedef struct qt_tensor {

@@ -76,6 +76,12 @@ static int t_is_contiguous(lua_State *L) {
   return 1;
 }
 
+static int t_version(lua_State *L) {
+  qt_tensor *t = lq_checklive(L, 1, "_version");
+  lua_pushinteger(L, t->storage != NULL ? (lua_Integer)t->storage->version : 0);
+  return 1;
+}
+
 static int t_item(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   qt_tensor *t = lq_checklive(L, 1, "item");
@@ -630,11 +636,37 @@ static int t_setkeyed(lua_State *L, qt_ctx *ctx, qt_tensor *t, const qt_tensor *
 
 /* __index: methods by name (upvalue 2 is the methods table), elements or row views by
 ** integer, nil for anything else. */
+/* The result of a keyed read (t[i], t[{...}], t[mask]) is on top: a library that follows
+** reads (qlua.autograd records them) sets the metatable's __keyed(t, key, result), whose
+** return value is then the read's. */
+static int t_keyed(lua_State *L) {
+  if (lua_getmetatable(L, 1)) {
+    if (lua_getfield(L, -1, "__keyed") == LUA_TFUNCTION) {
+      lua_pushvalue(L, 1);
+      lua_pushvalue(L, 2);
+      lua_pushvalue(L, -5);
+      lua_call(L, 3, 1);
+      return 1;
+    }
+    lua_pop(L, 2);
+  }
+  return 1;
+}
+
 static int t_index(lua_State *L) {
   switch (lua_type(L, 2)) {
     case LUA_TSTRING:
       lua_pushvalue(L, 2);
-      lua_rawget(L, lua_upvalueindex(2));
+      if (lua_rawget(L, lua_upvalueindex(2)) != LUA_TNIL) return 1;
+      /* not a method: a field of the tensor, when a library gives the tensors fields
+      ** (qlua.autograd's t.grad) through the metatable's __getfield(t, key) */
+      if (lua_getmetatable(L, 1) && lua_getfield(L, -1, "__getfield") == LUA_TFUNCTION) {
+        lua_pushvalue(L, 1);
+        lua_pushvalue(L, 2);
+        lua_call(L, 2, 1);
+      } else {
+        lua_pushnil(L);
+      }
       return 1;
     case LUA_TNUMBER: {
       lq_enter(L);  /* an op: not through the trampoline (upvalue 2 is the methods table) */
@@ -652,7 +684,7 @@ static int t_index(lua_State *L) {
         t_pushselect(L, ctx, t, 0, i, "index");
       }
       lq_leave(L);
-      return 1;
+      return t_keyed(L);
     }
     case LUA_TTABLE: {
       lq_enter(L);
@@ -660,7 +692,7 @@ static int t_index(lua_State *L) {
       qt_tensor *t = lq_checklive(L, 1, "index");
       t_pushtableview(L, ctx, t, 2);
       lq_leave(L);
-      return 1;
+      return t_keyed(L);
     }
     default: {
       qt_tensor *key = qlua_totensor(L, 2);
@@ -673,7 +705,7 @@ static int t_index(lua_State *L) {
       qt_tensor *t = lq_checklive(L, 1, "index");
       t_pushkeyed(L, ctx, t, key);
       lq_leave(L);
-      return 1;
+      return t_keyed(L);
     }
   }
 }
@@ -682,6 +714,17 @@ static int t_index(lua_State *L) {
 ** an N-D tensor is filled (number) or copied into (tensor, broadcast). */
 static int t_newindex(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
+  if (lua_type(L, 2) == LUA_TSTRING) {  /* t.name = v: a field, through __setfield */
+    if (lua_getmetatable(L, 1) && lua_getfield(L, -1, "__setfield") == LUA_TFUNCTION) {
+      lua_pushvalue(L, 1);
+      lua_pushvalue(L, 2);
+      lua_pushvalue(L, 3);
+      lua_call(L, 3, 0);
+      return 0;
+    }
+    return luaL_error(L, "index: cannot assign to key '%s' of a qlua.Tensor",
+                      lua_tostring(L, 2));
+  }
   qt_tensor *t = lq_checklive(L, 1, "index");
   /* a write into t: refused for an expanded t as every in-place write is, even where the
   ** part written (a row of it) is not expanded itself: the other rows share it */
@@ -741,6 +784,8 @@ static const lq_Reg t_methods[] = {
   {"device", t_device, 1, "()", "the device's name: \"cpu\", \"gpu:0\", ..."},
   {"is_contiguous", t_is_contiguous, 1, "()",
    "true when the elements are dense in row-major order"},
+  {"_version", t_version, 1, "()",
+   "how many in-place writes t's storage has had, through any view (autograd's check)"},
   {"item", t_item, 1, "()",
    "the value of a one-element tensor (an integer for integer dtypes)"},
   {"totable", lq_totable, 1, "()", "nested Lua tables of the values (a number for 0-d)"},

@@ -84,12 +84,15 @@ bool ops_float_fits(qt_dtype d, double v) {
 
 /* In-place targets: a dimension of stride 0 and size > 1 (an expanded view) would make
 ** several elements one memory location, and a parallel device would race on it. */
+/* Every in-place write asks here first, so this is also where the storage's version
+** counter moves (counted when the write is allowed, whether or not it then succeeds). */
 int ops_check_writable(qt_ctx *ctx, const char *op, const qt_tensor *t) {
   for (int d = 0; d < t->ndim; d++)
     if (t->stride[d] == 0 && t->size[d] > 1)
       return qt_errorf(&ctx->err,
                        "%s: cannot write into an expanded tensor (dim %d has stride 0)", op,
                        d + 1);
+  if (t->storage != NULL) t->storage->version++;
   return 0;
 }
 
