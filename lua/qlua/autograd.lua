@@ -1,0 +1,1094 @@
+--[[
+lua/qlua/autograd.lua — reverse-mode automatic differentiation over qlua's tensors.
+
+  local autograd = require "qlua.autograd"     -- also qlua.autograd, qlua.no_grad, ...
+  local w = qlua.randn({3, 2}, {dtype = "float64", requires_grad = true})
+  local loss = (x:matmul(w)):tanh():sum()        -- a 0-d tensor while it records
+  loss:backward()                                -- w.grad now holds d loss / d w
+
+PyTorch's model: tensors that require grad record the ops made on them (a node per op,
+holding what its derivative needs); backward walks the nodes from the output in reverse
+order and accumulates into the leaves' .grad. Every derivative is written here once, in
+terms of qlua's own ops, so it runs on every device and dtype, and with
+create_graph = true the backward itself records (double backward).
+
+Loading the module wraps qlua.Tensor's methods (and qlua's module functions that take
+tensors) with a check that costs one table lookup per tensor argument: only a call with
+an operand that requires grad, while recording is on, goes through the recorder. A method
+with no derivative here raises when an operand requires grad (never a silent zero); one
+whose result is not floating (comparisons, argmax) records nothing.
+]]
+
+local qlua = rawget(_G, "qlua") or require("qlua")
+if qlua.autograd then return qlua.autograd end
+
+local Tensor = qlua.Tensor
+local METHODS = rawget(Tensor, "__methods")
+local is_tensor = qlua.is_tensor
+local pack, unpack, select, type, pairs, ipairs, error = table.pack, table.unpack, select,
+  type, pairs, ipairs, error
+
+local A = {}
+
+-- ------------------------------------------------------------- per-tensor state
+-- info[t] = { req = true, grad = tensor|nil, node = node|nil, idx = output position }
+-- Weak keys: a tensor's state goes with it; a node reachable only through the state of
+-- tensors that are gone goes too (ephemerons), so an unreachable graph is collected.
+local info = setmetatable({}, { __mode = "k" })
+local enabled = true
+
+local FLOAT = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+
+local function requires(t)
+  local s = info[t]
+  return s ~= nil and s.req
+end
+
+-- the raw (C) functions, as they were before any wrapping
+local raw = {}
+for k, v in pairs(METHODS) do raw[k] = v end
+local raw_index, raw_newindex = rawget(Tensor, "__index"), rawget(Tensor, "__newindex")
+local OPERATORS = { "__add", "__sub", "__mul", "__div", "__unm", "__pow", "__mod", "__idiv" }
+for _, k in ipairs(OPERATORS) do raw[k] = rawget(Tensor, k) end
+local rawq = {}
+for k, v in pairs(qlua) do rawq[k] = v end
+
+-- ------------------------------------------------------------- grad mode
+local function with_mode(mode, fn, ...)
+  local saved = enabled
+  enabled = mode
+  local res = pack(pcall(fn, ...))
+  enabled = saved
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, res.n)
+end
+function A.no_grad(fn, ...) return with_mode(false, fn, ...) end
+function A.enable_grad(fn, ...) return with_mode(true, fn, ...) end
+function A.set_grad_enabled(flag) enabled = flag and true or false end
+function A.is_grad_enabled() return enabled end
+
+-- ------------------------------------------------------------- helpers used by derivatives
+local function shape_of(t) return t:shape() end
+
+-- g summed down to shape (broadcasting's reverse: leading dims and the size-1 dims)
+local function sum_to(g, shape)
+  local gs = g:shape()
+  local nd, ns = #gs, #shape
+  local same = nd == ns
+  if same then for d = 1, ns do if gs[d] ~= shape[d] then same = false; break end end end
+  if same then return g end
+  local lead, dims = nd - ns, {}
+  for d = 1, lead do dims[#dims + 1] = d end
+  for d = 1, ns do
+    if shape[d] == 1 and gs[d + lead] ~= 1 then dims[#dims + 1] = d + lead end
+  end
+  if #dims > 0 then g = g:sum(dims, true) end
+  return g:reshape(shape)
+end
+A.sum_to = sum_to
+
+-- the dims a reduction took, as a sorted list (nil: all)
+local function dim_list(x, dim)
+  if dim == nil then
+    local l = {}
+    for d = 1, x:dim() do l[d] = d end
+    return l
+  end
+  local l = type(dim) == "table" and { unpack(dim) } or { dim }
+  table.sort(l)
+  return l
+end
+
+-- g of a reduction's result, back to x's shape (keepdim or not)
+local function unreduce(g, x, dim, keepdim)
+  if x:dim() == 0 then return g:reshape({}) end
+  if not keepdim then
+    for _, d in ipairs(dim_list(x, dim)) do g = g:unsqueeze(d) end
+  end
+  return g:expand(x:shape())
+end
+
+local function count_of(x, dim)
+  local n, shape = 1, x:shape()
+  for _, d in ipairs(dim_list(x, dim)) do n = n * shape[d] end
+  return n
+end
+
+local function last_two(t) local n = t:dim(); return t:transpose(n - 1, n) end
+
+local function where0(mask, g) return qlua.where(mask, g, 0) end
+
+-- ------------------------------------------------------------- the derivative table
+-- D[name] = { backward = function(g, args, out) -> { [arg position] = gradient } ,
+--             out = true when backward reads the result, multi = true when the op returns
+--             several tensors (g and out are then lists) }
+-- args are the call's arguments (args[1] is self for a method). A gradient may be given
+-- in a broadcast shape: the engine sums it back to the input's (sum_to).
+local D = {}
+A.derivatives = D
+
+local function unary(f, uses_out)
+  return { out = uses_out, backward = function(g, a, out) return { f(g, a[1], out) } end }
+end
+
+D.neg = unary(function(g) return -g end)
+D.__unm = D.neg
+D.exp = unary(function(g, _, y) return g * y end, true)
+D.exp2 = unary(function(g, _, y) return g * y * math.log(2) end, true)
+D.expm1 = unary(function(g, _, y) return g * (y + 1) end, true)
+D.log = unary(function(g, x) return g / x end)
+D.log2 = unary(function(g, x) return g / (x * math.log(2)) end)
+D.log10 = unary(function(g, x) return g / (x * math.log(10)) end)
+D.log1p = unary(function(g, x) return g / (x + 1) end)
+D.sqrt = unary(function(g, _, y) return g * 0.5 / y end, true)
+D.rsqrt = unary(function(g, _, y) return g * -0.5 * y * y * y end, true)
+D.sin = unary(function(g, x) return g * x:cos() end)
+D.cos = unary(function(g, x) return -(g * x:sin()) end)
+D.tan = unary(function(g, _, y) return g * (y * y + 1) end, true)
+D.asin = unary(function(g, x) return g * (-(x * x) + 1):rsqrt() end)
+D.acos = unary(function(g, x) return -(g * (-(x * x) + 1):rsqrt()) end)
+D.atan = unary(function(g, x) return g / (x * x + 1) end)
+D.sinh = unary(function(g, x) return g * x:cosh() end)
+D.cosh = unary(function(g, x) return g * x:sinh() end)
+D.tanh = unary(function(g, _, y) return g * (-(y * y) + 1) end, true)
+D.asinh = unary(function(g, x) return g * (x * x + 1):rsqrt() end)
+D.acosh = unary(function(g, x) return g * (x * x - 1):rsqrt() end)
+D.atanh = unary(function(g, x) return g / (-(x * x) + 1) end)
+D.sigmoid = unary(function(g, _, y) return g * y * (-y + 1) end, true)
+D.square = unary(function(g, x) return g * x * 2 end)
+D.reciprocal = unary(function(g, _, y) return -(g * y * y) end, true)
+D.abs = unary(function(g, x) return g * x:sign() end)
+D.relu = unary(function(g, x) return where0(x:gt(0), g) end)
+D.erf = unary(function(g, x) return g * (-(x * x)):exp() * (2 / math.sqrt(math.pi)) end)
+D.erfc = unary(function(g, x) return g * (-(x * x)):exp() * (-2 / math.sqrt(math.pi)) end)
+D.silu = unary(function(g, x)
+  local s = x:sigmoid()
+  return g * s * (x * (-s + 1) + 1)
+end)
+D.softplus = unary(function(g, x) return g * x:sigmoid() end)
+D.gelu = unary(function(g, x)
+  local cdf = ((x * (1 / math.sqrt(2))):erf() + 1) * 0.5
+  local pdf = (x * x * -0.5):exp() * (1 / math.sqrt(2 * math.pi))
+  return g * (cdf + x * pdf)
+end)
+local function zero_grad(g) return g * 0 end
+for _, name in ipairs({ "floor", "ceil", "round", "trunc", "sign" }) do D[name] = unary(zero_grad) end
+D.frac = unary(function(g) return g end)
+D.clamp = { backward = function(g, a)
+  local x, lo, hi = a[1], a[2], a[3]
+  local keep
+  if lo ~= nil then keep = x:ge(lo) end
+  if hi ~= nil then keep = keep and keep:logical_and(x:le(hi)) or x:le(hi) end
+  return { keep and where0(keep, g) or g }
+end }
+
+-- binary ops: either operand may be a number (then it gets no gradient)
+local function binary(fa, fb, uses_out)
+  return { out = uses_out, backward = function(g, a, out)
+    local x, y = a[1], a[2]
+    return { is_tensor(x) and fa(g, x, y, out) or nil, is_tensor(y) and fb(g, x, y, out) or nil }
+  end }
+end
+D.add = binary(function(g) return g end, function(g) return g end)
+D.sub = binary(function(g) return g end, function(g) return -g end)
+D.mul = binary(function(g, _, y) return g * y end, function(g, x) return g * x end)
+D.div = binary(function(g, _, y) return g / y end,
+               function(g, x, y) return -(g * x / (y * y)) end)
+D.pow = binary(function(g, x, y)
+                 if type(y) == "number" then
+                   if y == 0 then return g * 0 end
+                   return g * y * x ^ (y - 1)
+                 end
+                 return g * y * x ^ (y - 1)
+               end,
+               function(g, x, _, out)
+                 if type(x) == "number" then return g * out * math.log(x) end
+                 return g * out * x:log()
+               end, true)
+-- ties: each side gets half, as PyTorch's maximum and minimum
+local function pick_grad(cmp)
+  return function(g, x, y)
+    local other = is_tensor(y) and y or y
+    local m = x[cmp](x, other)
+    local tie = x:eq(other)
+    return where0(m, g) + where0(tie, g * 0.5)
+  end
+end
+D.maximum = binary(pick_grad("gt"), function(g, x, y) return pick_grad("gt")(g, y, x) end)
+D.minimum = binary(pick_grad("lt"), function(g, x, y) return pick_grad("lt")(g, y, x) end)
+D.__add, D.__sub, D.__mul, D.__div, D.__pow = D.add, D.sub, D.mul, D.div, D.pow
+
+D.where = { backward = function(g, a)
+  local cond, x, y = a[1], a[2], a[3]
+  return { nil, is_tensor(x) and qlua.where(cond, g, 0) or nil,
+           is_tensor(y) and qlua.where(cond, 0, g) or nil }
+end }
+
+-- reductions
+D.sum = { backward = function(g, a) return { unreduce(g, a[1], a[2], a[3]) } end }
+D.mean = { backward = function(g, a)
+  return { unreduce(g, a[1], a[2], a[3]) / count_of(a[1], a[2]) }
+end }
+D.logsumexp = { out = true, backward = function(g, a, out)
+  local x, dim, keepdim = a[1], a[2], a[3]
+  local back = unreduce(out, x, dim, keepdim)
+  return { unreduce(g, x, dim, keepdim) * (x - back):exp() }
+end }
+
+-- softmax family
+D.softmax = { out = true, backward = function(g, a, y)
+  return { y * (g - (g * y):sum(a[2], true)) }
+end }
+D.log_softmax = { out = true, backward = function(g, a, y)
+  return { g - y:exp() * g:sum(a[2], true) }
+end }
+D.cross_entropy = { backward = function(g, a)
+  local logits, target, opts = a[1], a[2], a[3] or {}
+  if opts.ignore_index ~= nil or (opts.label_smoothing or 0) ~= 0 then
+    error("cross_entropy: no derivative for ignore_index or label_smoothing yet", 0)
+  end
+  local cdim = logits:dim() == 1 and 1 or 2
+  local p = logits:softmax(cdim)
+  local want
+  if FLOAT[target:dtype()] then
+    want = target
+  else
+    local t = cdim == 2 and target:unsqueeze(2) or target
+    want = A.no_grad(function()
+      return qlua.zeros_like(logits):scatter_(cdim, t, 1)
+    end)
+  end
+  local grad = p - want
+  local red = opts.reduction or "mean"
+  if red == "none" then
+    if cdim == 2 then g = g:unsqueeze(2) end
+    return { grad * g }
+  elseif red == "mean" and cdim == 2 then
+    return { grad * g / logits:size(1) }
+  end
+  return { grad * g }
+end }
+
+-- products
+local function mm_grads(g, a, b)
+  local A2 = a:dim() == 1 and a:unsqueeze(1) or a
+  local B2 = b:dim() == 1 and b:unsqueeze(2) or b
+  local G = g
+  if a:dim() == 1 and b:dim() == 1 then
+    return g * b, g * a
+  end
+  if a:dim() == 1 then G = G:unsqueeze(G:dim()) end
+  if b:dim() == 1 then G = G:unsqueeze(G:dim() + 1) end
+  local ga = sum_to(G:matmul(last_two(B2)), A2:shape()):reshape(a:shape())
+  local gb = sum_to(last_two(A2):matmul(G), B2:shape()):reshape(b:shape())
+  return ga, gb
+end
+local function product(g, x, y)
+  local ga, gb = mm_grads(g, x, y)
+  return { requires(x) and ga or nil, requires(y) and gb or nil }
+end
+D.matmul = { backward = function(g, a) return product(g, a[1], a[2]) end }
+D.mv, D.dot, D.bmm = D.matmul, D.matmul, D.matmul
+D.outer = { backward = function(g, a)
+  return { g:matmul(a[2]), g:t():matmul(a[1]) }
+end }
+
+-- shape ops and copies
+local function back_shape(g, a) return { g:reshape(a[1]:shape()) } end
+D.view = { backward = back_shape }
+D.reshape, D.flatten, D.squeeze, D.unflatten = D.view, D.view, D.view, D.view
+D.view_as = { backward = back_shape }
+D.unsqueeze = { backward = function(g, a) return { g:squeeze(a[2]) } end }
+D.transpose = { backward = function(g, a) return { g:transpose(a[2], a[3]) } end }
+D.t = { backward = function(g) return { g:t() } end }
+D.permute = { backward = function(g, a)
+  local perm = type(a[2]) == "table" and a[2] or { select(2, unpack(a, 1, a.n)) }
+  local inv = {}
+  for i, p in ipairs(perm) do inv[p] = i end
+  return { g:permute(inv) }
+end }
+D.expand = { backward = function(g, a) return { sum_to(g, a[1]:shape()) } end }
+D.expand_as = D.expand
+D.contiguous = { backward = function(g) return { g } end }
+D.clone = D.contiguous
+D.flip = { backward = function(g, a) return { g:flip(a[2]) } end }
+local function to_like(g, x) return g:to(x:dtype()):to(x:device()) end
+for _, name in ipairs({ "to", "float", "double", "half", "bfloat16", "cpu", "gpu" }) do
+  D[name] = { backward = function(g, a) return { to_like(g, a[1]) } end }
+end
+
+-- g placed at [start, start + length) of dim in zeros of x's shape (differentiable: cat)
+local function pad_along(g, x, dim, start, length)
+  local size = x:size(dim)
+  local parts = {}
+  local function zeros(n)
+    local s = x:shape(); s[dim] = n
+    return qlua.zeros(s, { dtype = g:dtype(), device = g:device() })
+  end
+  if start > 1 then parts[#parts + 1] = zeros(start - 1) end
+  parts[#parts + 1] = g
+  if start + length - 1 < size then parts[#parts + 1] = zeros(size - start - length + 1) end
+  if #parts == 1 then return g end
+  return qlua.cat(parts, dim)
+end
+D.narrow = { backward = function(g, a) return { pad_along(g, a[1], a[2], a[3], a[4]) } end }
+D.select = { backward = function(g, a)
+  return { pad_along(g:unsqueeze(a[2]), a[1], a[2], a[3], 1) }
+end }
+D.cat = { backward = function(g, a)
+  local list, dim = a[1], a[2] or 1
+  local grads, at = {}, 1
+  for i, t in ipairs(list) do
+    local n = t:size(dim)
+    grads[i] = g:narrow(dim, at, n)
+    at = at + n
+  end
+  return { grads }
+end, list = true }
+D.stack = { backward = function(g, a)
+  local list, dim = a[1], a[2] or 1
+  local grads = {}
+  for i = 1, #list do grads[i] = g:select(dim, i) end
+  return { grads }
+end, list = true }
+local function split_back(gs, a, _, node)
+  local x = a[1]
+  local dim = a[3] or 1
+  local parts = {}
+  for i = 1, node.nout do
+    local sh = node.shapes[i]
+    parts[i] = gs[i] or qlua.zeros(sh[1], { dtype = sh[2], device = sh[3] })
+  end
+  return { #parts == 1 and parts[1] or qlua.cat(parts, dim):reshape(x:shape()) }
+end
+D.split = { multi = "list", backward = split_back }
+-- t[k]: the gradient written back where the read took its elements (first order only:
+-- the write is not recorded)
+D.index = { backward = function(g, a)
+  local x, k = a[1], a[2]
+  if enabled and requires(g) then
+    error("backward: create_graph through a t[...] read is not recorded yet (use narrow or select)", 0)
+  end
+  return { A.no_grad(function()
+    local gx = qlua.zeros(x:shape(), { dtype = g:dtype(), device = g:device() })
+    raw_newindex(gx, k, g)
+    return gx
+  end) }
+end }
+D.chunk = { multi = "list", backward = split_back }
+
+-- ------------------------------------------------------------- recording
+local Node = {}
+Node.__index = Node
+
+local function tensor_args(args, def)
+  -- yields (position, tensor, list index) for each tensor argument
+  local out = {}
+  for i = 1, args.n do
+    local v = args[i]
+    if is_tensor(v) then out[#out + 1] = { i, v }
+    elseif def and def.list and i == 1 and type(v) == "table" then
+      for j, t in ipairs(v) do if is_tensor(t) then out[#out + 1] = { i, t, j } end end
+    end
+  end
+  return out
+end
+
+local function edge_of(t)
+  local s = info[t]
+  if s == nil or not s.req then return nil end
+  if s.node then return { node = s.node, idx = s.idx } end
+  return { leaf = t }
+end
+
+local record_read
+-- the names called as plain functions (module functions, operators), not as methods
+local PLAIN = { matmul = true, where = true, cat = true, stack = true, cross_entropy = true,
+                einsum = true, addmm = true, __add = true, __sub = true, __mul = true,
+                __div = true, __unm = true, __pow = true, __mod = true, __idiv = true }
+local finisher
+local function record(name, fn, ...)
+  local def = D[name]
+  local args = pack(...)
+  local res = pack(finisher(name, not PLAIN[name])(pcall(fn, ...)))
+  if def == nil then
+    -- inspection, comparisons, integer results: nothing to differentiate
+    for k = 1, res.n do
+      local o = res[k]
+      local list = type(o) == "table" and not is_tensor(o) and o or { o }
+      for _, v in ipairs(list) do
+        if is_tensor(v) and FLOAT[v:dtype()] then
+          error(name .. ": no derivative in qlua.autograd yet (an operand requires grad); "
+                  .. "run it under qlua.no_grad or on t:detach()", 0)
+        end
+      end
+    end
+    return unpack(res, 1, res.n)
+  end
+  local node = setmetatable({ name = name, def = def, args = args, edges = {}, versions = {} }, Node)
+  for _, e in ipairs(tensor_args(args, def)) do
+    local pos, t, j = e[1], e[2], e[3]
+    local edge = edge_of(t)
+    if edge then edge.pos, edge.j = pos, j; node.edges[#node.edges + 1] = edge end
+    node.versions[#node.versions + 1] = { t, t:_version() }
+  end
+  -- the results: floating tensors become the node's outputs
+  local outs = res
+  if def.multi == "list" then outs = res[1] end
+  node.nout = 0
+  local kept = {}
+  for k = 1, (def.multi == "list" and #outs or outs.n) do
+    local o = outs[k]
+    if is_tensor(o) and FLOAT[o:dtype()] then
+      info[o] = { req = true, node = node, idx = k }
+      node.nout = math.max(node.nout, k)
+      if def.out then kept[k] = o; node.versions[#node.versions + 1] = { o, o:_version() } end
+    end
+  end
+  node.outs = kept
+  node.shapes = {}
+  for k = 1, node.nout do
+    local o = outs[k]
+    if is_tensor(o) then node.shapes[k] = { o:shape(), o:dtype(), o:device() } end
+  end
+  return unpack(res, 1, res.n)
+end
+
+-- a keyed read already made (t[k] is r): recorded as the op "index"
+record_read = function(t, k, r)
+  local node = setmetatable({ name = "index", def = D.index, args = pack(t, k), edges = {},
+                              versions = {}, outs = {}, nout = 1 }, Node)
+  local edge = edge_of(t)
+  edge.pos = 1
+  node.edges[1] = edge
+  node.versions[1] = { t, t:_version() }
+  if is_tensor(k) then node.versions[2] = { k, k:_version() } end
+  node.shapes = { { r:shape(), r:dtype(), r:device() } }
+  r = raw.expand(r, r:shape())        -- its own userdata: the view may be shared
+  info[r] = { req = true, node = node, idx = 1 }
+  return r
+end
+
+-- is any tensor operand (or a tensor in a leading list) one that requires grad?
+local function needs(...)
+  local n = select("#", ...)
+  for i = 1, n do
+    local v = select(i, ...)
+    local s = info[v]
+    if s ~= nil and s.req then return true end
+    if i == 1 and type(v) == "table" and not is_tensor(v) then
+      for _, t in ipairs(v) do
+        local st = info[t]
+        if st ~= nil and st.req then return true end
+      end
+    end
+  end
+  return false
+end
+
+local function leaf_check(name, t)
+  local s = info[t]
+  if s and s.req then
+    if s.node == nil then
+      error(name .. ": a leaf tensor that requires grad cannot be changed in place "
+              .. "(do it under qlua.no_grad, or on t:detach())", 0)
+    end
+    error(name .. ": in-place ops on a tensor that is part of a graph are not recorded "
+            .. "yet (use the out-of-place op)", 0)
+  end
+end
+
+-- The wrappers call the C function through pcall, so that an argument error says what
+-- it said unwrapped: luaL_argerror names the function from its caller's frame, which is
+-- now the wrapper's ("bad argument #3 to '?'"); the op's name and, for a method, the
+-- position counted without self are put back.
+local FIX = {}
+function finisher(name, method)
+  local key = (method and "m:" or "f:") .. name
+  local f = FIX[key]
+  if f then return f end
+  local function fix(n)
+    n = tonumber(n)
+    if method then n = n - 1 end
+    if n == 0 then return "calling '" .. name .. "' on bad self" end
+    return "bad argument #" .. n .. " to '" .. name .. "'"
+  end
+  f = function(ok, ...)
+    if ok then return ... end
+    local e = ...
+    if type(e) == "string" then e = e:gsub("^bad argument #(%d+) to '%?'", fix, 1) end
+    error(e, 0)
+  end
+  FIX[key] = f
+  return f
+end
+
+local function wrap_method(name, fn)
+  local fin = finisher(name, true)
+  if name:sub(-1) == "_" then                   -- in place
+    return function(self, ...)
+      if enabled and (needs(self) or needs(...)) then
+        if needs(self) then leaf_check(name, self) end
+        error(name .. ": an operand requires grad and in-place ops are not recorded yet", 0)
+      end
+      return fin(pcall(fn, self, ...))
+    end
+  end
+  return function(...)
+    if enabled and needs(...) then return record(name, fn, ...) end
+    return fin(pcall(fn, ...))
+  end
+end
+
+-- the full reductions return a 0-d tensor while recording, so that backward has
+-- something to start from (a Lua number when nothing records, as always)
+local function full_reduction(name, fn)
+  local fin = finisher(name, true)
+  return function(self, dim, ...)
+    if dim == nil and select("#", ...) == 0 and enabled and needs(self) then
+      local all = {}
+      for d = 1, self:dim() do all[d] = d end
+      if #all == 0 then return record(name, function(t) return t:clone() end, self) end
+      return record(name, function(t) return fn(t, all) end, self)
+    end
+    if enabled and needs(self, dim, ...) then return record(name, fn, self, dim, ...) end
+    return fin(pcall(fn, self, dim, ...))
+  end
+end
+
+-- ------------------------------------------------------------- the engine
+local function accumulate(buf, key, g)
+  local old = buf[key]
+  buf[key] = old and old + g or g
+end
+
+local function check_versions(node)
+  for _, v in ipairs(node.versions) do
+    local t, ver = v[1], v[2]
+    local ok, now = pcall(t._version, t)
+    if ok and now ~= ver then
+      error(string.format("backward: a tensor that %s saved was changed in place since " ..
+                          "(version %d, now %d)", node.name, ver, now), 0)
+    end
+  end
+end
+
+-- roots: list of {tensor, gradient}; capture: tensor -> slot (autograd.grad's inputs)
+local function run(roots, retain, create, capture)
+  -- topological order of the reachable nodes (iterative depth-first post-order)
+  local order, seen = {}, {}
+  local stack = {}
+  for _, r in ipairs(roots) do
+    local s = info[r[1]]
+    if s and s.node and not seen[s.node] then
+      stack[#stack + 1] = { s.node, 1 }
+      seen[s.node] = true
+    end
+  end
+  while #stack > 0 do
+    local top = stack[#stack]
+    local node, i = top[1], top[2]
+    local e = node.edges[i]
+    if e then
+      top[2] = i + 1
+      if e.node and not seen[e.node] then
+        seen[e.node] = true
+        stack[#stack + 1] = { e.node, 1 }
+      end
+    else
+      stack[#stack] = nil
+      order[#order + 1] = node
+    end
+  end
+  -- autograd.grad: only the nodes that lead to an input run (the graph past an input
+  -- that is itself a result is left as it is)
+  local needed
+  if capture then
+    needed = {}
+    local makes = {}
+    for t in pairs(capture) do
+      local s = info[t]
+      if s and s.node then makes[s.node] = true end
+    end
+    for _, node in ipairs(order) do     -- children before parents
+      for _, e in ipairs(node.edges) do
+        if (e.leaf and capture[e.leaf]) or (e.node and (needed[e.node] or makes[e.node])) then
+          needed[node] = true
+          break
+        end
+      end
+    end
+  end
+  local bufs = {}
+  local captured = {}
+  local function give_leaf(t, g)
+    if capture then
+      local slot = capture[t]
+      if slot then accumulate(captured, slot, g) end
+      return
+    end
+    local s = info[t]
+    if s.grad == nil then
+      s.grad = create and g or A.no_grad(function() return g:clone() end)
+    elseif create then
+      s.grad = s.grad + g
+    else
+      A.no_grad(function() s.grad:add_(g) end)
+    end
+  end
+  for _, r in ipairs(roots) do
+    local s = info[r[1]]
+    if s and s.node then
+      bufs[s.node] = bufs[s.node] or {}
+      accumulate(bufs[s.node], s.idx, r[2])
+    elseif s and s.req then
+      give_leaf(r[1], r[2])
+    end
+  end
+  local saved = enabled
+  enabled = create and true or false
+  local ok, err = pcall(function()
+    for k = #order, 1, -1 do
+      local node = order[k]
+      local gs = bufs[node]
+      if gs then
+        bufs[node] = nil
+        if capture then
+          for t, slot in pairs(capture) do
+            local s = info[t]
+            if s and s.node == node and gs[s.idx] then accumulate(captured, slot, gs[s.idx]) end
+          end
+        end
+        if needed and not needed[node] then goto continue end
+        if node.freed then
+          error("backward: the graph was already freed by an earlier backward (" .. node.name
+                  .. "); pass retain_graph = true to the first one to go through it again", 0)
+        end
+        check_versions(node)
+        local def = node.def
+        local g, out
+        if def.multi then g, out = gs, node.outs
+        else g, out = gs[1], node.outs[1] end
+        if not def.multi and g == nil then
+          local sh = node.shapes[1]
+          g = qlua.zeros(sh[1], { dtype = sh[2], device = sh[3] })
+        end
+        local grads = def.backward(g, node.args, out, node)
+        for _, e in ipairs(node.edges) do
+          local gi = grads[e.pos]
+          if e.j then gi = gi and gi[e.j] end
+          if gi ~= nil then
+            local t = e.j and node.args[e.pos][e.j] or node.args[e.pos]
+            if is_tensor(gi) then gi = sum_to(gi, t:shape()) end
+            if e.leaf then give_leaf(e.leaf, gi)
+            else
+              bufs[e.node] = bufs[e.node] or {}
+              accumulate(bufs[e.node], e.idx, gi)
+            end
+          end
+        end
+        if not retain then node.args, node.outs, node.freed = nil, nil, true end
+      end
+      ::continue::
+    end
+  end)
+  enabled = saved
+  if not ok then error(err, 0) end
+  return captured
+end
+
+local function check_gradient(y, g, who)
+  if g == nil then
+    if y:numel() ~= 1 then
+      error(who .. ": a gradient is needed for a tensor of " .. y:numel() ..
+              " elements (only a one-element output has an implicit gradient of 1)", 0)
+    end
+    return qlua.ones_like(y)
+  end
+  if type(g) == "number" then return qlua.full_like(y, g) end
+  if not is_tensor(g) then error(who .. ": the gradient must be a tensor, got a " .. type(g), 0) end
+  local ys, gs = table.concat(y:shape(), "x"), table.concat(g:shape(), "x")
+  if ys ~= gs then error(who .. ": gradient of shape " .. gs .. " for a tensor of shape " .. ys, 0) end
+  return g
+end
+
+function A.backward(y, gradient, opts)
+  if type(gradient) == "table" and not is_tensor(gradient) then gradient, opts = nil, gradient end
+  opts = opts or {}
+  if not requires(y) then
+    error("backward: the tensor does not require grad (no recorded op made it)", 0)
+  end
+  local g = check_gradient(y, gradient, "backward")
+  local create = opts.create_graph and true or false
+  run({ { y, g } }, opts.retain_graph or create, create, nil)
+end
+
+function A.grad(outputs, inputs, opts)
+  opts = opts or {}
+  local single_in = is_tensor(inputs)
+  if is_tensor(outputs) then outputs = { outputs } end
+  if single_in then inputs = { inputs } end
+  local gouts = opts.grad_outputs
+  if is_tensor(gouts) then gouts = { gouts } end
+  local roots = {}
+  for i, y in ipairs(outputs) do
+    if not requires(y) then error("autograd.grad: output " .. i .. " does not require grad", 0) end
+    roots[i] = { y, check_gradient(y, gouts and gouts[i], "autograd.grad") }
+  end
+  local capture = {}
+  for i, x in ipairs(inputs) do
+    if not requires(x) then error("autograd.grad: input " .. i .. " does not require grad", 0) end
+    capture[x] = i
+  end
+  local create = opts.create_graph and true or false
+  local retain = opts.retain_graph
+  if retain == nil then retain = create end
+  local got = run(roots, retain, create, capture)
+  local res = {}
+  for i, x in ipairs(inputs) do
+    local g = got[i]
+    if g == nil and not opts.allow_unused then
+      error("autograd.grad: input " .. i .. " was not used to compute the outputs "
+              .. "(allow_unused = true gives nil for it)", 0)
+    end
+    if g ~= nil then g = sum_to(g, x:shape()) end
+    res[i] = g
+  end
+  return res
+end
+
+-- ------------------------------------------------------------- custom functions
+--   local Cube = qlua.autograd.Function{
+--     forward = function(ctx, x) ctx:save_for_backward(x); return x ^ 3 end,
+--     backward = function(ctx, g) local x = ctx.saved_tensors[1]; return g * 3 * x ^ 2 end }
+--   local y = Cube(x)            -- or Cube.apply(x)
+function A.Function(spec)
+  if type(spec) ~= "table" or type(spec.forward) ~= "function" or type(spec.backward) ~= "function" then
+    error("autograd.Function: expects {forward = function(ctx, ...), backward = function(ctx, grad, ...)}", 0)
+  end
+  local F = {}
+  local def = { multi = true }
+  def.backward = function(gs, args, _)
+    local ctx = args.ctx
+    local g = {}
+    for k = 1, ctx.nout do
+      g[k] = gs[k] or qlua.zeros(ctx.shapes[k][1], { dtype = ctx.shapes[k][2], device = ctx.shapes[k][3] })
+    end
+    local r = pack(spec.backward(ctx, unpack(g, 1, ctx.nout)))
+    local grads = {}
+    for i = 1, args.n do grads[i] = r[i] end
+    return grads
+  end
+  function F.apply(...)
+    local args = pack(...)
+    local ctx = { needs_input_grad = {}, saved_tensors = {}, nondiff = {} }
+    function ctx.save_for_backward(c, ...) c.saved_tensors = { ... } end
+    function ctx.mark_non_differentiable(c, ...) for _, t in ipairs({ ... }) do c.nondiff[t] = true end end
+    local any = false
+    for i = 1, args.n do
+      ctx.needs_input_grad[i] = is_tensor(args[i]) and requires(args[i]) or false
+      any = any or ctx.needs_input_grad[i]
+    end
+    local res = pack(A.no_grad(spec.forward, ctx, ...))
+    if not (enabled and any) then return unpack(res, 1, res.n) end
+    local node = setmetatable({ name = spec.name or "Function", def = def, args = args, edges = {},
+                                versions = {} }, Node)
+    args.ctx = ctx
+    for i = 1, args.n do
+      local t = args[i]
+      if is_tensor(t) then
+        local edge = edge_of(t)
+        if edge then edge.pos = i; node.edges[#node.edges + 1] = edge end
+      end
+    end
+    for _, t in ipairs(ctx.saved_tensors) do
+      if is_tensor(t) then node.versions[#node.versions + 1] = { t, t:_version() } end
+    end
+    ctx.shapes, ctx.nout = {}, res.n
+    node.outs, node.shapes = {}, {}
+    for k = 1, res.n do
+      local o = res[k]
+      if is_tensor(o) then
+        ctx.shapes[k] = { o:shape(), o:dtype(), o:device() }
+        if FLOAT[o:dtype()] and not ctx.nondiff[o] then
+          -- a result that is an input as it was (forward returned x) gets its own view
+          if info[o] then o = raw.expand(o, o:shape()); res[k] = o end
+          info[o] = { req = true, node = node, idx = k }
+        end
+      end
+    end
+    node.nout = res.n
+    return unpack(res, 1, res.n)
+  end
+  return setmetatable(F, { __call = function(_, ...) return F.apply(...) end })
+end
+
+-- ------------------------------------------------------------- checking against differences
+local function elements(t)
+  -- the positions of t's elements in row-major order, as 0-d views
+  local shape, list = t:shape(), {}
+  local function walk(v, d)
+    if d > #shape then list[#list + 1] = v; return end
+    for i = 1, shape[d] do walk(v:select(1, i), d + 1) end
+  end
+  walk(t, 1)
+  return list
+end
+
+local function flat_values(t)
+  local v = t:double():cpu():contiguous():reshape({ t:numel() })
+  local out = {}
+  for i = 1, t:numel() do out[i] = v[i] end
+  return out
+end
+
+-- fn(inputs...) returns a tensor; inputs: a list of tensors (float64 to be meaningful).
+-- Compares the analytic Jacobian (autograd.grad) with central differences.
+function A.gradcheck(fn, inputs, opts)
+  opts = opts or {}
+  local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
+  local raise = opts.raise_exception ~= false
+  local function fail(msg)
+    if raise then error("gradcheck: " .. msg, 0) end
+    return false, msg
+  end
+  local diff = {}
+  for i, x in ipairs(inputs) do if is_tensor(x) and requires(x) then diff[#diff + 1] = i end end
+  local function call()
+    local y = fn(unpack(inputs))
+    -- a full reduction is a number when nothing records (the differences' calls)
+    if type(y) == "number" then return qlua.tensor(y, { dtype = "float64" }) end
+    if not is_tensor(y) then error("gradcheck: fn must return a tensor", 0) end
+    return y
+  end
+  local y0 = A.no_grad(call)
+  local m = y0:numel()
+  for _, i in ipairs(diff) do
+    local x = inputs[i]
+    local n = x:numel()
+    -- numerical: column j of the Jacobian from x's element j
+    local num = {}
+    local elems = elements(x)
+    for j = 1, n do
+      local e = elems[j]
+      local orig = e:item()
+      local plus = A.no_grad(function() e:fill_(orig + eps); return flat_values(call()) end)
+      local minus = A.no_grad(function() e:fill_(orig - eps); return flat_values(call()) end)
+      A.no_grad(function() e:fill_(orig) end)
+      num[j] = {}
+      for k = 1, m do num[j][k] = (plus[k] - minus[k]) / (2 * eps) end
+    end
+    -- analytic: row k of the Jacobian from the output's element k
+    for k = 1, m do
+      local y = call()
+      local gout = qlua.zeros_like(y)
+      A.no_grad(function() elements(gout)[k]:fill_(1) end)
+      local g = A.grad(y, { x }, { grad_outputs = { gout }, allow_unused = true })[1]
+      local gv = g and flat_values(g) or {}
+      for j = 1, n do
+        local a, b = gv[j] or 0, num[j][k]
+        if math.abs(a - b) > atol + rtol * math.abs(b) or a ~= a then
+          return fail(string.format("input %d element %d, output element %d: analytic %.10g, " ..
+                                    "numerical %.10g", i, j, k, a, b))
+        end
+      end
+    end
+  end
+  return true
+end
+
+-- The gradient's gradient: gradcheck of (inputs..., v) -> autograd.grad(fn, inputs, v)
+-- with create_graph, v a random gradient of fn's output.
+function A.gradgradcheck(fn, inputs, opts)
+  opts = opts or {}
+  local y = A.no_grad(function() return fn(unpack(inputs)) end)
+  local v = qlua.randn(y:shape(), { dtype = y:dtype(), device = y:device() })
+  A.requires_grad_(v, true)
+  local diff = {}
+  for _, x in ipairs(inputs) do if is_tensor(x) and requires(x) then diff[#diff + 1] = x end end
+  local all = { unpack(inputs) }
+  all[#all + 1] = v
+  local gfn_body
+  local function gfn(...)
+    return A.enable_grad(gfn_body, ...)
+  end
+  function gfn_body(...)
+    local args = { ... }
+    local out = fn(unpack(args, 1, #inputs))
+    local gs = A.grad(out, diff, { grad_outputs = { args[#args] }, create_graph = true,
+                                   allow_unused = true })
+    local flat = {}
+    for i, g in ipairs(gs) do flat[#flat + 1] = (g or diff[i] * 0):reshape({ -1 }) end
+    return #flat == 1 and flat[1] or qlua.cat(flat, 1)
+  end
+  return A.gradcheck(gfn, all, opts)
+end
+
+-- ------------------------------------------------------------- the tensor API
+function A.requires_grad_(t, flag)
+  if flag == nil then flag = true end
+  if flag then
+    if not FLOAT[t:dtype()] then
+      error("requires_grad_: only floating tensors can require grad (this one is " .. t:dtype() .. ")", 0)
+    end
+    local s = info[t]
+    if s == nil then info[t] = { req = true }
+    elseif s.node then s.req = true
+    else s.req = true end
+  else
+    local s = info[t]
+    if s and s.node then
+      error("requires_grad_: a non-leaf tensor cannot stop requiring grad (use t:detach())", 0)
+    end
+    if s then s.req = false end
+  end
+  return t
+end
+
+local extra = {}
+extra.requires_grad_ = A.requires_grad_
+function extra.requires_grad(t) return requires(t) end
+function extra.is_leaf(t) local s = info[t]; return s == nil or s.node == nil end
+function extra.grad_fn(t) local s = info[t]; return s and s.node and s.node.name or nil end
+function extra.detach(t) return raw.expand(t, t:shape()) end
+function extra.detach_(t)
+  local s = info[t]
+  if s then s.node, s.req = nil, false end
+  return t
+end
+extra.backward = A.backward
+
+local function getfield(t, key)
+  if key == "grad" then local s = info[t]; return s and s.grad or nil end
+  return nil
+end
+local function setfield(t, key, v)
+  if key ~= "grad" then error("index: cannot assign to key '" .. tostring(key) .. "' of a qlua.Tensor", 0) end
+  if v ~= nil then
+    if not is_tensor(v) then error("grad: a tensor or nil expected, got a " .. type(v), 0) end
+    local ts, vs = table.concat(t:shape(), "x"), table.concat(v:shape(), "x")
+    if ts ~= vs or t:device() ~= v:device() or t:dtype() ~= v:dtype() then
+      error(string.format("grad: a gradient of %s %s on %s for a tensor of %s %s on %s",
+                          v:dtype(), vs, v:device(), t:dtype(), ts, t:device()), 0)
+    end
+  end
+  local s = info[t]
+  if s == nil then
+    if v == nil then return end
+    s = { req = false }; info[t] = s
+  end
+  s.grad = v
+end
+
+-- ------------------------------------------------------------- installing
+local FULL = { sum = true, mean = true }
+for name, fn in pairs(raw) do
+  if type(fn) == "function" and name:sub(1, 2) ~= "__" and not extra[name] then
+    METHODS[name] = FULL[name] and full_reduction(name, fn) or wrap_method(name, fn)
+  end
+end
+for name, fn in pairs(extra) do METHODS[name] = fn end
+for _, k in ipairs(OPERATORS) do
+  local fn = raw[k]
+  if fn then
+    local fin = finisher(k, false)
+    rawset(Tensor, k, function(a, b)
+      if enabled and (info[a] ~= nil or info[b] ~= nil) and needs(a, b) then
+        return record(k, fn, a, b)
+      end
+      return fin(pcall(fn, a, b))
+    end)
+  end
+end
+rawset(Tensor, "__getfield", getfield)
+rawset(Tensor, "__setfield", setfield)
+-- reads t[i], t[{...}], t[mask] (l_tensor.c calls __keyed with the read's result)
+rawset(Tensor, "__keyed", function(t, k, r)
+  if enabled and is_tensor(r) and needs(t) then return record_read(t, k, r) end
+  return r
+end)
+rawset(Tensor, "__newindex", function(t, k, v)
+  if type(k) ~= "string" and enabled and (needs(t) or needs(v)) then
+    if needs(t) then leaf_check("index", t) end
+    error("index: an assigned tensor requires grad and writes are not recorded yet", 0)
+  end
+  return raw_newindex(t, k, v)
+end)
+
+-- module functions: the ones that take tensors record; creation takes requires_grad
+local MODULE_OPS = { "matmul", "where", "cat", "stack", "cross_entropy", "einsum", "addmm" }
+for _, name in ipairs(MODULE_OPS) do
+  local fn = rawq[name]
+  if fn then
+    local fin = finisher(name, false)
+    qlua[name] = function(...)
+      if enabled and needs(...) then return record(name, fn, ...) end
+      return fin(pcall(fn, ...))
+    end
+  end
+end
+-- where(cond, a, b): cond is never differentiable; its first operand is not a list
+do
+  local fn, fin = rawq.where, finisher("where", false)
+  qlua.where = function(...)
+    local cond, a, b = ...
+    if enabled and (needs(a) or needs(b)) then return record("where", fn, ...) end
+    return fin(pcall(fn, ...))
+  end
+end
+local CREATION = { "tensor", "zeros", "ones", "empty", "full", "rand", "randn", "arange",
+                   "range", "linspace", "logspace", "eye", "zeros_like", "ones_like",
+                   "empty_like", "full_like", "rand_like", "randn_like", "randint" }
+for _, name in ipairs(CREATION) do
+  local fn = rawq[name]
+  if fn then
+    local fin = finisher(name, false)
+    qlua[name] = function(...)
+      local n = select("#", ...)
+      local last = n > 0 and select(n, ...) or nil
+      if type(last) == "table" and not is_tensor(last) and last.requires_grad ~= nil then
+        local opts = {}
+        for k, v in pairs(last) do if k ~= "requires_grad" then opts[k] = v end end
+        local args = pack(...)
+        args[n] = opts
+        local t = fin(pcall(fn, unpack(args, 1, n)))
+        if last.requires_grad then A.requires_grad_(t, true) end
+        return t
+      end
+      return fin(pcall(fn, ...))
+    end
+  end
+end
+
+qlua.no_grad, qlua.enable_grad, qlua.is_grad_enabled = A.no_grad, A.enable_grad, A.is_grad_enabled
+qlua.set_grad_enabled = A.set_grad_enabled
+
+-- qlua.help: its entries (the registry's list that the binding's rows make) name the
+-- wrappers now, and gain autograd's functions and methods
+do
+  local api = debug.getregistry()["qlua.api"]
+  if type(api) == "table" then
+    for _, e in ipairs(api) do
+      if e.topic == "Tensor" and raw[e.name] == e.fn and METHODS[e.name] then e.fn = METHODS[e.name] end
+      if e.topic == "qlua" and rawq[e.name] == e.fn and qlua[e.name] then e.fn = qlua[e.name] end
+    end
+    local function add(topic, name, fn, args, help)
+      api[#api + 1] = { topic = topic, name = name, fn = fn, args = args, help = help }
+    end
+    add("Tensor", "requires_grad_", extra.requires_grad_, "([flag])",
+        "marks t (a floating leaf) as requiring grad (flag false: not); returns t")
+    add("Tensor", "requires_grad", extra.requires_grad, "()", "whether t requires grad")
+    add("Tensor", "is_leaf", extra.is_leaf, "()", "true unless a recorded op made t")
+    add("Tensor", "grad_fn", extra.grad_fn, "()", "the name of the recorded op that made t, or nil")
+    add("Tensor", "detach", extra.detach, "()", "a view of t's storage outside the graph")
+    add("Tensor", "detach_", extra.detach_, "()", "takes t out of the graph, in place; returns t")
+    add("Tensor", "backward", extra.backward, "([gradient] [, {retain_graph =, create_graph =}])",
+        "accumulates d t / d leaf into every leaf's .grad (gradient: needed unless t has one element)")
+    add("qlua", "no_grad", A.no_grad, "(fn, ...)", "fn(...) with recording off; returns its results")
+    add("qlua", "enable_grad", A.enable_grad, "(fn, ...)", "fn(...) with recording on; returns its results")
+    add("qlua", "is_grad_enabled", A.is_grad_enabled, "()", "whether ops on tensors that require grad record")
+    add("qlua", "set_grad_enabled", A.set_grad_enabled, "(flag)", "turns recording on or off")
+  end
+end
+qlua.autograd = A
+return A
