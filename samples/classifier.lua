@@ -1,13 +1,18 @@
 -- classifier.lua — a small classifier trained end to end on the GPU: a two-layer network
 -- (ReLU hidden layer) learns to tell 10 overlapping Gaussian clusters apart, by minibatch
 -- SGD with momentum, batches shuffled by qlua.randperm each epoch and qlua.cross_entropy as
--- the loss. qlua has no autograd, so the backward pass is written out (six products).
+-- the loss, its gradients from qlua.autograd (loss:backward()).
 --   qlua samples/classifier.lua [train_samples] [epochs]
 -- Without a GPU it trains on the CPU (smaller defaults). It checks itself, and fails loudly:
---   * the hand-written gradient against central differences of cross_entropy (float64);
+--   * the backward pass written out by hand (six products) against central differences of
+--     cross_entropy (float64), and autograd's gradients against the hand-written ones;
 --   * the loss falls, and the test accuracy comes within 3 points of the nearest-centre
 --     rule that knows the true centres (the best a classifier can do here, near enough);
 --   * with a GPU, the first 20 steps again on the CPU from the same start: the weights agree.
+
+-- qlua.autograd lives in the checkout's lua/ (docs/API.md), next to this script's folder
+package.path = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" .. package.path
+local autograd = require "qlua.autograd"
 
 local has_gpu = qlua.gpu_count() > 0
 local dev = has_gpu and "gpu" or "cpu"
@@ -37,11 +42,14 @@ local function nearest_centre_accuracy(x, y)
   return d:argmin(2):eq(y):sum() / y:numel()
 end
 
+-- the parameters: leaves that require grad
 local function new_params(opts)
-  return {
+  local p = {
     w1 = qlua.randn({D, H}, opts) * math.sqrt(2 / D), b1 = qlua.zeros({H}, opts),
     w2 = qlua.randn({H, C}, opts) * math.sqrt(1 / H), b2 = qlua.zeros({C}, opts),
   }
+  for _, t in pairs(p) do t:requires_grad_() end
+  return p
 end
 local names = {"w1", "b1", "w2", "b2"}
 
@@ -51,40 +59,61 @@ local function forward(p, x)
   return h:matmul(p.w2) + p.b2, z1, h
 end
 
--- d(mean cross-entropy)/d(params) for one batch
-local function gradients(p, x, y)
+-- d(mean cross-entropy)/d(params) for one batch, derived by hand (the check of autograd)
+local function hand_gradients(p, x, y)
   local n = x:size(1)
   local logits, z1, h = forward(p, x)
   local onehot = qlua.zeros({n, C}, {dtype = logits:dtype(), device = logits:device()})
   onehot:scatter_(2, y:view(n, 1), 1)
   local dlogits = (logits:softmax(2) - onehot) / n
-  local dh = dlogits:matmul(p.w2:t()):masked_fill_(z1:le(0), 0)
+  local dh = dlogits:matmul(p.w2:t())
+  dh:masked_fill_(z1:le(0), 0)
   return {
     w1 = x:t():matmul(dh), b1 = dh:sum(1),
     w2 = h:t():matmul(dlogits), b2 = dlogits:sum(1),
   }, logits
 end
 
--- 1. the backward pass against central differences, in float64 on the CPU
+-- the same by autograd: the mean cross-entropy's backward, into each parameter's .grad
+local function gradients(p, x, y)
+  local logits = forward(p, x)
+  for _, name in ipairs(names) do p[name].grad = nil end
+  qlua.cross_entropy(logits, y):backward()
+  local g = {}
+  for _, name in ipairs(names) do g[name] = p[name].grad end
+  return g, logits
+end
+
+-- 1. the hand-written backward pass against central differences, and autograd's against
+-- it, in float64 on the CPU
 do
   local p = new_params({dtype = "float64"})
   local x, y = x_train:narrow(1, 1, 16):to("float64"), y_train:narrow(1, 1, 16)
-  local g = gradients(p, x, y)
+  local g = qlua.no_grad(hand_gradients, p, x, y)
+  local auto = gradients(p, x, y)
+  local apart = 0
+  for _, name in ipairs(names) do
+    apart = math.max(apart, (auto[name] - g[name]):abs():max() / math.max(1e-12, g[name]:abs():max()))
+  end
+  assert(apart < 1e-10, ("autograd and the hand-written gradient differ: %.3g"):format(apart))
+  print(("autograd against the hand-written gradient: agree to %.2g"):format(apart))
   local function loss() return qlua.cross_entropy((forward(p, x)), y):item() end
   local eps, worst = 1e-6, 0
-  for _, name in ipairs(names) do
-    local flat = p[name]:view(-1)
-    local gflat = g[name]:view(-1)
-    for _ = 1, 6 do
-      local i = math.random(flat:numel())
-      local v = flat[i]
-      flat[i] = v + eps; local up = loss()
-      flat[i] = v - eps; local down = loss()
-      flat[i] = v
-      local numeric, analytic = (up - down) / (2 * eps), gflat[i]
-      worst = math.max(worst, math.abs(numeric - analytic) / math.max(1e-3, math.abs(numeric)))
+  qlua.no_grad(function()
+    for _, name in ipairs(names) do
+      local flat = p[name]:detach():view(-1)
+      local gflat = g[name]:view(-1)
+      for _ = 1, 6 do
+        local i = math.random(flat:numel())
+        local v = flat[i]
+        flat[i] = v + eps; local up = loss()
+        flat[i] = v - eps; local down = loss()
+        flat[i] = v
+        local numeric, analytic = (up - down) / (2 * eps), gflat[i]
+        worst = math.max(worst, math.abs(numeric - analytic) / math.max(1e-3, math.abs(numeric)))
+      end
     end
-  end
+  end)
   assert(worst < 1e-5, ("gradient check: relative error %.3g"):format(worst))
   print(("gradient check: 24 entries, worst relative error %.2g"):format(worst))
 end
@@ -92,22 +121,26 @@ end
 -- one SGD-with-momentum step on the batch at positions idx (int64, 1-based)
 local function step(p, v, x, y, idx)
   local g, logits = gradients(p, x:index_select(1, idx), y:index_select(1, idx))
-  for _, name in ipairs(names) do
-    v[name]:mul_(momentum):add_(g[name])
-    p[name]:sub_(v[name] * lr)
-  end
+  qlua.no_grad(function()
+    for _, name in ipairs(names) do
+      v[name]:mul_(momentum):add_(g[name])
+      p[name]:sub_(v[name] * lr)
+    end
+  end)
   return logits
 end
 
 local function evaluate(p, x, y)
-  local logits = forward(p, x)
-  return qlua.cross_entropy(logits, y):item(), logits:argmax(2):eq(y):sum() / y:numel()
+  return qlua.no_grad(function()
+    local logits = forward(p, x)
+    return qlua.cross_entropy(logits, y):item(), logits:argmax(2):eq(y):sum() / y:numel()
+  end)
 end
 
 local start = new_params()                            -- float32 on the CPU
 local function copy_params(p, device)
   local q = {}
-  for _, name in ipairs(names) do q[name] = p[name]:to(device):clone() end
+  for _, name in ipairs(names) do q[name] = p[name]:detach():to(device):clone():requires_grad_() end
   return q
 end
 local function zero_like_params(p)
@@ -161,7 +194,7 @@ if has_gpu then
   for _, idx in ipairs(first_batches) do step(q, w, x_train, y_train, idx) end
   local worst = 0
   for _, name in ipairs(names) do
-    local a, b = q[name], first_batches.weights[name]
+    local a, b = q[name]:detach(), first_batches.weights[name]:detach()
     worst = math.max(worst, (a - b):abs():max() / math.max(1e-6, a:abs():max()))
   end
   assert(worst < 1e-3, ("GPU and CPU training differ after %d steps: %.3g"):format(replay_steps, worst))
