@@ -211,6 +211,19 @@ static inline int64_t cpu_view_numel(const qt_view *v) {
   return n;
 }
 
+/* cpu_walk.c: the "outer" views of a reduction along dim (dst, and src without dim),
+** collapsed together: each outer element reduces a run of `len` elements with stride
+** `rstride` (the reduction files walk them, each in its own way). cpu_outer_make returns
+** false for an empty src. */
+typedef struct cpu_outer {
+  qt_view dst, src;
+  int nd;
+  int64_t n, rows, s_in, d_in, len, rstride;
+} cpu_outer;
+bool cpu_outer_make(cpu_outer *o, const qt_view *dst, const qt_view *src, int dim);
+/* The byte offsets of outer row r's first element in src and dst. */
+void cpu_outer_row(const cpu_outer *o, int64_t r, int64_t *src_off, int64_t *dst_off);
+
 /* ====================================================================== scalars, dtypes */
 
 static inline bool cpu_dtype_ok(qt_dtype d) { return (unsigned)d < (unsigned)QT_NDTYPES; }

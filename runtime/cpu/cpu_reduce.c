@@ -317,47 +317,6 @@ static int cpu_reduce_all(qt_redop op, const qt_view *dst, const qt_view *src, q
   return 0;
 }
 
-bool cpu_outer_make(cpu_outer *o, const qt_view *dst, const qt_view *src, int dim) {
-  o->len = src->size[dim];
-  o->rstride = src->stride[dim];
-  memset(&o->src, 0, sizeof o->src);
-  int k = 0;
-  for (int d = 0; d < src->ndim; d++) {
-    if (d == dim) continue;
-    o->src.size[k] = src->size[d];
-    o->src.stride[k] = src->stride[d];
-    k++;
-  }
-  o->src.ndim = k;
-  o->src.dtype = src->dtype;
-  o->src.data = src->data;
-  o->src.numel = cpu_view_numel(&o->src);
-  for (int d = k; d < QT_MAXDIM; d++) o->src.size[d] = 1, o->src.stride[d] = 0;
-  cpu_view_make(&o->dst, &o->src, dst->data, dst->dtype, dst->stride);
-  if (o->src.numel == 0) return false;
-  qt_view *views[2] = { &o->dst, &o->src };
-  qt_views_collapse(views, 2);
-  o->nd = o->src.ndim;
-  o->n = o->src.size[o->nd - 1];
-  o->rows = o->src.numel / o->n;
-  o->s_in = o->src.stride[o->nd - 1];
-  o->d_in = o->dst.stride[o->nd - 1];
-  return true;
-}
-
-/* The byte offsets of outer row r's first element in src and dst. */
-void cpu_outer_row(const cpu_outer *o, int64_t r, int64_t *src_off, int64_t *dst_off) {
-  int64_t so = 0, dof = 0;
-  for (int d = o->nd - 2; d >= 0; d--) {
-    int64_t i = r % o->src.size[d];
-    r /= o->src.size[d];
-    so += i * o->src.stride[d];
-    dof += i * o->dst.stride[d];
-  }
-  *src_off = so * (int64_t)qt_elsize(o->src.dtype);
-  *dst_off = dof * (int64_t)qt_elsize(o->dst.dtype);
-}
-
 /* Reductions along a dim run on the pool by tasks. A task is (outer row, a block of at
 ** most CPU_REDUCE_COLS columns, and, for a columns fold, a segment of the reduced dim's
 ** rows); a chunk is a run of tasks of about CPU_PAR_GRAIN elements of input. The blocks

@@ -1,6 +1,7 @@
 /*
 ** cpu_reduce.h — what the CPU's reduction files share: the accumulator, the fold functions'
-** types, the outer view of a reduction along a dim, and the folds each file makes:
+** types, and the folds each file makes (the outer view of a reduction along a dim is
+** cpu_internal.h's, made in cpu_walk.c):
 ** cpu_reduce.c (sums, the drivers, the slot), cpu_reduce_best.c (max, min and the arg
 ** ops), cpu_reduce_stream.c (prod, var, std, norm, logsumexp).
 */
@@ -59,17 +60,6 @@ typedef void (*cpu_columns_fold_fn)(const char *p, int64_t n, int64_t pos,
 ** tournaments ran slower than one row at a time: the NaN rule costs three selects a pick.) */
 typedef void (*cpu_columns4_fold_fn)(const char *p, int64_t n, int64_t step, int64_t pos,
                                      const cpu_columns_acc *columns);
-
-/* The "outer" views of a reduction along dim (dst, and src without dim), collapsed
-** together: each outer element reduces a run of `len` elements with stride `rstride`. */
-typedef struct cpu_outer {
-  qt_view dst, src;
-  int nd;
-  int64_t n, rows, s_in, d_in, len, rstride;
-} cpu_outer;
-bool cpu_outer_make(cpu_outer *o, const qt_view *dst, const qt_view *src, int dim);
-/* The byte offsets of outer row r's first element in src and dst. */
-void cpu_outer_row(const cpu_outer *o, int64_t r, int64_t *src_off, int64_t *dst_off);
 
 /* cpu_reduce_best.c: cpu_strided_<op>_<sfx> and cpu_columns_<op>_<sfx> for op max, min,
 ** argmax, argmin and every dtype but the 16-bit floats (they arrive widened); and, where
