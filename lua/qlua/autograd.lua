@@ -68,7 +68,6 @@ function A.set_grad_enabled(flag) enabled = flag and true or false end
 function A.is_grad_enabled() return enabled end
 
 -- ------------------------------------------------------------- helpers used by derivatives
-local function shape_of(t) return t:shape() end
 
 -- g summed down to shape (broadcasting's reverse: leading dims and the size-1 dims)
 local function sum_to(g, shape)
@@ -576,32 +575,30 @@ function A.gradcheck(fn, inputs, opts)
     if not is_tensor(y) then error("gradcheck: fn must return a tensor", 0) end
     return y
   end
-  local y0 = A.no_grad(call)
-  local m = y0:numel()
-  for _, i in ipairs(diff) do
-    local x = inputs[i]
-    local n = x:numel()
-    -- numerical: column j of the Jacobian from x's element j
-    local num = {}
-    local elems = elements(x)
-    for j = 1, n do
-      local e = elems[j]
+  -- analytic first (the differences below write into the inputs the graph saved): row k
+  -- of the Jacobian from the output's element k, for every input at once, off one graph
+  local wrt = {}
+  for w, i in ipairs(diff) do wrt[w] = inputs[i] end
+  local y = call()
+  local m = y:numel()
+  local rows = {}
+  for k = 1, m do
+    local gout = qlua.zeros_like(y)
+    A.no_grad(function() elements(gout)[k]:fill_(1) end)
+    local gs = A.grad(y, wrt, { grad_outputs = { gout }, retain_graph = k < m, allow_unused = true })
+    rows[k] = {}
+    for w = 1, #wrt do rows[k][w] = gs[w] and flat_values(gs[w]) or {} end
+  end
+  -- numerical: column j of the Jacobian from input element j, by central differences
+  for w, i in ipairs(diff) do
+    local elems = A.no_grad(elements, inputs[i])
+    for j, e in ipairs(elems) do
       local orig = e:item()
       local plus = A.no_grad(function() e:fill_(orig + eps); return flat_values(call()) end)
       local minus = A.no_grad(function() e:fill_(orig - eps); return flat_values(call()) end)
       A.no_grad(function() e:fill_(orig) end)
-      num[j] = {}
-      for k = 1, m do num[j][k] = (plus[k] - minus[k]) / (2 * eps) end
-    end
-    -- analytic: row k of the Jacobian from the output's element k
-    for k = 1, m do
-      local y = call()
-      local gout = qlua.zeros_like(y)
-      A.no_grad(function() elements(gout)[k]:fill_(1) end)
-      local g = A.grad(y, { x }, { grad_outputs = { gout }, allow_unused = true })[1]
-      local gv = g and flat_values(g) or {}
-      for j = 1, n do
-        local a, b = gv[j] or 0, num[j][k]
+      for k = 1, m do
+        local a, b = rows[k][w][j] or 0, (plus[k] - minus[k]) / (2 * eps)
         if math.abs(a - b) > atol + rtol * math.abs(b) or a ~= a then
           return fail(string.format("input %d element %d, output element %d: analytic %.10g, " ..
                                     "numerical %.10g", i, j, k, a, b))
@@ -647,9 +644,7 @@ function A.requires_grad_(t, flag)
       error("requires_grad_: only floating tensors can require grad (this one is " .. t:dtype() .. ")", 0)
     end
     local s = info[t]
-    if s == nil then info[t] = { req = true }
-    elseif s.node then s.req = true
-    else s.req = true end
+    if s == nil then info[t] = { req = true } else s.req = true end
   else
     local s = info[t]
     if s and s.node then

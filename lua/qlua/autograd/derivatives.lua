@@ -125,10 +125,7 @@ D.mul = binary(function(g, _, y) return g * y end, function(g, x) return g * x e
 D.div = binary(function(g, _, y) return g / y end,
                function(g, x, y) return -(g * x / (y * y)) end)
 D.pow = binary(function(g, x, y)
-                 if type(y) == "number" then
-                   if y == 0 then return g * 0 end
-                   return g * y * x ^ (y - 1)
-                 end
+                 if y == 0 then return g * 0 end   -- x ^ -1 would make 0 * inf at x = 0
                  return g * y * x ^ (y - 1)
                end,
                function(g, x, _, out)
@@ -138,9 +135,8 @@ D.pow = binary(function(g, x, y)
 -- ties: each side gets half, as PyTorch's maximum and minimum
 local function pick_grad(cmp)
   return function(g, x, y)
-    local other = is_tensor(y) and y or y
-    local m = x[cmp](x, other)
-    local tie = x:eq(other)
+    local m = x[cmp](x, y)
+    local tie = x:eq(y)
     return where0(m, g) + where0(tie, g * 0.5)
   end
 end
