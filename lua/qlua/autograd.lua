@@ -92,105 +92,210 @@ A.derivatives = D
 require("qlua.autograd.derivatives")(A, D, { qlua = qlua, is_tensor = is_tensor,
   requires = requires, FLOAT = FLOAT, raw_newindex = raw_newindex })
 -- ------------------------------------------------------------- recording
+-- A node: { name, def, args (the call's, packed), versions, outs, nout, shapes } whose
+-- array part holds its edges, four slots per edge: the target (the node that made the operand, or the
+-- leaf tensor itself), the operand's output position in that node, the argument position
+-- the operand came in, and its index in a list argument (or false). versions is flat too:
+-- a tensor the derivative reads, then its storage version when the op ran. Few tables per
+-- op is what keeps the recording cost near the op's own.
 local Node = {}
 Node.__index = Node
+local r_version, r_dtype, r_clone, r_shape = raw._version, raw.dtype, raw.clone, raw.shape
 
-local function tensor_args(args, def)
-  -- yields (position, tensor, list index) for each tensor argument
-  local out = {}
+-- ops whose result shares its input's storage: an in-place op on their result is an error
+-- (the base's graph would not see it), and using their result after the base was changed
+-- in place is one too
+local VIEWS = { view = true, view_as = true, reshape = true, flatten = true, unflatten = true,
+                squeeze = true, unsqueeze = true, transpose = true, t = true, permute = true,
+                expand = true, expand_as = true, narrow = true, select = true, slice = true,
+                diagonal = true, movedim = true, index = true, split = true, chunk = true,
+                contiguous = true }
+
+-- appends t's edge when t requires grad (false: it does not)
+local function add_edge(edges, t, pos, j)
+  local s = info[t]
+  if s == nil or not s.req then return false end
+  local node = s.node
+  if node then
+    if node.vv and r_version(t) ~= node.vv then
+      error(string.format("%s: this tensor is a view (made by %s) of a tensor that was changed in "
+                          .. "place after the view was taken; take the view again", "autograd", node.name), 0)
+    end
+    edges[#edges + 1] = node; edges[#edges + 1] = s.idx
+  else
+    edges[#edges + 1] = t; edges[#edges + 1] = 0
+  end
+  edges[#edges + 1] = pos; edges[#edges + 1] = j or false
+  return true
+end
+
+local function no_derivative(name)
+  error(name .. ": no derivative in qlua.autograd yet (an operand requires grad); "
+          .. "run it under qlua.no_grad or on t:detach()", 0)
+end
+
+-- a result without a derivative entry: fine unless it is floating (then it would need one)
+local function check_nodef(name, ...)
+  for k = 1, select("#", ...) do
+    local o = select(k, ...)
+    local list = (type(o) == "table" and not is_tensor(o)) and o or nil
+    if list then
+      for _, v in ipairs(list) do
+        if is_tensor(v) and FLOAT[r_dtype(v)] then no_derivative(name) end
+      end
+    elseif is_tensor(o) and FLOAT[r_dtype(o)] then no_derivative(name)
+    end
+  end
+  return ...
+end
+
+-- the node's edges and the versions of what its derivative reads (def.saves: the argument
+-- positions it reads, false for none; nil: every tensor argument)
+-- (in_place: argument 1's edge is made by the caller; its version is not kept when it is
+-- the live tensor the op writes, whose derivative then reads its shape only)
+local function link(node, def, args, in_place)
+  local edges, versions = node, nil
+  local saves = def.saves
   for i = 1, args.n do
     local v = args[i]
-    if is_tensor(v) then out[#out + 1] = { i, v }
-    elseif def and def.list and i == 1 and type(v) == "table" then
-      for j, t in ipairs(v) do if is_tensor(t) then out[#out + 1] = { i, t, j } end end
-    end
-  end
-  return out
-end
-
-local function edge_of(t)
-  local s = info[t]
-  if s == nil or not s.req then return nil end
-  if s.node then return { node = s.node, idx = s.idx } end
-  return { leaf = t }
-end
-
-local record_read
--- the names called as plain functions (module functions, operators), not as methods
-local PLAIN = { matmul = true, where = true, cat = true, stack = true, cross_entropy = true,
-                einsum = true, addmm = true, __add = true, __sub = true, __mul = true,
-                __div = true, __unm = true, __pow = true, __mod = true, __idiv = true }
-local finisher
-local function record(name, fn, ...)
-  local def = D[name]
-  local args = pack(...)
-  local res = pack(finisher(name, not PLAIN[name])(pcall(fn, ...)))
-  if def == nil then
-    -- inspection, comparisons, integer results: nothing to differentiate
-    for k = 1, res.n do
-      local o = res[k]
-      local list = type(o) == "table" and not is_tensor(o) and o or { o }
-      for _, v in ipairs(list) do
-        if is_tensor(v) and FLOAT[v:dtype()] then
-          error(name .. ": no derivative in qlua.autograd yet (an operand requires grad); "
-                  .. "run it under qlua.no_grad or on t:detach()", 0)
-        end
+    if type(v) == "userdata" then
+      if not (in_place and i == 1) then add_edge(edges, v, i) end
+      if saves ~= false and (saves == nil or saves[i]) and not (in_place and i == 1 and def.self_free)
+         and is_tensor(v) then
+        versions = versions or {}
+        versions[#versions + 1] = v; versions[#versions + 1] = r_version(v)
       end
+    elseif def.list and i == (def.list == true and 1 or def.list) and type(v) == "table" then
+      for j, t in ipairs(v) do if is_tensor(t) then add_edge(edges, t, i, j) end end
     end
-    return unpack(res, 1, res.n)
   end
-  local node = setmetatable({ name = name, def = def, args = args, edges = {}, versions = {} }, Node)
-  for _, e in ipairs(tensor_args(args, def)) do
-    local pos, t, j = e[1], e[2], e[3]
-    local edge = edge_of(t)
-    if edge then edge.pos, edge.j = pos, j; node.edges[#node.edges + 1] = edge end
-    node.versions[#node.versions + 1] = { t, t:_version() }
-  end
-  -- the results: floating tensors become the node's outputs
-  local outs = res
-  if def.multi == "list" then outs = res[1] end
-  node.nout = 0
-  local kept = {}
-  for k = 1, (def.multi == "list" and #outs or outs.n) do
+  node.versions = versions
+end
+
+-- the results: floating tensors become the node's outputs
+local function bind_outputs(node, def, outs, n)
+  local kept
+  node.nout = n
+  if def.multi then node.shapes = {} end
+  for k = 1, n do
     local o = outs[k]
-    if is_tensor(o) and FLOAT[o:dtype()] then
-      info[o] = { req = true, node = node, idx = k }
-      node.nout = math.max(node.nout, k)
-      if def.out then kept[k] = o; node.versions[#node.versions + 1] = { o, o:_version() } end
+    if is_tensor(o) then
+      if FLOAT[r_dtype(o)] then
+        info[o] = { req = true, node = node, idx = k }
+        if def.multi then node.shapes[k] = { r_shape(o), r_dtype(o), raw.device(o) } end
+      end
+      if def.out then              -- every result, the indices of max(dim) and sort too
+        kept = kept or {}
+        kept[k] = o
+        local vs = node.versions or {}
+        vs[#vs + 1] = o; vs[#vs + 1] = r_version(o)
+        node.versions = vs
+      end
     end
   end
   node.outs = kept
-  node.shapes = {}
-  for k = 1, node.nout do
-    local o = outs[k]
-    if is_tensor(o) then node.shapes[k] = { o:shape(), o:dtype(), o:device() } end
+  if VIEWS[node.name] and n == 1 and is_tensor(outs[1]) then node.vv = r_version(outs[1]) end
+end
+
+local function record_multi(name, def, args, ...)
+  local node = setmetatable({ name = name, def = def, args = args }, Node)
+  link(node, def, args)
+  if def.multi == "list" then
+    local list = ...
+    bind_outputs(node, def, list, #list)
+  else
+    bind_outputs(node, def, pack(...), select("#", ...))
   end
-  return unpack(res, 1, res.n)
+  return ...
+end
+
+-- fin: the op's finisher (argument errors as without autograd); fn: the C function
+local function record(name, fin, fn, ...)
+  local def = D[name]
+  if def == nil then return check_nodef(name, fin(pcall(fn, ...))) end
+  local args = pack(...)
+  if def.multi then return record_multi(name, def, args, fin(pcall(fn, ...))) end
+  local o = fin(pcall(fn, ...))
+  if not (type(o) == "userdata" and FLOAT[r_dtype(o)]) then return o end
+  local node = setmetatable({ name = name, def = def, args = args, nout = 1 }, Node)
+  link(node, def, args)
+  info[o] = { req = true, node = node, idx = 1 }
+  if def.out then
+    node.outs = { o }
+    local vs = node.versions or {}
+    vs[#vs + 1] = o; vs[#vs + 1] = r_version(o)
+    node.versions = vs
+  end
+  if VIEWS[name] then node.vv = r_version(o) end
+  return o
+end
+
+-- An in-place op t:name_(...) (or the write t[k] = v, name "index_put") where t or an
+-- operand requires grad. t's new value gets a node whose edge for t goes to what made t's
+-- old value; a derivative that reads t's old value (def.self_free not set) gets a copy
+-- made before the write. A leaf that requires grad, and a view of a tensor in a graph,
+-- cannot be changed in place (PyTorch's rules); t's other saved uses see the version
+-- counter move.
+local function record_inplace(name, fin, fn, self, ...)
+  local s = info[self]
+  if s and s.req then
+    if s.node == nil then
+      error(name .. ": a leaf tensor that requires grad cannot be changed in place "
+              .. "(do it under qlua.no_grad, or on t:detach())", 0)
+    end
+    if VIEWS[s.node.name] then
+      error(name .. ": in-place change of a view (made by " .. s.node.name .. ") of a tensor "
+              .. "that requires grad is not recorded; clone() the view first, or change the "
+              .. "base tensor", 0)
+    end
+  end
+  local def = D[name] or D[name:sub(1, -2)]
+  if def == nil then no_derivative(name) end
+  if not FLOAT[r_dtype(self)] then return fin(pcall(fn, self, ...)) end
+  if not (s and s.node) and select(2, r_version(self)) then
+    -- a view of a tensor outside the graph: its base would not know of the write
+    error(name .. ": an operand requires grad and this tensor is a view of part of another "
+            .. "one, whose graph would miss the change; write through the base (base[k] = v, "
+            .. "base:index_copy_, ...) or clone() the view first", 0)
+  end
+  local args = pack(self, ...)
+  local node = setmetatable({ name = name, def = def, args = args, nout = 1 }, Node)
+  -- the edge for self goes to its old value's maker, found before the write rebinds it
+  add_edge(node, self, 1)
+  local old = self
+  -- the copy records (clone), so that a double backward sees through it to self's maker
+  if not def.self_free then old = METHODS.clone(self) end
+  args[1] = old
+  link(node, def, args, true)
+  fin(pcall(fn, self, ...))
+  info[self] = { req = true, node = node, idx = 1 }
+  if def.out then
+    node.outs = { self }
+    local vs = node.versions or {}
+    vs[#vs + 1] = self; vs[#vs + 1] = r_version(self)
+    node.versions = vs
+  end
+  return self
 end
 
 -- a keyed read already made (t[k] is r): recorded as the op "index"
-record_read = function(t, k, r)
-  local node = setmetatable({ name = "index", def = D.index, args = pack(t, k), edges = {},
-                              versions = {}, outs = {}, nout = 1 }, Node)
-  local edge = edge_of(t)
-  edge.pos = 1
-  node.edges[1] = edge
-  node.versions[1] = { t, t:_version() }
-  if is_tensor(k) then node.versions[2] = { k, k:_version() } end
-  node.shapes = { { r:shape(), r:dtype(), r:device() } }
-  r = raw.expand(r, r:shape())        -- its own userdata: the view may be shared
+local function record_read(t, k, r)
+  local node = setmetatable({ name = "index", def = D.index, args = pack(t, k), nout = 1 }, Node)
+  link(node, D.index, node.args)
+  r = raw.expand(r, r_shape(r))        -- its own userdata: the view may be shared
   info[r] = { req = true, node = node, idx = 1 }
+  node.vv = r_version(r)
   return r
 end
 
--- is any tensor operand (or a tensor in a leading list) one that requires grad?
+-- is any operand (or a tensor in a list operand: cat's, einsum's) one that requires grad?
 local function needs(...)
   local n = select("#", ...)
   for i = 1, n do
     local v = select(i, ...)
     local s = info[v]
     if s ~= nil and s.req then return true end
-    if i == 1 and type(v) == "table" and not is_tensor(v) then
+    if type(v) == "table" then
       for _, t in ipairs(v) do
         local st = info[t]
         if st ~= nil and st.req then return true end
@@ -200,73 +305,91 @@ local function needs(...)
   return false
 end
 
-local function leaf_check(name, t)
-  local s = info[t]
-  if s and s.req then
-    if s.node == nil then
-      error(name .. ": a leaf tensor that requires grad cannot be changed in place "
-              .. "(do it under qlua.no_grad, or on t:detach())", 0)
-    end
-    error(name .. ": in-place ops on a tensor that is part of a graph are not recorded "
-            .. "yet (use the out-of-place op)", 0)
-  end
-end
-
 -- The wrappers call the C function through pcall, so that an argument error says what
 -- it said unwrapped: luaL_argerror names the function from its caller's frame, which is
 -- now the wrapper's ("bad argument #3 to '?'"); the op's name and, for a method, the
 -- position counted without self are put back.
-local FIX = {}
-function finisher(name, method)
-  local key = (method and "m:" or "f:") .. name
-  local f = FIX[key]
-  if f then return f end
+local function finisher(name, method)
   local function fix(n)
     n = tonumber(n)
     if method then n = n - 1 end
     if n == 0 then return "calling '" .. name .. "' on bad self" end
     return "bad argument #" .. n .. " to '" .. name .. "'"
   end
-  f = function(ok, ...)
+  return function(ok, ...)
     if ok then return ... end
     local e = ...
     if type(e) == "string" then e = e:gsub("^bad argument #(%d+) to '%?'", fix, 1) end
     error(e, 0)
   end
-  FIX[key] = f
-  return f
 end
 
 local function wrap_method(name, fn)
   local fin = finisher(name, true)
   if name:sub(-1) == "_" then                   -- in place
     return function(self, ...)
-      if enabled and (needs(self) or needs(...)) then
-        if needs(self) then leaf_check(name, self) end
-        error(name .. ": an operand requires grad and in-place ops are not recorded yet", 0)
+      if enabled then
+        local s = info[self]
+        if (s ~= nil and s.req) or needs(...) then return record_inplace(name, fin, fn, self, ...) end
       end
       return fin(pcall(fn, self, ...))
     end
   end
-  return function(...)
-    if enabled and needs(...) then return record(name, fn, ...) end
-    return fin(pcall(fn, ...))
+  return function(self, ...)
+    if enabled then
+      local s = info[self]
+      if (s ~= nil and s.req) or needs(...) then return record(name, fin, fn, self, ...) end
+    end
+    return fin(pcall(fn, self, ...))
   end
 end
 
 -- the full reductions return a 0-d tensor while recording, so that backward has
--- something to start from (a Lua number when nothing records, as always)
+-- something to start from (a Lua number when nothing records, as always). whole(t, ...)
+-- makes that 0-d result from the C functions; the node is recorded under name with the
+-- dims argument nil, which every such derivative reads as "all dims".
+local function all_dims(t)
+  local all = {}
+  for d = 1, t:dim() do all[d] = d end
+  return all
+end
+-- (a 0-d t is read as its one-element 1-D view)
+local function one_d(t) if t:dim() == 0 then return raw.reshape(t, { 1 }) end return t end
+local WHOLE = {
+  sum = function(t) t = one_d(t); return raw.sum(t, all_dims(t)) end,
+  mean = function(t) t = one_d(t); return raw.mean(t, all_dims(t)) end,
+  amax = function(t) t = one_d(t); return raw.amax(t, all_dims(t)) end,
+  amin = function(t) t = one_d(t); return raw.amin(t, all_dims(t)) end,
+  prod = function(t) return raw.prod(raw.reshape(t, { -1 }), 1) end,
+  -- var/std(nil, opts), norm(p): the same with every dim
+  var = function(t, _, opts) t = one_d(t); return raw.var(t, all_dims(t), opts) end,
+  std = function(t, _, opts) t = one_d(t); return raw.std(t, all_dims(t), opts) end,
+  norm = function(t, p) t = one_d(t); return raw.norm(t, p == nil and 2 or p, all_dims(t)) end,
+}
+-- max(), min() and median() without a dim record as the ties-share rule of amax
+local WHOLE_AS = { max = "amax", min = "amin", median = "median_all" }
+WHOLE.max, WHOLE.min = WHOLE.amax, WHOLE.amin
+WHOLE.median = function(t) return (raw.median(raw.reshape(t, { -1 }), 1)) end
+
 local function full_reduction(name, fn)
   local fin = finisher(name, true)
-  return function(self, dim, ...)
-    if dim == nil and select("#", ...) == 0 and enabled and needs(self) then
-      local all = {}
-      for d = 1, self:dim() do all[d] = d end
-      if #all == 0 then return record(name, function(t) return t:clone() end, self) end
-      return record(name, function(t) return fn(t, all) end, self)
+  local whole, as = WHOLE[name], WHOLE_AS[name] or name
+  local dimpos = name == "norm" and 2 or 1      -- the argument that is the dims
+  return function(self, ...)
+    if enabled then
+      local s = info[self]
+      if s ~= nil and s.req then
+        local n = select("#", ...)
+        local dims = select(dimpos, ...)
+        if dims == nil and n <= dimpos + 1 and (n < dimpos + 1 or name == "var" or name == "std") then
+          return record(as, fin, whole, self, ...)
+        end
+        return record(name, fin, fn, self, ...)
+      elseif needs(...) then
+        return record(name, fin, fn, self, ...)
+      end
     end
-    if enabled and needs(self, dim, ...) then return record(name, fn, self, dim, ...) end
-    return fin(pcall(fn, self, dim, ...))
+    return fin(pcall(fn, self, ...))
   end
 end
 
@@ -277,40 +400,43 @@ local function accumulate(buf, key, g)
 end
 
 local function check_versions(node)
-  for _, v in ipairs(node.versions) do
-    local t, ver = v[1], v[2]
-    local ok, now = pcall(t._version, t)
-    if ok and now ~= ver then
+  local vs = node.versions
+  if vs == nil then return end
+  for i = 1, #vs, 2 do
+    local now = r_version(vs[i])
+    if now ~= vs[i + 1] then
       error(string.format("backward: a tensor that %s saved was changed in place since " ..
-                          "(version %d, now %d)", node.name, ver, now), 0)
+                          "(version %d, now %d)", node.name, vs[i + 1], now), 0)
     end
   end
 end
+
+local function is_node(x) return getmetatable(x) == Node end
 
 -- roots: list of {tensor, gradient}; capture: tensor -> slot (autograd.grad's inputs)
 local function run(roots, retain, create, capture)
   -- topological order of the reachable nodes (iterative depth-first post-order)
   local order, seen = {}, {}
-  local stack = {}
+  local stack, at = {}, {}
   for _, r in ipairs(roots) do
     local s = info[r[1]]
     if s and s.node and not seen[s.node] then
-      stack[#stack + 1] = { s.node, 1 }
+      stack[#stack + 1] = s.node; at[#stack] = 1
       seen[s.node] = true
     end
   end
   while #stack > 0 do
-    local top = stack[#stack]
-    local node, i = top[1], top[2]
-    local e = node.edges[i]
-    if e then
-      top[2] = i + 1
-      if e.node and not seen[e.node] then
-        seen[e.node] = true
-        stack[#stack + 1] = { e.node, 1 }
+    local top = #stack
+    local node, i = stack[top], at[top]
+    local e = node[i]
+    if e ~= nil then
+      at[top] = i + 4
+      if type(e) == "table" and not seen[e] then
+        seen[e] = true
+        stack[top + 1] = e; at[top + 1] = 1
       end
     else
-      stack[#stack] = nil
+      stack[top] = nil
       order[#order + 1] = node
     end
   end
@@ -325,8 +451,9 @@ local function run(roots, retain, create, capture)
       if s and s.node then makes[s.node] = true end
     end
     for _, node in ipairs(order) do     -- children before parents
-      for _, e in ipairs(node.edges) do
-        if (e.leaf and capture[e.leaf]) or (e.node and (needed[e.node] or makes[e.node])) then
+      for i = 1, #node, 4 do
+        local e = node[i]
+        if (type(e) == "table" and (needed[e] or makes[e])) or (type(e) ~= "table" and capture[e]) then
           needed[node] = true
           break
         end
@@ -343,7 +470,7 @@ local function run(roots, retain, create, capture)
     end
     local s = info[t]
     if s.grad == nil then
-      s.grad = create and g or A.no_grad(function() return g:clone() end)
+      s.grad = create and g or A.no_grad(r_clone, g)
     elseif create then
       s.grad = s.grad + g
     else
@@ -381,23 +508,25 @@ local function run(roots, retain, create, capture)
         check_versions(node)
         local def = node.def
         local g, out
-        if def.multi then g, out = gs, node.outs
-        else g, out = gs[1], node.outs[1] end
-        if not def.multi and g == nil then
-          local sh = node.shapes[1]
-          g = qlua.zeros(sh[1], { dtype = sh[2], device = sh[3] })
-        end
+        local outs = node.outs
+        if def.multi then g, out = gs, outs
+        else g, out = gs[1], outs and outs[1] end
         local grads = def.backward(g, node.args, out, node)
-        for _, e in ipairs(node.edges) do
-          local gi = grads[e.pos]
-          if e.j then gi = gi and gi[e.j] end
+        local edges = node
+        for i = 1, #edges, 4 do
+          local target, pos, j = edges[i], edges[i + 2], edges[i + 3]
+          local gi = grads[pos]
+          if j then gi = gi and gi[j] end
           if gi ~= nil then
-            local t = e.j and node.args[e.pos][e.j] or node.args[e.pos]
-            if is_tensor(gi) then gi = sum_to(gi, t:shape()) end
-            if e.leaf then give_leaf(e.leaf, gi)
+            local t = node.args[pos]
+            if j then t = t[j] end
+            if is_tensor(gi) then gi = sum_to(gi, r_shape(t)) end
+            if type(target) == "table" then
+              local b = bufs[target]
+              if b == nil then b = {}; bufs[target] = b end
+              accumulate(b, edges[i + 1], gi)
             else
-              bufs[e.node] = bufs[e.node] or {}
-              accumulate(bufs[e.node], e.idx, gi)
+              give_leaf(target, gi)
             end
           end
         end
@@ -505,19 +634,16 @@ function A.Function(spec)
     end
     local res = pack(A.no_grad(spec.forward, ctx, ...))
     if not (enabled and any) then return unpack(res, 1, res.n) end
-    local node = setmetatable({ name = spec.name or "Function", def = def, args = args, edges = {},
-                                versions = {} }, Node)
+    local node = setmetatable({ name = spec.name or "Function", def = def, args = args }, Node)
     args.ctx = ctx
+    local versions = {}
     for i = 1, args.n do
-      local t = args[i]
-      if is_tensor(t) then
-        local edge = edge_of(t)
-        if edge then edge.pos = i; node.edges[#node.edges + 1] = edge end
-      end
+      if is_tensor(args[i]) then add_edge(node, args[i], i) end
     end
     for _, t in ipairs(ctx.saved_tensors) do
-      if is_tensor(t) then node.versions[#node.versions + 1] = { t, t:_version() } end
+      if is_tensor(t) then versions[#versions + 1] = t; versions[#versions + 1] = r_version(t) end
     end
+    node.versions = versions
     ctx.shapes, ctx.nout = {}, res.n
     node.outs, node.shapes = {}, {}
     for k = 1, res.n do
@@ -691,7 +817,8 @@ local function setfield(t, key, v)
 end
 
 -- ------------------------------------------------------------- installing
-local FULL = { sum = true, mean = true }
+local FULL = { sum = true, mean = true, prod = true, amax = true, amin = true, max = true,
+               min = true, median = true, var = true, std = true, norm = true }
 for name, fn in pairs(raw) do
   if type(fn) == "function" and name:sub(1, 2) ~= "__" and not extra[name] then
     METHODS[name] = FULL[name] and full_reduction(name, fn) or wrap_method(name, fn)
@@ -703,8 +830,9 @@ for _, k in ipairs(OPERATORS) do
   if fn then
     local fin = finisher(k, false)
     rawset(Tensor, k, function(a, b)
-      if enabled and (info[a] ~= nil or info[b] ~= nil) and needs(a, b) then
-        return record(k, fn, a, b)
+      if enabled then
+        local sa, sb = info[a], info[b]
+        if (sa ~= nil and sa.req) or (sb ~= nil and sb.req) then return record(k, fin, fn, a, b) end
       end
       return fin(pcall(fn, a, b))
     end)
@@ -717,13 +845,17 @@ rawset(Tensor, "__keyed", function(t, k, r)
   if enabled and is_tensor(r) and needs(t) then return record_read(t, k, r) end
   return r
 end)
-rawset(Tensor, "__newindex", function(t, k, v)
-  if type(k) ~= "string" and enabled and (needs(t) or needs(v)) then
-    if needs(t) then leaf_check("index", t) end
-    error("index: an assigned tensor requires grad and writes are not recorded yet", 0)
-  end
-  return raw_newindex(t, k, v)
-end)
+-- writes t[k] = v: recorded as the in-place op "index_put" when t or v requires grad
+do
+  local fin = finisher("index", false)
+  rawset(Tensor, "__newindex", function(t, k, v)
+    if type(k) ~= "string" and enabled and (needs(t) or needs(v)) then
+      record_inplace("index_put", fin, raw_newindex, t, k, v)
+      return
+    end
+    return raw_newindex(t, k, v)
+  end)
+end
 
 -- module functions: the ones that take tensors record; creation takes requires_grad
 local MODULE_OPS = { "matmul", "where", "cat", "stack", "cross_entropy", "einsum", "addmm" }
@@ -732,7 +864,7 @@ for _, name in ipairs(MODULE_OPS) do
   if fn then
     local fin = finisher(name, false)
     qlua[name] = function(...)
-      if enabled and needs(...) then return record(name, fn, ...) end
+      if enabled and needs(...) then return record(name, fin, fn, ...) end
       return fin(pcall(fn, ...))
     end
   end
@@ -742,7 +874,7 @@ do
   local fn, fin = rawq.where, finisher("where", false)
   qlua.where = function(...)
     local cond, a, b = ...
-    if enabled and (needs(a) or needs(b)) then return record("where", fn, ...) end
+    if enabled and (needs(a) or needs(b)) then return record("where", fin, fn, ...) end
     return fin(pcall(fn, ...))
   end
 end

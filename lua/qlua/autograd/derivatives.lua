@@ -7,7 +7,15 @@ again under create_graph). lua/qlua/autograd.lua is the engine that calls them.
               out = true when backward reads the op's result,
               multi = true (or "list") when the op returns several tensors: g is then the
                       list of their gradients, nil where one got none,
-              list = true when argument 1 is a list of tensors (cat, stack) }
+              list = true when argument 1 is a list of tensors (cat, stack), or the
+                     position of that list (einsum's 2),
+              saves = the argument positions whose values backward reads (a set), false
+                      for none; left out: every tensor argument. The engine checks their
+                      version counters (an in-place change since the op is an error),
+              self_free = true when backward reads nothing of argument 1 but its shape:
+                          the in-place form name_ then keeps no copy of the old value }
+The in-place form t:name_(...) uses D.name_ when there is one, else D.name, with argument 1
+the value t had before.
 
 args are the call's arguments (args[1] is self for a method). A gradient may come in a
 broadcast shape: the engine sums it back to the input's. An op with no entry raises when an
@@ -57,11 +65,13 @@ local function where0(mask, g) return qlua.where(mask, g, 0) end
 -- args are the call's arguments (args[1] is self for a method). A gradient may be given
 -- in a broadcast shape: the engine sums it back to the input's (sum_to).
 
+-- uses_out: f reads the result, not the input
 local function unary(f, uses_out)
-  return { out = uses_out, backward = function(g, a, out) return { f(g, a[1], out) } end }
+  return { out = uses_out, self_free = uses_out, saves = not uses_out and { true } or false,
+           backward = function(g, a, out) return { f(g, a[1], out) } end }
 end
 
-D.neg = unary(function(g) return -g end)
+D.neg = unary(function(g) return -g end, true)
 D.__unm = D.neg
 D.exp = unary(function(g, _, y) return g * y end, true)
 D.exp2 = unary(function(g, _, y) return g * y * math.log(2) end, true)
@@ -102,8 +112,8 @@ D.gelu = unary(function(g, x)
   return g * (cdf + x * pdf)
 end)
 local function zero_grad(g) return g * 0 end
-for _, name in ipairs({ "floor", "ceil", "round", "trunc", "sign" }) do D[name] = unary(zero_grad) end
-D.frac = unary(function(g) return g end)
+for _, name in ipairs({ "floor", "ceil", "round", "trunc", "sign" }) do D[name] = unary(zero_grad, true) end
+D.frac = unary(function(g) return g end, true)
 D.clamp = { backward = function(g, a)
   local x, lo, hi = a[1], a[2], a[3]
   local keep
@@ -113,14 +123,14 @@ D.clamp = { backward = function(g, a)
 end }
 
 -- binary ops: either operand may be a number (then it gets no gradient)
-local function binary(fa, fb, uses_out)
-  return { out = uses_out, backward = function(g, a, out)
+local function binary(fa, fb, uses_out, saves, self_free)
+  return { out = uses_out, saves = saves, self_free = self_free, backward = function(g, a, out)
     local x, y = a[1], a[2]
     return { is_tensor(x) and fa(g, x, y, out) or nil, is_tensor(y) and fb(g, x, y, out) or nil }
   end }
 end
-D.add = binary(function(g) return g end, function(g) return g end)
-D.sub = binary(function(g) return g end, function(g) return -g end)
+D.add = binary(function(g) return g end, function(g) return g end, false, false, true)
+D.sub = binary(function(g) return g end, function(g) return -g end, false, false, true)
 D.mul = binary(function(g, _, y) return g * y end, function(g, x) return g * x end)
 D.div = binary(function(g, _, y) return g / y end,
                function(g, x, y) return -(g * x / (y * y)) end)
@@ -144,55 +154,69 @@ D.maximum = binary(pick_grad("gt"), function(g, x, y) return pick_grad("gt")(g, 
 D.minimum = binary(pick_grad("lt"), function(g, x, y) return pick_grad("lt")(g, y, x) end)
 D.__add, D.__sub, D.__mul, D.__div, D.__pow = D.add, D.sub, D.mul, D.div, D.pow
 
-D.where = { backward = function(g, a)
+D.where = { saves = { true }, backward = function(g, a)
   local cond, x, y = a[1], a[2], a[3]
   return { nil, is_tensor(x) and qlua.where(cond, g, 0) or nil,
            is_tensor(y) and qlua.where(cond, 0, g) or nil }
 end }
 
 -- reductions
-D.sum = { backward = function(g, a) return { unreduce(g, a[1], a[2], a[3]) } end }
-D.mean = { backward = function(g, a)
+D.sum = { saves = false, backward = function(g, a) return { unreduce(g, a[1], a[2], a[3]) } end }
+D.mean = { saves = false, backward = function(g, a)
   return { unreduce(g, a[1], a[2], a[3]) / count_of(a[1], a[2]) }
 end }
-D.logsumexp = { out = true, backward = function(g, a, out)
+D.logsumexp = { out = true, saves = { true }, backward = function(g, a, out)
   local x, dim, keepdim = a[1], a[2], a[3]
   local back = unreduce(out, x, dim, keepdim)
   return { unreduce(g, x, dim, keepdim) * (x - back):exp() }
 end }
 
 -- softmax family
-D.softmax = { out = true, backward = function(g, a, y)
+D.softmax = { out = true, saves = false, backward = function(g, a, y)
   return { y * (g - (g * y):sum(a[2], true)) }
 end }
-D.log_softmax = { out = true, backward = function(g, a, y)
+D.log_softmax = { out = true, saves = false, backward = function(g, a, y)
   return { g - y:exp() * g:sum(a[2], true) }
 end }
-D.cross_entropy = { backward = function(g, a)
+-- the class targets as an int64 tensor on the logits' device (a Lua number or table too)
+local function class_targets(target, logits)
+  if is_tensor(target) then return target end
+  return qlua.tensor(target, { dtype = "int64", device = logits:device() })
+end
+D.cross_entropy = { saves = false, backward = function(g, a)
   local logits, target, opts = a[1], a[2], a[3] or {}
-  if opts.ignore_index ~= nil or (opts.label_smoothing or 0) ~= 0 then
-    error("cross_entropy: no derivative for ignore_index or label_smoothing yet", 0)
-  end
   local cdim = logits:dim() == 1 and 1 or 2
+  local C = logits:size(cdim)
+  local eps = opts.label_smoothing or 0
   local p = logits:softmax(cdim)
-  local want
-  if FLOAT[target:dtype()] then
-    want = target
+  local want, keep, count
+  if is_tensor(target) and FLOAT[target:dtype()] then
+    want = eps ~= 0 and target * (1 - eps) + eps / C or target
   else
-    local t = cdim == 2 and target:unsqueeze(2) or target
-    want = A.no_grad(function()
-      return qlua.zeros_like(logits):scatter_(cdim, t, 1)
-    end)
+    local t = class_targets(target, logits)
+    if opts.ignore_index ~= nil then
+      keep = t:ne(opts.ignore_index)
+      t = qlua.where(keep, t, 1)
+      count = keep:sum({ 1 }):to(logits:dtype())          -- 0-d: no wait for the count
+      if cdim == 2 then keep = keep:unsqueeze(2) end
+    end
+    local idx = cdim == 2 and t:unsqueeze(2) or t:reshape({ 1 })
+    want = A.no_grad(function() return qlua.zeros_like(logits):scatter_(cdim, idx, 1) end)
+    if eps ~= 0 then want = want * (1 - eps) + eps / C end
   end
   local grad = p - want
+  if keep then grad = qlua.where(keep, grad, 0) end
+  -- probabilities that require grad get -log_softmax (times 1 - eps)
+  local gt = requires(target) and logits:log_softmax(cdim) * -(1 - eps) or nil
   local red = opts.reduction or "mean"
+  local scale = g
   if red == "none" then
-    if cdim == 2 then g = g:unsqueeze(2) end
-    return { grad * g }
-  elseif red == "mean" and cdim == 2 then
-    return { grad * g / logits:size(1) }
+    if cdim == 2 then scale = g:unsqueeze(2) end
+  elseif red == "mean" then
+    if count then scale = g / count
+    elseif cdim == 2 then scale = g / logits:size(1) end
   end
-  return { grad * g }
+  return { grad * scale, gt and gt * scale or nil }
 end }
 
 -- products
@@ -220,27 +244,28 @@ D.outer = { backward = function(g, a)
 end }
 
 -- shape ops and copies
+-- (these read only shapes: saves = false)
 local function back_shape(g, a) return { g:reshape(a[1]:shape()) } end
-D.view = { backward = back_shape }
+D.view = { saves = false, backward = back_shape }
 D.reshape, D.flatten, D.squeeze, D.unflatten = D.view, D.view, D.view, D.view
-D.view_as = { backward = back_shape }
-D.unsqueeze = { backward = function(g, a) return { g:squeeze(a[2]) } end }
-D.transpose = { backward = function(g, a) return { g:transpose(a[2], a[3]) } end }
-D.t = { backward = function(g) return { g:t() } end }
-D.permute = { backward = function(g, a)
+D.view_as = D.view
+D.unsqueeze = { saves = false, backward = function(g, a) return { g:squeeze(a[2]) } end }
+D.transpose = { saves = false, backward = function(g, a) return { g:transpose(a[2], a[3]) } end }
+D.t = { saves = false, backward = function(g) return { g:t() } end }
+D.permute = { saves = false, backward = function(g, a)
   local perm = type(a[2]) == "table" and a[2] or { select(2, unpack(a, 1, a.n)) }
   local inv = {}
   for i, p in ipairs(perm) do inv[p] = i end
   return { g:permute(inv) }
 end }
-D.expand = { backward = function(g, a) return { sum_to(g, a[1]:shape()) } end }
+D.expand = { saves = false, backward = function(g, a) return { sum_to(g, a[1]:shape()) } end }
 D.expand_as = D.expand
-D.contiguous = { backward = function(g) return { g } end }
+D.contiguous = { saves = false, backward = function(g) return { g } end }
 D.clone = D.contiguous
-D.flip = { backward = function(g, a) return { g:flip(a[2]) } end }
+D.flip = { saves = false, backward = function(g, a) return { g:flip(a[2]) } end }
 local function to_like(g, x) return g:to(x:dtype()):to(x:device()) end
 for _, name in ipairs({ "to", "float", "double", "half", "bfloat16", "cpu", "gpu" }) do
-  D[name] = { backward = function(g, a) return { to_like(g, a[1]) } end }
+  D[name] = { saves = false, backward = function(g, a) return { to_like(g, a[1]) } end }
 end
 
 -- g placed at [start, start + length) of dim in zeros of x's shape (differentiable: cat)
@@ -257,8 +282,8 @@ local function pad_along(g, x, dim, start, length)
   if #parts == 1 then return g end
   return qlua.cat(parts, dim)
 end
-D.narrow = { backward = function(g, a) return { pad_along(g, a[1], a[2], a[3], a[4]) } end }
-D.select = { backward = function(g, a)
+D.narrow = { saves = false, backward = function(g, a) return { pad_along(g, a[1], a[2], a[3], a[4]) } end }
+D.select = { saves = false, backward = function(g, a)
   return { pad_along(g:unsqueeze(a[2]), a[1], a[2], a[3], 1) }
 end }
 D.cat = { backward = function(g, a)
@@ -270,13 +295,13 @@ D.cat = { backward = function(g, a)
     at = at + n
   end
   return { grads }
-end, list = true }
+end, list = true, saves = false }
 D.stack = { backward = function(g, a)
   local list, dim = a[1], a[2] or 1
   local grads = {}
   for i = 1, #list do grads[i] = g:select(dim, i) end
   return { grads }
-end, list = true }
+end, list = true, saves = false }
 local function split_back(gs, a, _, node)
   local x = a[1]
   local dim = a[3] or 1
@@ -287,20 +312,452 @@ local function split_back(gs, a, _, node)
   end
   return { #parts == 1 and parts[1] or qlua.cat(parts, dim):reshape(x:shape()) }
 end
-D.split = { multi = "list", backward = split_back }
--- t[k]: the gradient written back where the read took its elements (first order only:
--- the write is not recorded)
-D.index = { backward = function(g, a)
+D.split = { multi = "list", saves = false, backward = split_back }
+D.chunk = D.split
+
+
+-- ------------------------------------------------------------- more elementwise
+D.atan2 = binary(function(g, x, y) return g * y / (x * x + y * y) end,
+                 function(g, x, y) return -(g * x / (x * x + y * y)) end)
+D.hypot = binary(function(g, x, _, out) return g * x / out end,
+                 function(g, _, y, out) return g * y / out end, true)
+D.fmod = binary(function(g) return g end, function(g, x, y) return -(g * (x / y):trunc()) end)
+D.remainder = binary(function(g) return g end, function(g, x, y) return -(g * (x / y):floor()) end)
+D.__mod = D.remainder
+D.floor_divide = binary(zero_grad, zero_grad)
+D.__idiv = D.floor_divide
+D.erfinv = unary(function(g, _, y) return g * (y * y):exp() * (math.sqrt(math.pi) / 2) end, true)
+D.nan_to_num = { saves = { true }, backward = function(g, a) return { where0(a[1]:isfinite(), g) } end }
+-- lerp(a, b, w) = a + w (b - a)
+D.lerp = { backward = function(g, a)
+  local x, y, w = a[1], a[2], a[3]
+  local gw = is_tensor(w) and g * (y - x) or nil
+  local one_minus = is_tensor(w) and -w + 1 or 1 - w
+  return { g * one_minus, is_tensor(y) and g * w or nil, gw }
+end }
+-- t += value * a * b, t += value * a / b (in place only)
+D.addcmul_ = { self_free = true, saves = { [2] = true, [3] = true }, backward = function(g, a)
+  local v = a[4] or 1
+  return { g, g * a[3] * v, g * a[2] * v }
+end }
+D.addcdiv_ = { self_free = true, saves = { [2] = true, [3] = true }, backward = function(g, a)
+  local x, y, v = a[2], a[3], a[4] or 1
+  return { g, g * v / y, -(g * v * x / (y * y)) }
+end }
+D.copy_ = { self_free = true, saves = false, backward = function(g, a)
+  return { nil, to_like(g, a[2]) }
+end }
+D.fill_ = { self_free = true, saves = false, backward = function() return {} end }
+D.zero_ = D.fill_
+
+-- ------------------------------------------------------------- more reductions
+local function norm_dim(x, d) if d < 0 then return d + x:dim() + 1 end return d end
+local function zeros_of(x, g) return qlua.zeros(x:shape(), { dtype = g:dtype(), device = g:device() }) end
+
+-- g of a value-selecting reduction along dim (max(dim), median, kthvalue) at the positions
+-- its indices name; the others get 0
+local function select_back(g, x, dim, idx, keepdim)
+  if x:dim() == 0 then return g:reshape({}) end
+  dim = norm_dim(x, dim)
+  if not keepdim then g, idx = g:unsqueeze(dim), idx:unsqueeze(dim) end
+  return zeros_of(x, g):scatter_add_(dim, idx, g)
+end
+local function selecting(dim_at, keep_at)
+  return { multi = true, out = true, saves = false, backward = function(gs, a, outs)
+    local x = a[1]
+    local dim = a[dim_at]
+    if dim == nil then dim = x:dim() end
+    return { select_back(gs[1], x, dim, outs[2], a[keep_at]) }
+  end }
+end
+D.max, D.min, D.median = selecting(2, 3), selecting(2, 3), selecting(2, 3)
+D.kthvalue = selecting(3, 4)
+-- the ties of amax / amin (and max(), min(), median() of all elements) share the gradient
+-- equally, as PyTorch's do
+local function share_ties(g, x, dim, keepdim, out)
+  local mask = x:eq(unreduce(out, x, dim, keepdim))
+  local count = x:dim() == 0 and 1 or mask:sum(dim_list(x, dim), true):to(g:dtype())
+  return where0(mask, unreduce(g, x, dim, keepdim) / count)
+end
+D.amax = { out = true, saves = { true }, backward = function(g, a, out)
+  return { share_ties(g, a[1], a[2], a[3], out) }
+end }
+D.amin = D.amax
+D.median_all = { out = true, saves = { true }, backward = function(g, a, out)
+  return { share_ties(g, a[1], nil, false, out) }
+end }
+D.aminmax = { multi = true, out = true, saves = { true }, backward = function(gs, a, outs)
+  local x, dim, keepdim = a[1], a[2], a[3]
+  local r
+  if gs[1] then r = share_ties(gs[1], x, dim, keepdim, outs[1]) end
+  if gs[2] then
+    local m = share_ties(gs[2], x, dim, keepdim, outs[2])
+    r = r and r + m or m
+  end
+  return { r }
+end }
+
+-- the product of the elements before each position along d (1 at the first)
+local function exclusive_cumprod(x, d)
+  local n = x:size(d)
+  local s = x:shape(); s[d] = 1
+  local one = qlua.ones(s, { dtype = x:dtype(), device = x:device() })
+  if n <= 1 then return n == 1 and one or x end
+  return qlua.cat({ one, x:narrow(d, 1, n - 1) }, d):cumprod(d)
+end
+-- d prod / d x_i = the product of all the others: the products before and after i, so that
+-- zeros need no division (one zero: only its position gets a gradient; two: none)
+local function others_product(x, d)
+  return exclusive_cumprod(x, d) * exclusive_cumprod(x:flip(d), d):flip(d)
+end
+D.prod = { saves = { true }, backward = function(g, a)
+  local x, dim, keepdim = a[1], a[2], a[3]
+  if x:numel() == 0 then return { zeros_of(x, g) } end
+  if dim == nil then
+    return { (others_product(x:reshape({ -1 }), 1) * g):reshape(x:shape()) }
+  end
+  if x:dim() == 0 then return { g:reshape({}) } end
+  dim = norm_dim(x, dim)
+  return { others_product(x, dim) * unreduce(g, x, dim, keepdim) }
+end }
+
+-- var, std: opts is keepdim (a boolean), the correction (a number) or {correction, keepdim}
+local function var_opts(o)
+  if type(o) == "boolean" then return 1, o end
+  if type(o) == "number" then return o, false end
+  if type(o) == "table" then
+    local c = o.correction
+    if c == nil then c = 1 end
+    return c, o.keepdim or false
+  end
+  return 1, false
+end
+local function centered(x, dims)
+  if x:dim() == 0 then return x * 0 end
+  return x - x:mean(dim_list(x, dims), true)
+end
+D.var = { saves = { true }, backward = function(g, a)
+  local x, dims = a[1], a[2]
+  local c, keepdim = var_opts(a[3])
+  local div = math.max(0, count_of(x, dims) - c)
+  return { unreduce(g, x, dims, keepdim) * centered(x, dims) * (2 / div) }
+end }
+D.std = { out = true, saves = { true }, backward = function(g, a, out)
+  local x, dims = a[1], a[2]
+  local c, keepdim = var_opts(a[3])
+  local div = math.max(0, count_of(x, dims) - c)
+  local s = unreduce(out, x, dims, keepdim)
+  return { qlua.where(s:eq(0), 0, unreduce(g, x, dims, keepdim) / s) * centered(x, dims) * (1 / div) }
+end }
+-- norm(p, dims, keepdim): x |x|^(p-2) / norm^(p-1) (p = 2: x / norm; inf: the largest |x|)
+D.norm = { out = true, saves = { true }, backward = function(g, a, out)
+  local x, p, dims, keepdim = a[1], a[2], a[3], a[4]
+  if p == nil then p = 2 end
+  local G = unreduce(g, x, dims, keepdim)
+  if p == 0 then return { x * 0 } end
+  if p == 1 then return { G * x:sign() } end
+  local N = unreduce(out, x, dims, keepdim)
+  if p == 2 then return { qlua.where(N:eq(0), 0, G * x / N) } end
+  if p == math.huge or p == -math.huge then
+    local ax = x:abs()
+    return { share_ties(g, ax, dims, keepdim, out) * x:sign() }
+  end
+  local zero = x:eq(0):logical_or(N:eq(0))
+  return { qlua.where(zero, 0, G * x * x:abs() ^ (p - 2) / N ^ (p - 1)) }
+end }
+
+-- ------------------------------------------------------------- scans
+local function revcumsum(v, d) return v:flip(d):cumsum(d):flip(d) end
+D.cumsum = { saves = false, backward = function(g, a) return { revcumsum(g, a[2]) } end }
+-- d y_i / d x_k = y_i / x_k for i >= k, written so that zeros divide nothing: before a
+-- line's first zero the quotient form; at the first zero the products with it left out;
+-- after it 0
+D.cumprod = { out = true, saves = { true }, backward = function(g, a, y)
+  local x, d = a[1], a[2]
+  local zero = x:eq(0)
+  local seen = zero:cumsum(d)
+  local before, first = seen:eq(0), zero:logical_and(seen:eq(1))
+  local part = qlua.where(before, revcumsum(g * y, d) / qlua.where(before, x, 1), 0)
+  local y1 = qlua.where(first, 1, x):cumprod(d)
+  local at = qlua.where(first, revcumsum(qlua.where(seen:ge(1), g * y1, 0), d), 0)
+  return { part + at }
+end }
+-- sum over i >= k of g_i exp(x_k - y_i), in log space (the positive and negative parts of g
+-- apart), so that no exp overflows
+local function revlogcumsumexp(v, d) return v:flip(d):logcumsumexp(d):flip(d) end
+D.logcumsumexp = { out = true, saves = { true }, backward = function(g, a, y)
+  local x, d = a[1], a[2]
+  local function part(mask, mag)
+    local l = qlua.where(mask, qlua.where(mask, mag, 1):log() - y, -math.huge)
+    return (revlogcumsumexp(l, d) + x):exp()
+  end
+  return { part(g:gt(0), g) - part(g:lt(0), -g) }
+end }
+local function scatter_back(gs, a, outs, dim)
+  local x = a[1]
+  return { zeros_of(x, gs[1]):scatter_add_(norm_dim(x, dim), outs[2], gs[1]) }
+end
+D.cummax = { multi = true, out = true, saves = false, backward = function(gs, a, outs)
+  return scatter_back(gs, a, outs, a[2])
+end }
+D.cummin = D.cummax
+D.sort = { multi = true, out = true, saves = false, backward = function(gs, a, outs)
+  local x = a[1]
+  if x:dim() == 0 then return { gs[1] } end
+  return scatter_back(gs, a, outs, a[2] or x:dim())
+end }
+D.topk = { multi = true, out = true, saves = false, backward = function(gs, a, outs)
+  local x = a[1]
+  if x:dim() == 0 then return { gs[1] } end
+  return scatter_back(gs, a, outs, a[3] or x:dim())
+end }
+
+-- ------------------------------------------------------------- indexing
+D.gather = { saves = { [2] = true, [3] = true }, backward = function(g, a)
+  local x, dim, idx = a[1], a[2], a[3]
+  if idx == nil then dim, idx = 1, dim end
+  return { zeros_of(x, g):scatter_add_(dim, idx, g) }
+end }
+D.take = { saves = { [2] = true }, backward = function(g, a)
+  local x, idx = a[1], a[2]
+  local flat = qlua.zeros({ x:numel() }, { dtype = g:dtype(), device = g:device() })
+  return { flat:scatter_add_(1, idx:reshape({ -1 }), g:reshape({ -1 })):reshape(x:shape()) }
+end }
+D.index_select = { saves = { [3] = true }, backward = function(g, a)
+  return { zeros_of(a[1], g):index_add_(a[2], a[3], g) }
+end }
+D.index_add_ = { self_free = true, saves = { [3] = true }, backward = function(g, a)
+  return { g, nil, nil, g:index_select(a[2], a[3]) }
+end }
+D.index_copy_ = { self_free = true, saves = { [3] = true }, backward = function(g, a)
+  return { g:clone():index_fill_(a[2], a[3], 0), nil, nil, g:index_select(a[2], a[3]) }
+end }
+D.index_fill_ = { self_free = true, saves = { [3] = true }, backward = function(g, a)
+  return { g:clone():index_fill_(a[2], a[3], 0), nil, nil, is_tensor(a[4]) and g:index_select(a[2], a[3]) or nil }
+end }
+D.scatter_ = { self_free = true, saves = { [3] = true }, backward = function(g, a)
+  local dim, idx, src = a[2], a[3], a[4]
+  return { g:clone():scatter_(dim, idx, 0), nil, nil, is_tensor(src) and g:gather(dim, idx) or nil }
+end }
+D.scatter_add_ = { self_free = true, saves = { [3] = true }, backward = function(g, a)
+  return { g, nil, nil, g:gather(a[2], a[3]) }
+end }
+D.masked_fill = { saves = { [2] = true }, self_free = true, backward = function(g, a)
+  local mask, v = a[2], a[3]
+  return { qlua.where(mask, 0, g), nil, is_tensor(v) and where0(mask, g) or nil }
+end }
+D.masked_fill_ = D.masked_fill
+-- masked_select: element k of g goes to the k-th true position of mask (broadcast with x)
+local function unmask(g, x, mask)
+  local m = mask:logical_and(qlua.ones(x:shape(), { dtype = "bool", device = x:device() }))
+  local shape = m:shape()
+  if g:numel() == 0 then return qlua.zeros(shape, { dtype = g:dtype(), device = g:device() }) end
+  local flat = m:reshape({ -1 })
+  local rank = flat:long():cumsum(1):clamp(1, g:numel())
+  return where0(flat, g:gather(1, rank)):reshape(shape)
+end
+D.masked_select = { saves = { [2] = true }, backward = function(g, a) return { unmask(g, a[1], a[2]) } end }
+-- t[k]: the read's elements get g back (tensor keys as index_select and masked_select, so
+-- that a position named twice sums; numbers and ranges as the same view of zeros)
+D.index = { saves = { [2] = true }, backward = function(g, a)
   local x, k = a[1], a[2]
+  if is_tensor(k) then
+    if k:dtype() == "bool" then return { unmask(g, x, k) } end
+    if k:dim() == 0 then return { D.select.backward(g, { x, 1, k:item() }) [1] } end
+    local flat = k:reshape({ -1 })
+    local rows = g:reshape({ flat:numel(), select(2, unpack(x:shape())) })
+    return { zeros_of(x, g):index_add_(1, flat, rows) }
+  end
+  local gx = zeros_of(x, g)
+  gx[k] = g                     -- recorded under create_graph (index_put)
+  return { gx }
+end }
+-- t[k] = v (recorded in place): t's old value gets g where the write did not land, v the
+-- rest (summed back to v's shape by the engine)
+D.index_put = { self_free = true, saves = { [2] = true }, backward = function(g, a)
+  local k, v = a[2], a[3]
+  local keep = A.no_grad(function()
+    local m = qlua.ones(g:shape(), { dtype = g:dtype(), device = g:device() })
+    m[k] = 0
+    return m
+  end)
+  return { g * keep, nil, is_tensor(v) and g[k] or nil }
+end }
+
+-- ------------------------------------------------------------- more shape ops
+D.select = { saves = false, backward = function(g, a)
+  local x, dim = a[1], norm_dim(a[1], a[2])
+  local i = a[3]
+  if i < 0 then i = i + x:size(dim) + 1 end
+  return { pad_along(g:unsqueeze(dim), x, dim, i, 1) }
+end }
+-- slice(dim, first, last, step): step > 1 spreads g with step - 1 zeros after each element
+D.slice = { saves = false, backward = function(g, a)
+  local x, dim = a[1], norm_dim(a[1], a[2])
+  local n = x:size(dim)
+  local first, last, step = a[3], a[4], a[5] or 1
+  if first < 0 then first = first + n + 1 end
+  if last < 0 then last = last + n + 1 end
+  local len = g:size(dim)
+  if len == 0 then return { zeros_of(x, g) } end
+  if step > 1 then
+    local e = g:unsqueeze(dim + 1)                 -- each element, then step - 1 zeros
+    local zs = e:shape(); zs[dim + 1] = step - 1
+    local spread = qlua.cat({ e, qlua.zeros(zs, { dtype = g:dtype(), device = g:device() }) }, dim + 1)
+    local sh = g:shape(); sh[dim] = len * step
+    g = spread:reshape(sh):narrow(dim, 1, (len - 1) * step + 1)
+  end
+  return { pad_along(g, x, dim, first, g:size(dim)) }
+end }
+D.movedim = { saves = false, backward = function(g, a) return { g:movedim(a[3], a[2]) } end }
+D.roll = { saves = false, backward = function(g, a)
+  local shifts = a[2]
+  if type(shifts) == "table" then
+    local neg = {}
+    for i, s in ipairs(shifts) do neg[i] = -s end
+    shifts = neg
+  else
+    shifts = -shifts
+  end
+  if a[3] == nil then return { g:reshape({ -1 }):roll(shifts):reshape(a[1]:shape()) } end
+  return { g:roll(shifts, a[3]) }
+end }
+-- repeat_tensor(sizes): each dim d of the result is sizes[d] copies of t's dim: summed back
+D.repeat_tensor = { saves = false, backward = function(g, a)
+  local x, sizes = a[1], a[2]
+  local xs = x:shape()
+  local lead = #sizes - #xs
+  local split, dims = {}, {}
+  for d = 1, #sizes do
+    local own = d > lead and xs[d - lead] or 1
+    split[#split + 1] = sizes[d]; dims[#dims + 1] = #split
+    split[#split + 1] = own
+  end
+  if g:numel() == 0 then return { zeros_of(x, g) } end
+  return { g:reshape(split):sum(dims):reshape(xs) }
+end }
+D.tril = { saves = false, backward = function(g, a) return { g:tril(a[2]) } end }
+D.triu = { saves = false, backward = function(g, a) return { g:triu(a[2]) } end }
+D.tril_ = { self_free = true, saves = false, backward = D.tril.backward }
+D.triu_ = { self_free = true, saves = false, backward = D.triu.backward }
+-- t grown or cut to shape, one dim at a time (zeros added at the end)
+local function fit(t, shape)
+  for d = 1, #shape do
+    local have = t:size(d)
+    if have > shape[d] then t = t:narrow(d, 1, shape[d])
+    elseif have < shape[d] then
+      local s = t:shape(); s[d] = shape[d] - have
+      t = qlua.cat({ t, qlua.zeros(s, { dtype = t:dtype(), device = t:device() }) }, d)
+    end
+  end
+  return t
+end
+D.diag = { saves = false, backward = function(g, a)
+  local x, k = a[1], a[2] or 0
+  if x:dim() == 1 then return { g:diagonal(k) } end
+  return { fit(g:diag(k), x:shape()) }
+end }
+-- diagonal (a view): g written back onto the diagonal of zeros (first order only)
+D.diagonal = { saves = false, backward = function(g, a)
   if A.is_grad_enabled() and requires(g) then
-    error("backward: create_graph through a t[...] read is not recorded yet (use narrow or select)", 0)
+    error("backward: create_graph through diagonal is not recorded yet", 0)
   end
   return { A.no_grad(function()
-    local gx = qlua.zeros(x:shape(), { dtype = g:dtype(), device = g:device() })
-    raw_newindex(gx, k, g)
+    local gx = zeros_of(a[1], g)
+    gx:diagonal(a[2] or 0, a[3] or 1, a[4] or 2):copy_(g)
     return gx
   end) }
 end }
-D.chunk = { multi = "list", backward = split_back }
+
+-- ------------------------------------------------------------- more products
+local function addmm_opts(o) o = o or {}; return o.beta or 1, o.alpha or 1 end
+D.addmm = { saves = { [2] = true, [3] = true }, backward = function(g, a)
+  local x, y = a[2], a[3]
+  local beta, alpha = addmm_opts(a[4])
+  return { g * beta, requires(x) and g:matmul(y:t()) * alpha or nil,
+           requires(y) and x:t():matmul(g) * alpha or nil }
+end }
+D.addmm_ = { self_free = true, saves = D.addmm.saves, backward = D.addmm.backward }
+
+-- einsum: an operand's gradient is the einsum of the others and g, with its own letters as
+-- the output; a letter only it has (summed in its own operand) comes back by expanding
+local function einsum_parts(spec, nops)
+  spec = spec:gsub("%s", "")
+  local lhs, rhs = spec:match("^(.-)%->(.*)$")
+  lhs = lhs or spec
+  local ins = {}
+  for part in (lhs .. ","):gmatch("([^,]*),") do ins[#ins + 1] = part end
+  if rhs == nil then
+    local count, ell = {}, false
+    for _, p in ipairs(ins) do
+      if p:find("...", 1, true) then ell = true end
+      for c in p:gsub("%.%.%.", ""):gmatch("%a") do count[c] = (count[c] or 0) + 1 end
+    end
+    local once = {}
+    for c, n in pairs(count) do if n == 1 then once[#once + 1] = c end end
+    table.sort(once)
+    rhs = (ell and "..." or "") .. table.concat(once)
+  end
+  if #ins ~= nops then error("einsum: the spec names " .. #ins .. " operands", 0) end
+  return ins, rhs
+end
+D.einsum = { list = 2, backward = function(g, a)
+  local listed = type(a[2]) == "table" and not is_tensor(a[2])
+  local ops = {}
+  if listed then ops = a[2] else for i = 2, a.n do ops[#ops + 1] = a[i] end end
+  local ins, rhs = einsum_parts(a[1], #ops)
+  local grads = {}
+  for i, op in ipairs(ops) do
+    if requires(op) then
+      local mine = ins[i]
+      local letters = mine:gsub("%.%.%.", "")
+      local seen = {}
+      for c in letters:gmatch("%a") do
+        if seen[c] then
+          error("einsum: no derivative yet for a letter repeated within one operand ('" .. mine .. "')", 0)
+        end
+        seen[c] = true
+      end
+      local elsewhere = rhs
+      local subs, args = {}, {}
+      for j, other in ipairs(ops) do
+        if j ~= i then subs[#subs + 1] = ins[j]; args[#args + 1] = other; elsewhere = elsewhere .. ins[j] end
+      end
+      subs[#subs + 1] = rhs; args[#args + 1] = g
+      -- the output: my letters that something else has ("..." only if something has it)
+      local out, missing, pos = {}, {}, 0
+      local has_ell = elsewhere:find("...", 1, true) ~= nil
+      local ndim, nletters = op:dim(), #letters
+      local k = 1
+      while k <= #mine do
+        if mine:sub(k, k + 2) == "..." then
+          local n = ndim - nletters
+          if has_ell then out[#out + 1] = "..." else
+            for e = 1, n do missing[#missing + 1] = pos + e end
+          end
+          pos, k = pos + n, k + 3
+        else
+          local c = mine:sub(k, k)
+          pos = pos + 1
+          if elsewhere:find(c, 1, true) then out[#out + 1] = c else missing[#missing + 1] = pos end
+          k = k + 1
+        end
+      end
+      local r = qlua.einsum(table.concat(subs, ",") .. "->" .. table.concat(out), table.unpack(args))
+      local shape = op:shape()
+      if #missing > 0 then
+        for _, d in ipairs(missing) do r = r:unsqueeze(d) end
+        local es = r:shape()
+        for _, d in ipairs(missing) do es[d] = shape[d] end
+        r = r:expand(es)
+      end
+      grads[i] = sum_to(r, shape)
+    end
+  end
+  if listed then return { nil, grads } end
+  local res = {}
+  for i = 1, #ops do res[i + 1] = grads[i] end
+  return res
+end }
 
 end
