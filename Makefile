@@ -135,7 +135,7 @@ endif
 
 QLUA := $(BUILD)/qlua
 
-.PHONY: all test demo bench deps install uninstall clean
+.PHONY: all test demo bench deps install install-files uninstall clean
 all: $(QLUA) $(BUILD)/qlua.so
 
 # The host: -Wl,-E exports the Lua API so C modules loaded by require (lfs, busted's
@@ -204,6 +204,7 @@ $(BUILD)/bench-baseline: bench/baseline.cu
 bench: all $(BENCH_BASELINE)
 	$(QLUA) bench/bench.lua --baseline $(BUILD)/bench-baseline --csv $(BUILD)/bench.csv \
 	  $(if $(PYTHON),--python $(PYTHON)) $(CASES)
+	$(if $(CASES),,$(QLUA) bench/autograd.lua --csv $(BUILD)/bench_autograd.csv $(if $(PYTHON),--python $(PYTHON)))
 
 # ---- packages: Debian's, installed only when missing
 # (luarocks: the rock; python3-numpy: the .npy round trips and the bench's baseline;
@@ -219,13 +220,22 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	else echo "make deps: all packages present"; fi
 
+# the Lua libraries (lua/qlua/: autograd, testing, fuzz) go to share/lua/5.4, where the
+# installed qlua looks (next to its bin/) and where a stock lua5.4 looks for PREFIX=/usr/local
+LUA_LIBS_SRC := $(shell find lua -name '*.lua' 2>/dev/null)
 install: all
+	@$(MAKE) --no-print-directory install-files
+# (install-files copies what `all` built, and builds nothing: spec/host/build_spec.lua runs it)
+install-files:
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/lua/5.4
 	install -m 755 $(QLUA) $(DESTDIR)$(PREFIX)/bin/qlua
 	install -m 755 $(BUILD)/qlua.so $(DESTDIR)$(PREFIX)/lib/lua/5.4/qlua.so
+	for f in $(patsubst lua/%,%,$(LUA_LIBS_SRC)); do \
+	  install -D -m 644 lua/$$f $(DESTDIR)$(PREFIX)/share/lua/5.4/$$f || exit 1; done
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/qlua $(DESTDIR)$(PREFIX)/lib/lua/5.4/qlua.so
+	rm -rf $(DESTDIR)$(PREFIX)/share/lua/5.4/qlua
 
 clean:
 	rm -rf $(BUILD)

@@ -49,6 +49,34 @@ build = {
    -- the Makefile's install target also installs the interpreter, into PREFIX
    install_pass = false,
    install = {
-      lib = { qlua = "build/rock/qlua.so" }
+      lib = { qlua = "build/rock/qlua.so" },
+      -- qlua's Lua libraries (spec/host/rock_spec.lua checks this list against lua/)
+      lua = {
+         ["qlua.autograd"] = "lua/qlua/autograd.lua",
+         ["qlua.autograd.derivatives"] = "lua/qlua/autograd/derivatives.lua",
+         ["qlua.fuzz"] = "lua/qlua/fuzz.lua",
+         ["qlua.fuzz.entries.conveniences"] = "lua/qlua/fuzz/entries/conveniences.lua",
+         ["qlua.fuzz.entries.elementwise"] = "lua/qlua/fuzz/entries/elementwise.lua",
+         ["qlua.fuzz.entries.formats"] = "lua/qlua/fuzz/entries/formats.lua",
+         ["qlua.fuzz.entries.functions"] = "lua/qlua/fuzz/entries/functions.lua",
+         ["qlua.fuzz.entries.index"] = "lua/qlua/fuzz/entries/index.lua",
+         ["qlua.fuzz.entries.inspect"] = "lua/qlua/fuzz/entries/inspect.lua",
+         ["qlua.fuzz.entries.mask"] = "lua/qlua/fuzz/entries/mask.lua",
+         ["qlua.fuzz.entries.matmul"] = "lua/qlua/fuzz/entries/matmul.lua",
+         ["qlua.fuzz.entries.meta"] = "lua/qlua/fuzz/entries/meta.lua",
+         ["qlua.fuzz.entries.move"] = "lua/qlua/fuzz/entries/move.lua",
+         ["qlua.fuzz.entries.operators"] = "lua/qlua/fuzz/entries/operators.lua",
+         ["qlua.fuzz.entries.reduce"] = "lua/qlua/fuzz/entries/reduce.lua",
+         ["qlua.fuzz.entries.scan"] = "lua/qlua/fuzz/entries/scan.lua",
+         ["qlua.fuzz.entries.shape"] = "lua/qlua/fuzz/entries/shape.lua",
+         ["qlua.fuzz.entries.sort"] = "lua/qlua/fuzz/entries/sort.lua",
+         ["qlua.fuzz.entries.view"] = "lua/qlua/fuzz/entries/view.lua",
+         ["qlua.fuzz.files"] = "lua/qlua/fuzz/files.lua",
+         ["qlua.fuzz.gen"] = "lua/qlua/fuzz/gen.lua",
+         ["qlua.fuzz.record"] = "lua/qlua/fuzz/record.lua",
+         ["qlua.testing"] = "lua/qlua/testing.lua",
+         ["qlua.testing.half"] = "lua/qlua/testing/half.lua",
+         ["qlua.testing.ref"] = "lua/qlua/testing/ref.lua",
+      }
    }
 }

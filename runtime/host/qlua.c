@@ -262,6 +262,47 @@ static int qh_handle_script (lua_State *L, char **argv) {
 ** -v, -E, libraries (+ qlua), arg, LUA_INIT, -e/-l/-W, the script, then the REPL or
 ** stdin. Returns true on success.
 */
+/* qlua's own Lua libraries (qlua.autograd, qlua.testing, ...) are found next to the
+** binary: <exe>/../share/lua/5.4 where `make install` puts them, <exe>/../lua in a
+** checkout (build/qlua). A searcher of its own, after the standard ones, so package.path
+** stays lua5.4's and a module that is found nowhere reads as it does in lua5.4 (the
+** searcher adds nothing to the message). Upvalue 1: the path template. */
+static int qh_search_own (lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  if (strncmp(name, "qlua.", 5) != 0) return 0;
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "searchpath");
+  if (!lua_isfunction(L, -1)) return 0;
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_call(L, 2, 1);
+  const char *file = lua_tostring(L, -1);
+  if (file == NULL) return 0;
+  if (luaL_loadfile(L, file) != LUA_OK)
+    return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, file,
+                      lua_tostring(L, -1));
+  lua_pushstring(L, file);
+  return 2;
+}
+
+static void qh_add_lua_dirs (lua_State *L) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (slash == NULL) return;
+  *slash = '\0';
+  lua_getglobal(L, "package");
+  if (lua_istable(L, -1) && lua_getfield(L, -1, "searchers") == LUA_TTABLE) {
+    lua_pushfstring(L, "%s/../share/lua/5.4/?.lua;%s/../share/lua/5.4/?/init.lua;"
+                    "%s/../lua/?.lua;%s/../lua/?/init.lua", exe, exe, exe, exe);
+    lua_pushcclosure(L, qh_search_own, 1);
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+  }
+  lua_pop(L, 2);
+}
+
 static int qh_pmain (lua_State *L) {
   int argc = (int)lua_tointeger(L, 1);
   char **argv = (char **)lua_touserdata(L, 2);
@@ -280,6 +321,7 @@ static int qh_pmain (lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
   }
   luaL_openlibs(L);
+  qh_add_lua_dirs(L);
   luaL_requiref(L, "qlua", luaopen_qlua, 1);
   lua_pop(L, 1);
   /* also in package.preload, so require "qlua" finds it even after package.loaded.qlua

@@ -131,6 +131,31 @@ describe("the build", function()
     assert.falsy(r.stdout:find(dir .. "/obj/kernels/", 1, true), r.stdout)
   end)
 
+  it("make install puts qlua, qlua.so and the Lua libraries under PREFIX, where both find them", function()
+    local qlua = P.qlua()
+    local build, prefix = P.tempdir(), P.tempdir()
+    local so = qlua:gsub("[^/]*$", "") .. "qlua.so"
+    if not P.read(so) then return pending("no qlua.so next to " .. qlua) end
+    assert.are.equal(0, P.run({ "cp", qlua, so, build }).status)
+    local r = P.run({ "make", "--no-print-directory", "install-files", "BUILD=" .. build, "PREFIX=" .. prefix },
+                    { env = { MAKEFLAGS = false, MFLAGS = false, MAKELEVEL = false }, timeout = 60 })
+    assert.are.equal(0, r.status, r.stdout .. r.stderr)
+    for f in io.popen("find lua -name '*.lua'"):lines() do
+      assert.truthy(P.read(prefix .. "/share/lua/5.4/" .. f:sub(5)), f .. " is not installed")
+    end
+    -- the installed qlua finds them next to its bin/, from any directory, with no LUA_PATH
+    local got = P.run({ prefix .. "/bin/qlua", "-e", "io.write(type(require('qlua.autograd').grad))" },
+                      { cwd = "/", env = { LUA_PATH = false, LUA_PATH_5_4 = false } })
+    assert.are.equal("function", got.stdout, got.stderr)
+    local LUA = P.lua()
+    if LUA then
+      local l = P.run({ LUA, "-e", "require('qlua'); io.write(type(require('qlua.autograd').backward))" },
+                      { cwd = "/", env = { LUA_CPATH = prefix .. "/lib/lua/5.4/?.so",
+                                           LUA_PATH = prefix .. "/share/lua/5.4/?.lua" } })
+      assert.are.equal("function", l.stdout, l.stderr)
+    end
+  end)
+
   it("make deps installs what the tests and the rock need", function()
     local list = P.read("Makefile"):match("DEB_PACKAGES := (.-)\n[^ ]")
     for _, pkg in ipairs({ "lua5.4", "lua-busted", "luarocks", "python3-numpy", "util-linux" }) do

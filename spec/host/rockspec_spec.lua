@@ -41,7 +41,7 @@ describe("the rockspec", function()
 
   it("luarocks make installs qlua.so, which lua5.4 requires", function()
     local src, tree, home = P.tempdir(), P.tempdir(), P.tempdir()
-    local copy = shell("cp -r Makefile runtime kernels " .. P.quote(ROCKSPEC) .. " " .. P.quote(src))
+    local copy = shell("cp -r Makefile runtime kernels lua " .. P.quote(ROCKSPEC) .. " " .. P.quote(src))
     assert.are.equal(0, copy.status, copy.stderr)
     local r = shell("CUDA=0 MAKEFLAGS=-j2 luarocks --lua-version 5.4 make --tree " ..
                     P.quote(tree) .. " " .. ROCKSPEC,
@@ -55,5 +55,18 @@ describe("the rockspec", function()
                          { env = { LUA_CPATH = tree .. "/lib/lua/5.4/?.so" } })
     assert.are.equal("", loaded.stderr)
     assert.are.equal(expected .. " 6", loaded.stdout)
+    -- and qlua's Lua libraries, every file of lua/ (the rockspec lists them one by one)
+    local auto = P.run({ LUA, "-e", "require('qlua'); io.write(type(require('qlua.autograd').grad))" },
+                       { cwd = "/", env = { LUA_CPATH = tree .. "/lib/lua/5.4/?.so",
+                                            LUA_PATH = tree .. "/share/lua/5.4/?.lua" } })
+    assert.are.equal("function", auto.stdout, auto.stderr)
+  end)
+
+  it("lists every Lua library under lua/", function()
+    local rock = P.read(ROCKSPEC)
+    for f in io.popen("find lua -name '*.lua'"):lines() do
+      local mod = f:sub(5, -5):gsub("/", ".")
+      assert.truthy(rock:find('["' .. mod .. '"] = "' .. f .. '"', 1, true), f .. " is not in " .. ROCKSPEC)
+    end
   end)
 end)

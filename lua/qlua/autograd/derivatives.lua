@@ -220,22 +220,23 @@ D.cross_entropy = { saves = false, backward = function(g, a)
 end }
 
 -- products
-local function mm_grads(g, a, b)
+-- the gradients of a @ b (matmul's broadcasting and 1-D rules), each only when wanted
+local function mm_grads(g, a, b, want_a, want_b)
+  if a:dim() == 1 and b:dim() == 1 then
+    return want_a and g * b or nil, want_b and g * a or nil
+  end
   local A2 = a:dim() == 1 and a:unsqueeze(1) or a
   local B2 = b:dim() == 1 and b:unsqueeze(2) or b
   local G = g
-  if a:dim() == 1 and b:dim() == 1 then
-    return g * b, g * a
-  end
   if a:dim() == 1 then G = G:unsqueeze(G:dim()) end
   if b:dim() == 1 then G = G:unsqueeze(G:dim() + 1) end
-  local ga = sum_to(G:matmul(last_two(B2)), A2:shape()):reshape(a:shape())
-  local gb = sum_to(last_two(A2):matmul(G), B2:shape()):reshape(b:shape())
+  local ga = want_a and sum_to(G:matmul(last_two(B2)), A2:shape()):reshape(a:shape()) or nil
+  local gb = want_b and sum_to(last_two(A2):matmul(G), B2:shape()):reshape(b:shape()) or nil
   return ga, gb
 end
 local function product(g, x, y)
-  local ga, gb = mm_grads(g, x, y)
-  return { requires(x) and ga or nil, requires(y) and gb or nil }
+  local ga, gb = mm_grads(g, x, y, requires(x), requires(y))
+  return { ga, gb }
 end
 D.matmul = { backward = function(g, a) return product(g, a[1], a[2]) end }
 D.mv, D.dot, D.bmm = D.matmul, D.matmul, D.matmul

@@ -1,0 +1,151 @@
+-- bench/autograd.lua — `make bench`, the autograd part (issue 24's targets): what recording
+-- costs, how backward compares with its forward, and training samples/classifier.lua's
+-- network against PyTorch's eager autograd in the same run.
+--
+--   qlua bench/autograd.lua [--python PATH] [--csv build/bench_autograd.csv]
+--
+-- Cases (GPU ones only where there is a GPU):
+--   record_add_16_<dev>   100k 16-element a + b with requires_grad, minus the same without:
+--                         target <= 1.5 us per op (on the GPU)
+--   chain_1000_<dev>      backward of a 1000-op elementwise chain on 16 elements against
+--                         the forward that recorded it: target <= 2x
+--   train_<dev>           32 -> 128 -> 10, batch 256, autograd + SGD momentum 0.9, samples/s
+--                         against bench/torch_autograd.py: target >= 2x PyTorch on the GPU,
+--                         >= 1x on the CPU
+package.path = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" .. package.path
+local autograd = require "qlua.autograd"
+
+local args = { csv = "build/bench_autograd.csv" }
+do
+  local i = 1
+  while i <= #arg do
+    local a = arg[i]
+    if (a == "--python" or a == "--csv") and arg[i + 1] then args[a:sub(3)] = arg[i + 1]; i = i + 2
+    else io.stderr:write("bench/autograd.lua: unknown argument " .. a .. "\n"); os.exit(2) end
+  end
+end
+
+local devices = { "cpu" }
+if qlua.gpu_count() > 0 then table.insert(devices, 1, "gpu") end
+local rows = {}
+local function row(r) rows[#rows + 1] = r end
+
+-- ---------------------------------------------------------------- recording cost
+for _, dev in ipairs(devices) do
+  local a, b = qlua.rand(16, { device = dev }), qlua.rand(16, { device = dev })
+  local ag = qlua.rand(16, { device = dev, requires_grad = true })
+  local bg = qlua.rand(16, { device = dev, requires_grad = true })
+  local opts = { calls = 100000, runs = 5, warmup = 1 }
+  local plain = qlua.bench(function() return a + b end, opts).median
+  local rec = qlua.bench(function() return ag + bg end, opts).median
+  local extra = rec - plain
+  row({ case = "record_add_16_" .. dev, qlua = rec, base = plain, value = extra * 1e6,
+        unit = "us above no-grad", target = dev == "gpu" and 1.5 or nil, at_most = true })
+end
+
+-- ---------------------------------------------------------------- backward of a chain
+for _, dev in ipairs(devices) do
+  local x = qlua.rand(16, { device = dev, requires_grad = true })
+  local fwd, bwd = {}, {}
+  for r = 1, 10 do
+    qlua.sync()
+    local t0 = qlua.clock()
+    local y = x
+    for _ = 1, 1000 do y = y * 1.0001 end
+    local s = y:sum()
+    qlua.sync()
+    local t1 = qlua.clock()
+    s:backward()
+    qlua.sync()
+    local t2 = qlua.clock()
+    if r > 1 then fwd[#fwd + 1], bwd[#bwd + 1] = t1 - t0, t2 - t1 end
+    x.grad = nil
+  end
+  table.sort(fwd); table.sort(bwd)
+  local f, b = fwd[#fwd // 2 + 1], bwd[#bwd // 2 + 1]
+  row({ case = "chain_1000_" .. dev, qlua = b, base = f, value = b / f, unit = "x the forward",
+        target = 2, at_most = true })
+end
+
+-- ---------------------------------------------------------------- training
+local D, H, C, B = 32, 128, 10, 256
+local STEPS, RUNS = 200, 5
+local function train_step_time(dev)
+  qlua.seed(7)
+  local n = B * STEPS
+  local x = qlua.randn({ n, D }, { device = dev })
+  local y = qlua.randint(1, C, n, { device = dev })
+  local p = {
+    w1 = qlua.randn({ D, H }, { device = dev }) * math.sqrt(2 / D), b1 = qlua.zeros({ H }, { device = dev }),
+    w2 = qlua.randn({ H, C }, { device = dev }) * math.sqrt(1 / H), b2 = qlua.zeros({ C }, { device = dev }),
+  }
+  local names, v = { "w1", "b1", "w2", "b2" }, {}
+  for _, k in ipairs(names) do p[k]:requires_grad_(); v[k] = qlua.zeros_like(p[k]) end
+  local function update()
+    for _, k in ipairs(names) do
+      v[k]:mul_(0.9):add_(p[k].grad)
+      p[k]:sub_(v[k] * 0.05)
+    end
+  end
+  local function batch()
+    local order = qlua.randperm(n, { device = dev })
+    for first = 1, n - B + 1, B do
+      local idx = order:narrow(1, first, B)
+      local xb, yb = x:index_select(1, idx), y:index_select(1, idx)
+      local logits = (xb:matmul(p.w1) + p.b1):relu():matmul(p.w2) + p.b2
+      for _, k in ipairs(names) do p[k].grad = nil end
+      qlua.cross_entropy(logits, yb):backward()
+      qlua.no_grad(update)
+    end
+  end
+  return qlua.bench(batch, { calls = 1, runs = RUNS, warmup = 1 }).median / STEPS
+end
+
+local base = {}
+do
+  local py = args.python
+  if not py then
+    for _, c in ipairs({ "python3", "/usr/bin/python3" }) do
+      if os.execute(c .. " -c 'import torch' >/dev/null 2>&1") == true then py = c; break end
+    end
+  end
+  local script = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/torch_autograd.py"
+  if py then
+    local pipe = io.popen(py .. " " .. script .. " " .. STEPS .. " " .. RUNS .. " 2>/dev/null")
+    for line in pipe:lines() do
+      local k, s = line:match("^([%w_]+),([%d%.eE+-]+)$")
+      if k then base[k] = tonumber(s) end
+    end
+    pipe:close()
+  end
+  if next(base) == nil then print("bench/autograd.lua: no PyTorch in this Python: the training rows have no baseline") end
+end
+for _, dev in ipairs(devices) do
+  local t = train_step_time(dev)
+  local torch_t = base["train_" .. dev]
+  row({ case = "train_" .. dev, qlua = t, base = torch_t, value = torch_t and torch_t / t,
+        unit = "x PyTorch samples/s", target = dev == "gpu" and 2 or 1, at_most = false,
+        extra = ("qlua %.3f M samples/s%s"):format(B / t / 1e6,
+          torch_t and (", PyTorch %.3f M"):format(B / torch_t / 1e6) or "") })
+end
+
+-- ---------------------------------------------------------------- report
+local fmt = "%-20s %12s %12s %10s  %-22s %-10s %s"
+print(fmt:format("case", "qlua us", "base us", "value", "unit", "target", "status"))
+local csv = io.open(args.csv, "w")
+if csv then csv:write("case,qlua_seconds,baseline_seconds,value,unit,target,status\n") end
+for _, r in ipairs(rows) do
+  local status = "n/a"
+  if r.value and r.target then
+    local ok = (r.at_most and r.value <= r.target) or (not r.at_most and r.value >= r.target)
+    status = ok and "met" or "MISSED"
+  elseif not r.value then status = "no baseline" end
+  local target = r.target and ((r.at_most and "<= " or ">= ") .. r.target) or "-"
+  print(fmt:format(r.case, ("%.2f"):format(r.qlua * 1e6), r.base and ("%.2f"):format(r.base * 1e6) or "-",
+    r.value and ("%.3f"):format(r.value) or "-", r.unit, target, status .. (r.extra and ("  " .. r.extra) or "")))
+  if csv then
+    csv:write(("%s,%.9g,%s,%s,%q,%s,%s\n"):format(r.case, r.qlua, r.base and ("%.9g"):format(r.base) or "",
+      r.value and ("%.6g"):format(r.value) or "", r.unit, r.target or "", status))
+  end
+end
+if csv then csv:close(); print("bench/autograd.lua: table written to " .. args.csv) end

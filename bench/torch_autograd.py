@@ -1,0 +1,65 @@
+"""PyTorch side of bench/autograd.lua: samples/classifier.lua's network (32 -> 128 -> 10,
+batch 256) trained with eager autograd and torch.optim.SGD(momentum=0.9), the way a
+PyTorch user writes it, on the GPU (when torch sees one) and on the CPU (all cores).
+Each batch is picked with a random permutation's slice, as the qlua side does.
+Prints `train_gpu,seconds_per_step` and `train_cpu,seconds_per_step` lines (the median of
+`runs` batches of `steps` steps after a warm-up batch); prints nothing when torch is missing.
+
+    python3 bench/torch_autograd.py [steps [runs]]"""
+import os
+import sys
+import time
+
+try:
+    import torch
+except ImportError:
+    sys.exit(0)
+
+D, H, C, B = 32, 128, 10, 256
+
+
+def train(dev, steps, runs):
+    torch.manual_seed(7)
+    n = B * steps
+    x = torch.randn(n, D, device=dev)
+    y = torch.randint(0, C, (n,), device=dev)
+    w1 = (torch.randn(D, H, device=dev) * (2 / D) ** 0.5).requires_grad_()
+    b1 = torch.zeros(H, device=dev, requires_grad=True)
+    w2 = (torch.randn(H, C, device=dev) * (1 / H) ** 0.5).requires_grad_()
+    b2 = torch.zeros(C, device=dev, requires_grad=True)
+    opt = torch.optim.SGD([w1, b1, w2, b2], lr=0.05, momentum=0.9)
+
+    def batch():
+        order = torch.randperm(n, device=dev)
+        for first in range(0, n, B):
+            idx = order[first:first + B]
+            xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+            logits = torch.relu(xb @ w1 + b1) @ w2 + b2
+            loss = torch.nn.functional.cross_entropy(logits, yb)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+
+    batch()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        batch()
+        times.append((time.perf_counter() - t0) / steps)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    torch.set_num_threads(os.cpu_count() or 1)
+    if torch.cuda.is_available():
+        print("train_gpu,%.9g" % train("cuda", steps, runs), flush=True)
+    print("train_cpu,%.9g" % train("cpu", steps, runs), flush=True)
+
+
+if __name__ == "__main__":
+    main()
