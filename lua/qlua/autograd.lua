@@ -530,7 +530,7 @@ local function run(roots, retain, create, capture)
             end
           end
         end
-        if not retain then node.args, node.outs, node.freed = nil, nil, true end
+        if not retain then node.args, node.outs, node.versions, node.freed = nil, nil, nil, true end
       end
       ::continue::
     end

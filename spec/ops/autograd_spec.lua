@@ -527,6 +527,22 @@ gtest("a custom function around a qlua.kernel", function()
   assert.is_true(A.gradcheck(function(a) return Twice(a) end, { x }))
 end)
 
+both("memory: backward lets go of what it saved while the graph's output lives on", function(dev)
+  collectgarbage(); collectgarbage()
+  local base = qlua.memory(dev).allocated
+  local x = qlua.randn({ 256, 256 }, { device = dev, requires_grad = true })
+  local bytes = 256 * 256 * 4
+  local y = ((x:tanh() * x):exp() * 2):sum()
+  collectgarbage(); collectgarbage()
+  local held = qlua.memory(dev).allocated - base     -- x, and tanh's, mul's and exp's tensors
+  assert.truthy(held >= 4 * bytes, held)
+  y:backward()
+  collectgarbage(); collectgarbage()
+  local after = qlua.memory(dev).allocated - base    -- x and x.grad (y is one element)
+  assert.truthy(after <= 2 * bytes + 4096, after)
+  assert.are.equal(0, y:dim())
+end)
+
 test("memory: a graph's saved tensors go after backward and collection", function()
   collectgarbage(); collectgarbage()
   local before = qlua.memory("cpu").allocated
