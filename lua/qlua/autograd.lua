@@ -31,16 +31,20 @@ local pack, unpack, select, type, pairs, ipairs, error = table.pack, table.unpac
 local A = {}
 
 -- ------------------------------------------------------------- per-tensor state
--- info[t] = { req = true, grad = tensor|nil, node = node|nil, idx = output position }
--- Weak keys: a tensor's state goes with it; a node reachable only through the state of
--- tensors that are gone goes too (ephemerons), so an unreachable graph is collected.
-local info = setmetatable({}, { __mode = "k" })
+-- A tensor's state is its userdata's first user value (qlua makes every tensor with one):
+-- { req = true, grad = tensor|nil, node = node|nil, idx = output position }, or, for the
+-- first result of a recorded op, that op's node itself (a node reads as such a state: its
+-- node field is itself, req and idx come from Node: one table fewer per op). The state
+-- goes with its tensor, and a graph whose outputs are unreachable is garbage as a whole
+-- (no table outside the tensors keeps anything: a weak table's upkeep was a third of what
+-- recording cost).
+local state, set_state = debug.getuservalue, debug.setuservalue
 local enabled = true
 
 local FLOAT = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
 
 local function requires(t)
-  local s = info[t]
+  local s = state(t, 1)
   return s ~= nil and s.req
 end
 
@@ -92,15 +96,16 @@ A.derivatives = D
 require("qlua.autograd.derivatives")(A, D, { qlua = qlua, is_tensor = is_tensor,
   requires = requires, FLOAT = FLOAT, raw_newindex = raw_newindex })
 -- ------------------------------------------------------------- recording
--- A node: { name, def, args (the call's, packed), versions, outs, nout, shapes } whose
--- array part holds its edges, four slots per edge: the target (the node that made the operand, or the
+-- A node: { name, def, args (the call's, packed), versions, outs, nout, shapes, ne } whose
+-- array part holds its edges (ne slots used), four slots per edge: the target (the node that made the operand, or the
 -- leaf tensor itself), the operand's output position in that node, the argument position
 -- the operand came in, and its index in a list argument (or false). versions is flat too:
 -- a tensor the derivative reads, then its storage version when the op ran. Few tables per
 -- op is what keeps the recording cost near the op's own.
-local Node = {}
+local Node = { req = true, idx = 1, nout = 1 }
 Node.__index = Node
 local r_version, r_dtype, r_clone, r_shape = raw._version, raw.dtype, raw.clone, raw.shape
+local r_numel, r_dim = raw.numel, raw.dim
 
 -- ops whose result shares its input's storage: an in-place op on their result is an error
 -- (the base's graph would not see it), and using their result after the base was changed
@@ -111,21 +116,33 @@ local VIEWS = { view = true, view_as = true, reshape = true, flatten = true, unf
                 diagonal = true, movedim = true, index = true, split = true, chunk = true,
                 contiguous = true }
 
--- appends t's edge when t requires grad (false: it does not)
-local function add_edge(edges, t, pos, j)
-  local s = info[t]
+-- a node with room for two edges made with it (an array part grown slot by slot costs
+-- more than the rest of the recording)
+-- (the nil fields size the hash part for what a node may get later)
+local function new_node(name, def, args)
+  local node = setmetatable({ false, false, false, false, false, false, false, false,
+                              name = name, def = def, args = args, ne = 0, node = false,
+                              outs = nil, versions = nil, vv = nil }, Node)
+  node.node = node
+  return node
+end
+
+-- appends t's edge to node when t requires grad (false: it does not)
+local function add_edge(node, t, pos, j)
+  local s = state(t, 1)
   if s == nil or not s.req then return false end
-  local node = s.node
-  if node then
-    if node.vv and r_version(t) ~= node.vv then
+  local n, maker = node.ne, s.node
+  if maker then
+    if maker.vv and r_version(t) ~= maker.vv then
       error(string.format("%s: this tensor is a view (made by %s) of a tensor that was changed in "
-                          .. "place after the view was taken; take the view again", "autograd", node.name), 0)
+                          .. "place after the view was taken; take the view again", "autograd", maker.name), 0)
     end
-    edges[#edges + 1] = node; edges[#edges + 1] = s.idx
+    node[n + 1], node[n + 2] = maker, s.idx
   else
-    edges[#edges + 1] = t; edges[#edges + 1] = 0
+    node[n + 1], node[n + 2] = t, 0
   end
-  edges[#edges + 1] = pos; edges[#edges + 1] = j or false
+  node[n + 3], node[n + 4] = pos, j or false
+  node.ne = n + 4
   return true
 end
 
@@ -154,19 +171,32 @@ end
 -- (in_place: argument 1's edge is made by the caller; its version is not kept when it is
 -- the live tensor the op writes, whose derivative then reads its shape only)
 local function link(node, def, args, in_place)
-  local edges, versions = node, nil
+  local versions
   local saves = def.saves
   for i = 1, args.n do
     local v = args[i]
     if type(v) == "userdata" then
-      if not (in_place and i == 1) then add_edge(edges, v, i) end
+      -- add_edge, written out: this loop is most of what recording costs
+      local s = state(v, 1)
+      if s ~= nil and s.req and not (in_place and i == 1) then
+        local n, maker = node.ne, s.node
+        if maker then
+          local vv = maker.vv
+          if vv and r_version(v) ~= vv then add_edge(node, v, i) end   -- raises
+          node[n + 1], node[n + 2] = maker, s.idx
+        else
+          node[n + 1], node[n + 2] = v, 0
+        end
+        node[n + 3], node[n + 4] = i, false
+        node.ne = n + 4
+      end
       if saves ~= false and (saves == nil or saves[i]) and not (in_place and i == 1 and def.self_free)
          and is_tensor(v) then
         versions = versions or {}
         versions[#versions + 1] = v; versions[#versions + 1] = r_version(v)
       end
     elseif def.list and i == (def.list == true and 1 or def.list) and type(v) == "table" then
-      for j, t in ipairs(v) do if is_tensor(t) then add_edge(edges, t, i, j) end end
+      for j, t in ipairs(v) do if is_tensor(t) then add_edge(node, t, i, j) end end
     end
   end
   node.versions = versions
@@ -181,7 +211,7 @@ local function bind_outputs(node, def, outs, n)
     local o = outs[k]
     if is_tensor(o) then
       if FLOAT[r_dtype(o)] then
-        info[o] = { req = true, node = node, idx = k }
+        set_state(o, k == 1 and node or { req = true, node = node, idx = k }, 1)
         if def.multi then node.shapes[k] = { r_shape(o), r_dtype(o), raw.device(o) } end
       end
       if def.out then              -- every result, the indices of max(dim) and sort too
@@ -198,7 +228,7 @@ local function bind_outputs(node, def, outs, n)
 end
 
 local function record_multi(name, def, args, ...)
-  local node = setmetatable({ name = name, def = def, args = args }, Node)
+  local node = new_node(name, def, args)
   link(node, def, args)
   if def.multi == "list" then
     local list = ...
@@ -209,17 +239,23 @@ local function record_multi(name, def, args, ...)
   return ...
 end
 
+-- The one-result case made in C (runtime/binding/l_autograd.c), field for field what the
+-- Lua below makes: recording is mostly table stores, cheaper there. A qlua.so built
+-- without it (an older one) records in Lua.
+local crecord = rawq._autograd_recorder and rawq._autograd_recorder(Node, VIEWS)
+
 -- fin: the op's finisher (argument errors as without autograd); fn: the C function
 local function record(name, fin, fn, ...)
   local def = D[name]
   if def == nil then return check_nodef(name, fin(pcall(fn, ...))) end
+  if crecord and not def.multi and not def.list then return crecord(name, def, fin, fn, ...) end
   local args = pack(...)
   if def.multi then return record_multi(name, def, args, fin(pcall(fn, ...))) end
   local o = fin(pcall(fn, ...))
   if not (type(o) == "userdata" and FLOAT[r_dtype(o)]) then return o end
-  local node = setmetatable({ name = name, def = def, args = args, nout = 1 }, Node)
+  local node = new_node(name, def, args)
   link(node, def, args)
-  info[o] = { req = true, node = node, idx = 1 }
+  set_state(o, node, 1)
   if def.out then
     node.outs = { o }
     local vs = node.versions or {}
@@ -237,7 +273,7 @@ end
 -- cannot be changed in place (PyTorch's rules); t's other saved uses see the version
 -- counter move.
 local function record_inplace(name, fin, fn, self, ...)
-  local s = info[self]
+  local s = state(self, 1)
   if s and s.req then
     if s.node == nil then
       error(name .. ": a leaf tensor that requires grad cannot be changed in place "
@@ -259,7 +295,7 @@ local function record_inplace(name, fin, fn, self, ...)
             .. "base:index_copy_, ...) or clone() the view first", 0)
   end
   local args = pack(self, ...)
-  local node = setmetatable({ name = name, def = def, args = args, nout = 1 }, Node)
+  local node = new_node(name, def, args)
   -- the edge for self goes to its old value's maker, found before the write rebinds it
   add_edge(node, self, 1)
   local old = self
@@ -268,7 +304,7 @@ local function record_inplace(name, fin, fn, self, ...)
   args[1] = old
   link(node, def, args, true)
   fin(pcall(fn, self, ...))
-  info[self] = { req = true, node = node, idx = 1 }
+  set_state(self, node, 1)
   if def.out then
     node.outs = { self }
     local vs = node.versions or {}
@@ -280,10 +316,10 @@ end
 
 -- a keyed read already made (t[k] is r): recorded as the op "index"
 local function record_read(t, k, r)
-  local node = setmetatable({ name = "index", def = D.index, args = pack(t, k), nout = 1 }, Node)
+  local node = new_node("index", D.index, pack(t, k))
   link(node, D.index, node.args)
   r = raw.expand(r, r_shape(r))        -- its own userdata: the view may be shared
-  info[r] = { req = true, node = node, idx = 1 }
+  set_state(r, node, 1)
   node.vv = r_version(r)
   return r
 end
@@ -293,11 +329,11 @@ local function needs(...)
   local n = select("#", ...)
   for i = 1, n do
     local v = select(i, ...)
-    local s = info[v]
+    local s = state(v, 1)
     if s ~= nil and s.req then return true end
     if type(v) == "table" then
       for _, t in ipairs(v) do
-        local st = info[t]
+        local st = state(t, 1)
         if st ~= nil and st.req then return true end
       end
     end
@@ -329,7 +365,7 @@ local function wrap_method(name, fn)
   if name:sub(-1) == "_" then                   -- in place
     return function(self, ...)
       if enabled then
-        local s = info[self]
+        local s = state(self, 1)
         if (s ~= nil and s.req) or needs(...) then return record_inplace(name, fin, fn, self, ...) end
       end
       return fin(pcall(fn, self, ...))
@@ -337,7 +373,7 @@ local function wrap_method(name, fn)
   end
   return function(self, ...)
     if enabled then
-      local s = info[self]
+      local s = state(self, 1)
       if (s ~= nil and s.req) or needs(...) then return record(name, fin, fn, self, ...) end
     end
     return fin(pcall(fn, self, ...))
@@ -377,7 +413,7 @@ local function full_reduction(name, fn)
   local dimpos = name == "norm" and 2 or 1      -- the argument that is the dims
   return function(self, ...)
     if enabled then
-      local s = info[self]
+      local s = state(self, 1)
       if s ~= nil and s.req then
         local n = select("#", ...)
         local dims = select(dimpos, ...)
@@ -419,7 +455,7 @@ local function run(roots, retain, create, capture)
   local order, seen = {}, {}
   local stack, at = {}, {}
   for _, r in ipairs(roots) do
-    local s = info[r[1]]
+    local s = state(r[1], 1)
     if s and s.node and not seen[s.node] then
       stack[#stack + 1] = s.node; at[#stack] = 1
       seen[s.node] = true
@@ -428,7 +464,7 @@ local function run(roots, retain, create, capture)
   while #stack > 0 do
     local top = #stack
     local node, i = stack[top], at[top]
-    local e = node[i]
+    local e = i <= node.ne and node[i] or nil
     if e ~= nil then
       at[top] = i + 4
       if type(e) == "table" and not seen[e] then
@@ -447,11 +483,11 @@ local function run(roots, retain, create, capture)
     needed = {}
     local makes = {}
     for t in pairs(capture) do
-      local s = info[t]
+      local s = state(t, 1)
       if s and s.node then makes[s.node] = true end
     end
     for _, node in ipairs(order) do     -- children before parents
-      for i = 1, #node, 4 do
+      for i = 1, node.ne, 4 do
         local e = node[i]
         if (type(e) == "table" and (needed[e] or makes[e])) or (type(e) ~= "table" and capture[e]) then
           needed[node] = true
@@ -468,17 +504,17 @@ local function run(roots, retain, create, capture)
       if slot then accumulate(captured, slot, g) end
       return
     end
-    local s = info[t]
+    local s = state(t, 1)
     if s.grad == nil then
-      s.grad = create and g or A.no_grad(r_clone, g)
+      s.grad = create and g or r_clone(g)     -- (the C functions: nothing records)
     elseif create then
       s.grad = s.grad + g
     else
-      A.no_grad(function() s.grad:add_(g) end)
+      raw.add_(s.grad, g)
     end
   end
   for _, r in ipairs(roots) do
-    local s = info[r[1]]
+    local s = state(r[1], 1)
     if s and s.node then
       bufs[s.node] = bufs[s.node] or {}
       accumulate(bufs[s.node], s.idx, r[2])
@@ -496,7 +532,7 @@ local function run(roots, retain, create, capture)
         bufs[node] = nil
         if capture then
           for t, slot in pairs(capture) do
-            local s = info[t]
+            local s = state(t, 1)
             if s and s.node == node and gs[s.idx] then accumulate(captured, slot, gs[s.idx]) end
           end
         end
@@ -513,14 +549,18 @@ local function run(roots, retain, create, capture)
         else g, out = gs[1], outs and outs[1] end
         local grads = def.backward(g, node.args, out, node)
         local edges = node
-        for i = 1, #edges, 4 do
+        for i = 1, node.ne, 4 do
           local target, pos, j = edges[i], edges[i + 2], edges[i + 3]
           local gi = grads[pos]
           if j then gi = gi and gi[j] end
           if gi ~= nil then
             local t = node.args[pos]
             if j then t = t[j] end
-            if is_tensor(gi) then gi = sum_to(gi, r_shape(t)) end
+            -- summed back to t's shape when it came broadcast (as many elements and dims:
+            -- it is t's shape, and no shape table is made)
+            if is_tensor(gi) and (r_numel(gi) ~= r_numel(t) or r_dim(gi) ~= r_dim(t)) then
+              gi = sum_to(gi, r_shape(t))
+            end
             if type(target) == "table" then
               local b = bufs[target]
               if b == nil then b = {}; bufs[target] = b end
@@ -634,7 +674,7 @@ function A.Function(spec)
     end
     local res = pack(A.no_grad(spec.forward, ctx, ...))
     if not (enabled and any) then return unpack(res, 1, res.n) end
-    local node = setmetatable({ name = spec.name or "Function", def = def, args = args }, Node)
+    local node = new_node(spec.name or "Function", def, args)
     args.ctx = ctx
     local versions = {}
     for i = 1, args.n do
@@ -652,8 +692,8 @@ function A.Function(spec)
         ctx.shapes[k] = { o:shape(), o:dtype(), o:device() }
         if FLOAT[o:dtype()] and not ctx.nondiff[o] then
           -- a result that is an input as it was (forward returned x) gets its own view
-          if info[o] then o = raw.expand(o, o:shape()); res[k] = o end
-          info[o] = { req = true, node = node, idx = k }
+          if state(o, 1) then o = raw.expand(o, o:shape()); res[k] = o end
+          set_state(o, k == 1 and node or { req = true, node = node, idx = k }, 1)
         end
       end
     end
@@ -769,10 +809,10 @@ function A.requires_grad_(t, flag)
     if not FLOAT[t:dtype()] then
       error("requires_grad_: only floating tensors can require grad (this one is " .. t:dtype() .. ")", 0)
     end
-    local s = info[t]
-    if s == nil then info[t] = { req = true } else s.req = true end
+    local s = state(t, 1)
+    if s == nil then set_state(t, { req = true }, 1) else s.req = true end
   else
-    local s = info[t]
+    local s = state(t, 1)
     if s and s.node then
       error("requires_grad_: a non-leaf tensor cannot stop requiring grad (use t:detach())", 0)
     end
@@ -784,18 +824,17 @@ end
 local extra = {}
 extra.requires_grad_ = A.requires_grad_
 function extra.requires_grad(t) return requires(t) end
-function extra.is_leaf(t) local s = info[t]; return s == nil or s.node == nil end
-function extra.grad_fn(t) local s = info[t]; return s and s.node and s.node.name or nil end
+function extra.is_leaf(t) local s = state(t, 1); return s == nil or s.node == nil end
+function extra.grad_fn(t) local s = state(t, 1); return s and s.node and s.node.name or nil end
 function extra.detach(t) return raw.expand(t, t:shape()) end
 function extra.detach_(t)
-  local s = info[t]
-  if s then s.node, s.req = nil, false end
+  if state(t, 1) then set_state(t, { req = false }, 1) end
   return t
 end
 extra.backward = A.backward
 
 local function getfield(t, key)
-  if key == "grad" then local s = info[t]; return s and s.grad or nil end
+  if key == "grad" then local s = state(t, 1); return s and s.grad or nil end
   return nil
 end
 local function setfield(t, key, v)
@@ -808,10 +847,10 @@ local function setfield(t, key, v)
                           v:dtype(), vs, v:device(), t:dtype(), ts, t:device()), 0)
     end
   end
-  local s = info[t]
+  local s = state(t, 1)
   if s == nil then
     if v == nil then return end
-    s = { req = false }; info[t] = s
+    s = { req = false }; set_state(t, s, 1)
   end
   s.grad = v
 end
@@ -831,7 +870,7 @@ for _, k in ipairs(OPERATORS) do
     local fin = finisher(k, false)
     rawset(Tensor, k, function(a, b)
       if enabled then
-        local sa, sb = info[a], info[b]
+        local sa, sb = state(a, 1), state(b, 1)
         if (sa ~= nil and sa.req) or (sb ~= nil and sb.req) then return record(k, fin, fn, a, b) end
       end
       return fin(pcall(fn, a, b))

@@ -354,7 +354,7 @@ qt_tensor *qlua_totensor(lua_State *L, int idx) {
 }
 
 qt_tensor *lq_newtensor(lua_State *L) {
-  qt_tensor *t = (qt_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
+  qt_tensor *t = (qt_tensor *)lua_newuserdatauv(L, sizeof *t, 1);  /* 1: qlua.autograd's state */
   qt_tensor_init(t);
   luaL_setmetatable(L, QLUA_TENSOR);
   return t;
@@ -364,7 +364,7 @@ qt_tensor *lq_newtensor(lua_State *L) {
 ** allocation, a missing metatable) happens before the reference moves. */
 static int s_pushtensor_protected(lua_State *L) {
   qt_tensor *src = (qt_tensor *)lua_touserdata(L, 1);
-  qt_tensor *t = (qt_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
+  qt_tensor *t = (qt_tensor *)lua_newuserdatauv(L, sizeof *t, 1);  /* 1: qlua.autograd's state */
   qt_tensor_init(t);
   if (luaL_getmetatable(L, QLUA_TENSOR) != LUA_TTABLE)
     return luaL_error(L, "qlua_pushtensor: luaopen_qlua has not been called in this state");

@@ -239,6 +239,8 @@ extern const lq_Reg lq_matmul_functions[];
 ** l_tensor.c, and qlua.cross_entropy, registered by l_qlua.c */
 extern const lq_Reg lq_scan_methods[];
 extern const lq_Reg lq_scan_functions[];
+/* l_autograd.c: qlua._autograd_recorder, the C half of lua/qlua/autograd.lua's recording */
+extern const lq_Reg lq_autograd_functions[];
 
 /* ---- l_sort.c: sort ... histc, registered by l_tensor.c, and qlua.searchsorted, registered
 ** by l_qlua.c */

@@ -518,7 +518,7 @@ gtest("a custom function around a qlua.kernel", function()
   local Twice = A.Function{
     forward = function(_, x)
       local y = qlua.empty_like(x)
-      k{ grid = 1, block = 64, x, y, x:numel() }
+      k(1, 64, x, y, x:numel())
       return y
     end,
     backward = function(_, g) return g * 2 end,
