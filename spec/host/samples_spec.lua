@@ -1,7 +1,7 @@
 --[[
 spec/host/samples_spec.lua — the README's tour and the samples are run, not just read: every
-```lua block of README.md and every script in samples/ is executed with the qlua under
-test, and must finish with status 0 and nothing on stderr.
+```lua block of README.md and docs/API.md and every script in samples/ is executed with
+the qlua under test, and must finish with status 0 and nothing on stderr.
 ]]
 
 local P = require("spec.helpers.process")
@@ -13,8 +13,8 @@ local function lua_blocks(path)
   return blocks
 end
 
-local function run_ok(argv, what)
-  local r = P.run(argv, {timeout = 120})
+local function run_ok(argv, what, env)
+  local r = P.run(argv, {timeout = 120, env = env})
   assert(r.status == 0, ("%s exited with %s\nstdout:\n%s\nstderr:\n%s"):format(
     what, tostring(r.status), r.stdout, r.stderr))
   assert.are.equal("", r.stderr, what .. " wrote to stderr")
@@ -35,6 +35,19 @@ describe("README", function()
     end)
   end
 
+end)
+
+describe("docs/API.md", function()
+  -- (the checkout's lua/ first: the qlua under test may be built outside it)
+  for i, block in ipairs(lua_blocks("docs/API.md")) do
+    it("runs lua block " .. i, function()
+      local file = P.write(P.tmpname(".lua"), block)
+      run_ok({P.qlua(), file}, "docs/API.md block " .. i, {LUA_PATH = "./lua/?.lua;;"})
+    end)
+  end
+end)
+
+describe("README, under stock lua5.4", function()
   -- The README's stock-lua5.4 command line, as written there, on the tour: the module of
   -- the qlua under test (its build directory's qlua.so) loaded as the global qlua.
   it("runs the tour under stock lua5.4 with its -l qlua command line", function()
@@ -46,7 +59,7 @@ describe("README", function()
     local cmd = P.read("README.md"):match('`(LUA_CPATH="build/%?%.so;;" lua5%.4 %-l qlua script%.lua)`')
     assert.truthy(cmd, "the README's lua5.4 -l qlua command line")
     local build = P.qlua():match("^(.*)/[^/]+$")
-    local script = P.write(P.tmpname(".lua"), blocks[1])
+    local script = P.write(P.tmpname(".lua"), lua_blocks("README.md")[1])
     cmd = cmd:gsub('"build/', '"' .. build .. "/"):gsub("^(.-)lua5%.4", "%1" .. P.quote(lua))
              :gsub("script%.lua$", P.quote(script))
     run_ok({"sh", "-c", cmd}, "the tour under lua5.4")
