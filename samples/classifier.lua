@@ -1,7 +1,7 @@
 -- classifier.lua — a small classifier trained end to end on the GPU: a two-layer network
--- (ReLU hidden layer) learns to tell 10 overlapping Gaussian clusters apart, by minibatch
--- SGD with momentum, batches shuffled by qlua.randperm each epoch and qlua.cross_entropy as
--- the loss, its gradients from qlua.autograd (loss:backward()).
+-- (qlua.nn: Linear, ReLU, Linear) learns to tell 10 overlapping Gaussian clusters apart, by
+-- minibatch SGD with momentum (qlua.optim.SGD), batches shuffled by qlua.randperm each
+-- epoch, cross_entropy as the loss and its gradients from qlua.autograd (loss:backward()).
 --   qlua samples/classifier.lua [train_samples] [epochs]
 -- Without a GPU it trains on the CPU (smaller defaults). It checks itself, and fails loudly:
 --   * the backward pass written out by hand (six products) against central differences of
@@ -10,9 +10,11 @@
 --     rule that knows the true centres (the best a classifier can do here, near enough);
 --   * with a GPU, the first 20 steps again on the CPU from the same start: the weights agree.
 
--- qlua.autograd lives in the checkout's lua/ (docs/API.md), next to this script's folder
+-- qlua's Lua libraries live in the checkout's lua/ (the qlua binary finds them there, or
+-- where make install put them); this line also serves a stock lua5.4 -l qlua
 package.path = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" .. package.path
-local autograd = require "qlua.autograd"
+local nn, optim = require "qlua.nn", require "qlua.optim"
+local F = nn.functional
 
 local has_gpu = qlua.gpu_count() > 0
 local dev = has_gpu and "gpu" or "cpu"
@@ -43,61 +45,57 @@ local function nearest_centre_accuracy(x, y)
 end
 
 -- the parameters: leaves that require grad
-local function new_params(opts)
-  local p = {
-    w1 = qlua.randn({D, H}, opts) * math.sqrt(2 / D), b1 = qlua.zeros({H}, opts),
-    w2 = qlua.randn({H, C}, opts) * math.sqrt(1 / H), b2 = qlua.zeros({C}, opts),
-  }
-  for _, t in pairs(p) do t:requires_grad_() end
-  return p
+-- the network: weights out x in, as PyTorch's (fc1 32 -> 128, fc2 128 -> 10)
+local function new_model(opts)
+  return nn.Sequential(nn.Linear(D, H, opts), nn.ReLU(), nn.Linear(H, C, opts))
 end
-local names = {"w1", "b1", "w2", "b2"}
-
-local function forward(p, x)
-  local z1 = x:matmul(p.w1) + p.b1
-  local h = z1:relu()
-  return h:matmul(p.w2) + p.b2, z1, h
+local names = {"0.weight", "0.bias", "2.weight", "2.bias"}
+local function params_of(model)
+  local sd = {}
+  for _, np in ipairs(model:named_parameters()) do sd[np[1]] = np[2] end
+  return sd
 end
 
--- d(mean cross-entropy)/d(params) for one batch, derived by hand (the check of autograd)
-local function hand_gradients(p, x, y)
+-- 1. the backward pass by hand: z1 = x W1^T + b1, h = relu(z1), logits = h W2^T + b2
+local function hand_gradients(model, x, y)
+  local p = params_of(model)
   local n = x:size(1)
-  local logits, z1, h = forward(p, x)
+  local z1 = x:matmul(p["0.weight"]:t()) + p["0.bias"]
+  local h = z1:relu()
+  local logits = h:matmul(p["2.weight"]:t()) + p["2.bias"]
   local onehot = qlua.zeros({n, C}, {dtype = logits:dtype(), device = logits:device()})
   onehot:scatter_(2, y:view(n, 1), 1)
   local dlogits = (logits:softmax(2) - onehot) / n
-  local dh = dlogits:matmul(p.w2:t())
+  local dh = dlogits:matmul(p["2.weight"])
   dh:masked_fill_(z1:le(0), 0)
   return {
-    w1 = x:t():matmul(dh), b1 = dh:sum(1),
-    w2 = h:t():matmul(dlogits), b2 = dlogits:sum(1),
-  }, logits
+    ["0.weight"] = dh:t():matmul(x), ["0.bias"] = dh:sum(1),
+    ["2.weight"] = dlogits:t():matmul(h), ["2.bias"] = dlogits:sum(1),
+  }
 end
 
--- the same by autograd: the mean cross-entropy's backward, into each parameter's .grad
-local function gradients(p, x, y)
-  local logits = forward(p, x)
-  for _, name in ipairs(names) do p[name].grad = nil end
-  qlua.cross_entropy(logits, y):backward()
+-- autograd's gradients of the same loss
+local function gradients(model, x, y)
+  model:zero_grad()
+  F.cross_entropy(model(x), y):backward()
   local g = {}
-  for _, name in ipairs(names) do g[name] = p[name].grad end
-  return g, logits
+  for name, t in pairs(params_of(model)) do g[name] = t.grad end
+  return g
 end
 
--- 1. the hand-written backward pass against central differences, and autograd's against
--- it, in float64 on the CPU
 do
-  local p = new_params({dtype = "float64"})
+  local model = new_model({dtype = "float64"})
+  local p = params_of(model)
   local x, y = x_train:narrow(1, 1, 16):to("float64"), y_train:narrow(1, 1, 16)
-  local g = qlua.no_grad(hand_gradients, p, x, y)
-  local auto = gradients(p, x, y)
+  local g = qlua.no_grad(hand_gradients, model, x, y)
+  local auto = gradients(model, x, y)
   local apart = 0
   for _, name in ipairs(names) do
     apart = math.max(apart, (auto[name] - g[name]):abs():max() / math.max(1e-12, g[name]:abs():max()))
   end
   assert(apart < 1e-10, ("autograd and the hand-written gradient differ: %.3g"):format(apart))
   print(("autograd against the hand-written gradient: agree to %.2g"):format(apart))
-  local function loss() return qlua.cross_entropy((forward(p, x)), y):item() end
+  local function loss() return F.cross_entropy(model(x), y):item() end
   local eps, worst = 1e-6, 0
   qlua.no_grad(function()
     for _, name in ipairs(names) do
@@ -118,43 +116,36 @@ do
   print(("gradient check: 24 entries, worst relative error %.2g"):format(worst))
 end
 
--- one SGD-with-momentum step on the batch at positions idx (int64, 1-based)
-local function step(p, v, x, y, idx)
-  local g, logits = gradients(p, x:index_select(1, idx), y:index_select(1, idx))
-  qlua.no_grad(function()
-    for _, name in ipairs(names) do
-      v[name]:mul_(momentum):add_(g[name])
-      p[name]:sub_(v[name] * lr)
-    end
-  end)
+-- 2. training: one step is forward, backward, and the optimizer's momentum update
+local function step(model, opt, x, y, idx)
+  opt:zero_grad()
+  local logits = model(x:index_select(1, idx))
+  F.cross_entropy(logits, y:index_select(1, idx)):backward()
+  opt:step()
   return logits
 end
 
-local function evaluate(p, x, y)
+local function evaluate(model, x, y)
   return qlua.no_grad(function()
-    local logits = forward(p, x)
-    return qlua.cross_entropy(logits, y):item(), logits:argmax(2):eq(y):sum() / y:numel()
+    local logits = model(x)
+    return F.cross_entropy(logits, y):item(), logits:argmax(2):eq(y):sum() / y:numel()
   end)
 end
 
-local start = new_params()                            -- float32 on the CPU
-local function copy_params(p, device)
-  local q = {}
-  for _, name in ipairs(names) do q[name] = p[name]:detach():to(device):clone():requires_grad_() end
-  return q
+local start = new_model():state_dict()               -- float32 on the CPU: both runs' start
+local function model_from(sd, device)
+  local m = new_model({device = device})
+  m:load_state_dict(sd)
+  return m
 end
-local function zero_like_params(p)
-  local v = {}
-  for _, name in ipairs(names) do v[name] = qlua.zeros_like(p[name]) end
-  return v
-end
+local function new_optimizer(model) return optim.SGD(model:parameters(), {lr = lr, momentum = momentum}) end
 
--- 2. train on dev
-local p, v = copy_params(start, dev), zero_like_params(start)
-for _, name in ipairs(names) do v[name] = v[name]:to(dev) end
+-- train on dev
+local model = model_from(start, dev)
+local opt = new_optimizer(model)
 local xd, yd = x_train:to(dev), y_train:to(dev)
 local xt, yt = x_test:to(dev), y_test:to(dev)
-local loss0, acc0 = evaluate(p, xt, yt)
+local loss0, acc0 = evaluate(model, xt, yt)
 print(("%s: %d training samples, %d test, %d -> %d -> %d, batch %d"):format(
   dev, n_train, n_test, D, H, C, B))
 print(("epoch 0: test loss %.4f, accuracy %.2f%%"):format(loss0, 100 * acc0))
@@ -169,12 +160,12 @@ for epoch = 1, epochs do
   for first = 1, n_train - B + 1, B do
     local idx = order:narrow(1, first, B)
     if epoch == 1 and #first_batches < replay_steps then first_batches[#first_batches + 1] = idx:cpu() end
-    step(p, v, xd, yd, idx)
+    step(model, opt, xd, yd, idx)
     if epoch == 1 and #first_batches == replay_steps and not first_batches.weights then
-      first_batches.weights = copy_params(p, "cpu")
+      first_batches.weights = model_from(model:state_dict(), "cpu"):state_dict()
     end
   end
-  loss, acc = evaluate(p, xt, yt)
+  loss, acc = evaluate(model, xt, yt)
   qlua.sync()
   print(("epoch %d: test loss %.4f, accuracy %.2f%%, %.0f ms (%.2f M samples/s)"):format(
     epoch, loss, 100 * acc, (qlua.clock() - e0) * 1e3, n_train / (qlua.clock() - e0) / 1e6))
@@ -190,11 +181,13 @@ assert(acc > reference - 0.03, ("test accuracy %.2f%% is more than 3 points belo
 -- 3. with a GPU: the same first steps (20, or fewer with few batches) on the CPU from the
 -- same start give the same weights
 if has_gpu then
-  local q, w = copy_params(start, "cpu"), zero_like_params(start)
-  for _, idx in ipairs(first_batches) do step(q, w, x_train, y_train, idx) end
+  local q = model_from(start, "cpu")
+  local o = new_optimizer(q)
+  for _, idx in ipairs(first_batches) do step(q, o, x_train, y_train, idx) end
   local worst = 0
+  local got = q:state_dict()
   for _, name in ipairs(names) do
-    local a, b = q[name]:detach(), first_batches.weights[name]:detach()
+    local a, b = got[name], first_batches.weights[name]
     worst = math.max(worst, (a - b):abs():max() / math.max(1e-6, a:abs():max()))
   end
   assert(worst < 1e-3, ("GPU and CPU training differ after %d steps: %.3g"):format(replay_steps, worst))
