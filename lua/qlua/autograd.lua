@@ -202,6 +202,14 @@ local function link(node, def, args, in_place)
   node.versions = versions
 end
 
+-- a one-result node whose derivative reads the result: it is kept, with its version
+local function keep_result(node, o)
+  node.outs = { o }
+  local vs = node.versions or {}
+  vs[#vs + 1] = o; vs[#vs + 1] = r_version(o)
+  node.versions = vs
+end
+
 -- the results: floating tensors become the node's outputs
 local function bind_outputs(node, def, outs, n)
   local kept
@@ -256,12 +264,7 @@ local function record(name, fin, fn, ...)
   local node = new_node(name, def, args)
   link(node, def, args)
   set_state(o, node, 1)
-  if def.out then
-    node.outs = { o }
-    local vs = node.versions or {}
-    vs[#vs + 1] = o; vs[#vs + 1] = r_version(o)
-    node.versions = vs
-  end
+  if def.out then keep_result(node, o) end
   if VIEWS[name] then node.vv = r_version(o) end
   return o
 end
@@ -305,12 +308,7 @@ local function record_inplace(name, fin, fn, self, ...)
   link(node, def, args, true)
   fin(pcall(fn, self, ...))
   set_state(self, node, 1)
-  if def.out then
-    node.outs = { self }
-    local vs = node.versions or {}
-    vs[#vs + 1] = self; vs[#vs + 1] = r_version(self)
-    node.versions = vs
-  end
+  if def.out then keep_result(node, self) end
   return self
 end
 
