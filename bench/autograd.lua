@@ -12,6 +12,8 @@
 --   train_<dev>           32 -> 128 -> 10, batch 256, autograd + SGD momentum 0.9, samples/s
 --                         against bench/torch_autograd.py: target >= 2x PyTorch on the GPU,
 --                         >= 1x on the CPU
+--   train_nn_<dev>        the same with qlua.nn and qlua.optim against torch.nn and
+--                         torch.optim (no target yet: issue 25's layer, measured)
 package.path = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" .. package.path
 local autograd = require "qlua.autograd"
 
@@ -101,6 +103,28 @@ local function train_step_time(dev)
   return qlua.bench(batch, { calls = 1, runs = RUNS, warmup = 1 }).median / STEPS
 end
 
+-- the same training written with qlua.nn and qlua.optim (issue 25's layer over autograd)
+local function train_nn_step_time(dev)
+  local nn, optim = require "qlua.nn", require "qlua.optim"
+  qlua.seed(7)
+  local n = B * STEPS
+  local x = qlua.randn({ n, D }, { device = dev })
+  local y = qlua.randint(1, C, n, { device = dev })
+  local net = nn.Sequential(nn.Linear(D, H, { device = dev }), nn.ReLU(), nn.Linear(H, C, { device = dev }))
+  local opt = optim.SGD(net:parameters(), { lr = 0.05, momentum = 0.9 })
+  local function batch()
+    local order = qlua.randperm(n, { device = dev })
+    for first = 1, n - B + 1, B do
+      local idx = order:narrow(1, first, B)
+      local loss = nn.functional.cross_entropy(net(x:index_select(1, idx)), y:index_select(1, idx))
+      opt:zero_grad()
+      loss:backward()
+      opt:step()
+    end
+  end
+  return qlua.bench(batch, { calls = 1, runs = RUNS, warmup = 1 }).median / STEPS
+end
+
 local base = {}
 do
   local py = args.python
@@ -127,6 +151,14 @@ for _, dev in ipairs(devices) do
         unit = "x PyTorch samples/s", target = dev == "gpu" and 2 or 1, at_most = false,
         extra = ("qlua %.3f M samples/s%s"):format(B / t / 1e6,
           torch_t and (", PyTorch %.3f M"):format(B / torch_t / 1e6) or "") })
+end
+
+for _, dev in ipairs(devices) do
+  local t = train_nn_step_time(dev)
+  local torch_t = base["train_nn_" .. dev]
+  row({ case = "train_nn_" .. dev, qlua = t, base = torch_t, value = torch_t and torch_t / t,
+        unit = "x PyTorch samples/s", extra = ("qlua.nn + qlua.optim %.3f M samples/s%s"):format(B / t / 1e6,
+          torch_t and (", torch.nn + torch.optim %.3f M"):format(B / torch_t / 1e6) or "") })
 end
 
 -- ---------------------------------------------------------------- report

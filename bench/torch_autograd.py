@@ -2,7 +2,8 @@
 batch 256) trained with eager autograd and torch.optim.SGD(momentum=0.9), the way a
 PyTorch user writes it, on the GPU (when torch sees one) and on the CPU (all cores).
 Each batch is picked with a random permutation's slice, as the qlua side does.
-Prints `train_gpu,seconds_per_step` and `train_cpu,seconds_per_step` lines (the median of
+Prints `train_gpu,seconds_per_step` and `train_cpu,seconds_per_step` lines, and
+`train_nn_<dev>` for the same network as torch.nn.Sequential (the median of
 `runs` batches of `steps` steps after a warm-up batch); prints nothing when torch is missing.
 
     python3 bench/torch_autograd.py [steps [runs]]"""
@@ -52,13 +53,46 @@ def train(dev, steps, runs):
     return times[len(times) // 2]
 
 
+def train_nn(dev, steps, runs):
+    """The same, written with torch.nn.Sequential and F.cross_entropy (bench/autograd.lua's
+    train_nn rows mirror it with qlua.nn and qlua.optim)."""
+    torch.manual_seed(7)
+    n = B * steps
+    x = torch.randn(n, D, device=dev)
+    y = torch.randint(0, C, (n,), device=dev)
+    net = torch.nn.Sequential(torch.nn.Linear(D, H), torch.nn.ReLU(), torch.nn.Linear(H, C)).to(dev)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+
+    def batch():
+        order = torch.randperm(n, device=dev)
+        for first in range(0, n, B):
+            idx = order[first:first + B]
+            loss = torch.nn.functional.cross_entropy(net(x.index_select(0, idx)), y.index_select(0, idx))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+
+    batch()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        batch()
+        times.append((time.perf_counter() - t0) / steps)
+    times.sort()
+    return times[len(times) // 2]
+
+
 def main():
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     torch.set_num_threads(os.cpu_count() or 1)
     if torch.cuda.is_available():
         print("train_gpu,%.9g" % train("cuda", steps, runs), flush=True)
+        print("train_nn_gpu,%.9g" % train_nn("cuda", steps, runs), flush=True)
     print("train_cpu,%.9g" % train("cpu", steps, runs), flush=True)
+    print("train_nn_cpu,%.9g" % train_nn("cpu", steps, runs), flush=True)
 
 
 if __name__ == "__main__":
