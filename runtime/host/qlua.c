@@ -285,11 +285,12 @@ static int qh_search_own (lua_State *L) {
   return 2;
 }
 
-static void qh_add_lua_dirs (lua_State *L) {
+static void qh_add_lua_dirs (lua_State *L, const char *argv0) {
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return;
-  exe[n] = '\0';
+  if (n > 0) exe[n] = '\0';
+  else if (argv0 != NULL && strchr(argv0, '/') != NULL && realpath(argv0, exe) != NULL) n = 1;
+  if (n <= 0) return;                 /* (no /proc: argv[0] when it names a path) */
   char *slash = strrchr(exe, '/');
   if (slash == NULL) return;
   *slash = '\0';
@@ -321,7 +322,7 @@ static int qh_pmain (lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
   }
   luaL_openlibs(L);
-  qh_add_lua_dirs(L);
+  qh_add_lua_dirs(L, argc > 0 ? argv[0] : NULL);
   luaL_requiref(L, "qlua", luaopen_qlua, 1);
   lua_pop(L, 1);
   /* also in package.preload, so require "qlua" finds it even after package.loaded.qlua
