@@ -72,11 +72,26 @@ end
 -- ---------------------------------------------------------------- training
 local D, H, C, B = 32, 128, 10, 256
 local STEPS, RUNS = 200, 5
-local function train_step_time(dev)
+-- seconds per training step: make_step(dev) returns step(xb, yb), one forward, backward
+-- and update on a batch; the data, the shuffling and the timing are the same for every form
+local function step_time(dev, make_step)
   qlua.seed(7)
   local n = B * STEPS
   local x = qlua.randn({ n, D }, { device = dev })
   local y = qlua.randint(1, C, n, { device = dev })
+  local step = make_step(dev)
+  local function batch()
+    local order = qlua.randperm(n, { device = dev })
+    for first = 1, n - B + 1, B do
+      local idx = order:narrow(1, first, B)
+      step(x:index_select(1, idx), y:index_select(1, idx))
+    end
+  end
+  return qlua.bench(batch, { calls = 1, runs = RUNS, warmup = 1 }).median / STEPS
+end
+
+-- the network as tensors, autograd and a written-out momentum update
+local function autograd_step(dev)
   local p = {
     w1 = qlua.randn({ D, H }, { device = dev }) * math.sqrt(2 / D), b1 = qlua.zeros({ H }, { device = dev }),
     w2 = qlua.randn({ H, C }, { device = dev }) * math.sqrt(1 / H), b2 = qlua.zeros({ C }, { device = dev }),
@@ -89,40 +104,25 @@ local function train_step_time(dev)
       p[k]:sub_(v[k] * 0.05)
     end
   end
-  local function batch()
-    local order = qlua.randperm(n, { device = dev })
-    for first = 1, n - B + 1, B do
-      local idx = order:narrow(1, first, B)
-      local xb, yb = x:index_select(1, idx), y:index_select(1, idx)
-      local logits = (xb:matmul(p.w1) + p.b1):relu():matmul(p.w2) + p.b2
-      for _, k in ipairs(names) do p[k].grad = nil end
-      qlua.cross_entropy(logits, yb):backward()
-      qlua.no_grad(update)
-    end
+  return function(xb, yb)
+    local logits = (xb:matmul(p.w1) + p.b1):relu():matmul(p.w2) + p.b2
+    for _, k in ipairs(names) do p[k].grad = nil end
+    qlua.cross_entropy(logits, yb):backward()
+    qlua.no_grad(update)
   end
-  return qlua.bench(batch, { calls = 1, runs = RUNS, warmup = 1 }).median / STEPS
 end
 
--- the same training written with qlua.nn and qlua.optim (issue 25's layer over autograd)
-local function train_nn_step_time(dev)
+-- the same written with qlua.nn and qlua.optim (issue 25's layer over autograd)
+local function nn_step(dev)
   local nn, optim = require "qlua.nn", require "qlua.optim"
-  qlua.seed(7)
-  local n = B * STEPS
-  local x = qlua.randn({ n, D }, { device = dev })
-  local y = qlua.randint(1, C, n, { device = dev })
   local net = nn.Sequential(nn.Linear(D, H, { device = dev }), nn.ReLU(), nn.Linear(H, C, { device = dev }))
   local opt = optim.SGD(net:parameters(), { lr = 0.05, momentum = 0.9 })
-  local function batch()
-    local order = qlua.randperm(n, { device = dev })
-    for first = 1, n - B + 1, B do
-      local idx = order:narrow(1, first, B)
-      local loss = nn.functional.cross_entropy(net(x:index_select(1, idx)), y:index_select(1, idx))
-      opt:zero_grad()
-      loss:backward()
-      opt:step()
-    end
+  return function(xb, yb)
+    local loss = nn.functional.cross_entropy(net(xb), yb)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
   end
-  return qlua.bench(batch, { calls = 1, runs = RUNS, warmup = 1 }).median / STEPS
 end
 
 local base = {}
@@ -145,7 +145,7 @@ do
   if next(base) == nil then print("bench/autograd.lua: no PyTorch in this Python: the training rows have no baseline") end
 end
 for _, dev in ipairs(devices) do
-  local t = train_step_time(dev)
+  local t = step_time(dev, autograd_step)
   local torch_t = base["train_" .. dev]
   row({ case = "train_" .. dev, qlua = t, base = torch_t, value = torch_t and torch_t / t,
         unit = "x PyTorch samples/s", target = dev == "gpu" and 2 or 1, at_most = false,
@@ -154,7 +154,7 @@ for _, dev in ipairs(devices) do
 end
 
 for _, dev in ipairs(devices) do
-  local t = train_nn_step_time(dev)
+  local t = step_time(dev, nn_step)
   local torch_t = base["train_nn_" .. dev]
   row({ case = "train_nn_" .. dev, qlua = t, base = torch_t, value = torch_t and torch_t / t,
         unit = "x PyTorch samples/s", extra = ("qlua.nn + qlua.optim %.3f M samples/s%s"):format(B / t / 1e6,
