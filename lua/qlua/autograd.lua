@@ -360,19 +360,11 @@ end
 
 local function wrap_method(name, fn)
   local fin = finisher(name, true)
-  if name:sub(-1) == "_" then                   -- in place
-    return function(self, ...)
-      if enabled then
-        local s = state(self, 1)
-        if (s ~= nil and s.req) or needs(...) then return record_inplace(name, fin, fn, self, ...) end
-      end
-      return fin(pcall(fn, self, ...))
-    end
-  end
+  local rec = name:sub(-1) == "_" and record_inplace or record     -- in place, or not
   return function(self, ...)
     if enabled then
       local s = state(self, 1)
-      if (s ~= nil and s.req) or needs(...) then return record(name, fin, fn, self, ...) end
+      if (s ~= nil and s.req) or needs(...) then return rec(name, fin, fn, self, ...) end
     end
     return fin(pcall(fn, self, ...))
   end

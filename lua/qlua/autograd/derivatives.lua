@@ -284,9 +284,6 @@ local function pad_along(g, x, dim, start, length)
   return qlua.cat(parts, dim)
 end
 D.narrow = { saves = false, backward = function(g, a) return { pad_along(g, a[1], a[2], a[3], a[4]) } end }
-D.select = { saves = false, backward = function(g, a)
-  return { pad_along(g:unsqueeze(a[2]), a[1], a[2], a[3], 1) }
-end }
 D.cat = { backward = function(g, a)
   local list, dim = a[1], a[2] or 1
   local grads, at = {}, 1
@@ -596,9 +593,8 @@ end }
 D.slice = { saves = false, backward = function(g, a)
   local x, dim = a[1], norm_dim(a[1], a[2])
   local n = x:size(dim)
-  local first, last, step = a[3], a[4], a[5] or 1
+  local first, step = a[3], a[5] or 1
   if first < 0 then first = first + n + 1 end
-  if last < 0 then last = last + n + 1 end
   local len = g:size(dim)
   if len == 0 then return { zeros_of(x, g) } end
   if step > 1 then
