@@ -21,32 +21,26 @@ local function run_ok(argv, what, env)
   return r.stdout
 end
 
-describe("README", function()
-  local blocks = lua_blocks("README.md")
-
-  it("has a tour", function()
-    assert.is_true(#blocks >= 1)
-  end)
-
-  -- (the checkout's lua/ on the path: the qlua under test may be built outside it, where
-  -- it would not find qlua.nn next to itself)
-  for i, block in ipairs(blocks) do
+-- one test per ```lua block of path, run with the checkout's lua/ on the path (the qlua
+-- under test may be built outside it, where it would not find qlua.nn next to itself)
+local function block_tests(path)
+  for i, block in ipairs(lua_blocks(path)) do
     it("runs lua block " .. i, function()
       local file = P.write(P.tmpname(".lua"), block)
-      run_ok({P.qlua(), file}, "README block " .. i, {LUA_PATH = "./lua/?.lua;;"})
+      run_ok({P.qlua(), file}, path .. " block " .. i, {LUA_PATH = "./lua/?.lua;;"})
     end)
   end
+end
 
+describe("README", function()
+  it("has a tour", function()
+    assert.is_true(#lua_blocks("README.md") >= 1)
+  end)
+  block_tests("README.md")
 end)
 
 describe("docs/API.md", function()
-  -- (the checkout's lua/ first: the qlua under test may be built outside it)
-  for i, block in ipairs(lua_blocks("docs/API.md")) do
-    it("runs lua block " .. i, function()
-      local file = P.write(P.tmpname(".lua"), block)
-      run_ok({P.qlua(), file}, "docs/API.md block " .. i, {LUA_PATH = "./lua/?.lua;;"})
-    end)
-  end
+  block_tests("docs/API.md")
 end)
 
 describe("README, under stock lua5.4", function()
