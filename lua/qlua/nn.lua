@@ -30,6 +30,7 @@ nn.Module = Module
 local function is_module(v) return type(v) == "table" and rawget(v, "_fields") ~= nil end
 nn.is_module = is_module
 local function is_parameter(v) return is_tensor(v) and v:requires_grad() and v:is_leaf() end
+local FLOAT = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
 
 -- the instance metatable of a class: fields first, then the class's methods
 local function instance_meta(class)
@@ -168,17 +169,19 @@ function Module:to(where)
   if type(where) == "table" then device, dtype = where.device, where.dtype
   elseif where == "cpu" or where == "gpu" or (type(where) == "string" and where:match("^gpu:%d+$")) then device = where
   else dtype = where end
-  local FLOAT = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+  -- the device's full name ("gpu" is "gpu:0"), as tensors report theirs
+  if device then device = qlua.tensor(0, { device = device }):device() end
   for _, m in ipairs(self:modules()) do
     local f, bufs = rawget(m, "_fields"), rawget(m, "_buffers")
     for _, k in ipairs(rawget(m, "_order")) do
       local v = f[k]
       if is_tensor(v) then
         local param = not bufs[k] and v:requires_grad()
-        local dev = device and qlua.tensor(0, { device = device }):device() or v:device()
+        local dev = device or v:device()
         local dt = (dtype and FLOAT[v:dtype()]) and dtype or v:dtype()
         if dev ~= v:device() or dt ~= v:dtype() then
-          local t = qlua.no_grad(function() return v:detach():to(dev):to(dt):clone() end)
+          -- (one of the two conversions copies: t is new storage)
+          local t = qlua.no_grad(function() return v:detach():to(dev):to(dt) end)
           if param then t:requires_grad_() end
           f[k] = t
         end

@@ -19,7 +19,6 @@ local function whole(t, how)
   for d = 1, t:dim() do dims[d] = d end
   return how == "sum" and t:sum(dims) or t:mean(dims)
 end
-F._whole = whole
 
 local function reduce(loss, reduction, who)
   reduction = reduction or "mean"
