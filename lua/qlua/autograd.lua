@@ -248,15 +248,19 @@ local function record_multi(name, def, args, ...)
 end
 
 -- The one-result case made in C (runtime/binding/l_autograd.c), field for field what the
--- Lua below makes: recording is mostly table stores, cheaper there. A qlua.so built
--- without it (an older one) records in Lua.
-local crecord = rawq._autograd_recorder and rawq._autograd_recorder(Node, VIEWS)
+-- Lua below makes: recording is mostly table stores, cheaper there. The Lua path stays for
+-- the one-result ops with a list argument (cat, stack, einsum's list form).
+if rawq._autograd_recorder == nil then
+  error("qlua.autograd: this qlua has no _autograd_recorder (its binary is older than its "
+        .. "Lua libraries)", 0)
+end
+local crecord = rawq._autograd_recorder(Node, VIEWS)
 
 -- fin: the op's finisher (argument errors as without autograd); fn: the C function
 local function record(name, fin, fn, ...)
   local def = D[name]
   if def == nil then return check_nodef(name, fin(pcall(fn, ...))) end
-  if crecord and not def.multi and not def.list then return crecord(name, def, fin, fn, ...) end
+  if not def.multi and not def.list then return crecord(name, def, fin, fn, ...) end
   local args = pack(...)
   if def.multi then return record_multi(name, def, args, fin(pcall(fn, ...))) end
   local o = fin(pcall(fn, ...))
