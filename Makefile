@@ -220,7 +220,7 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	else echo "make deps: all packages present"; fi
 
-# the Lua libraries (lua/qlua/: autograd, testing, fuzz) go to share/lua/5.4, where the
+# the Lua libraries (lua/qlua/: autograd, nn, optim, testing, fuzz) go to share/lua/5.4, where the
 # installed qlua looks (next to its bin/) and where a stock lua5.4 looks for PREFIX=/usr/local
 LUA_LIBS_SRC := $(shell find lua -name '*.lua' 2>/dev/null)
 install: all

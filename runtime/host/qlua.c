@@ -256,12 +256,6 @@ static int qh_handle_script (lua_State *L, char **argv) {
 ** main
 ** ======================================================================= */
 
-/*
-** Everything runs here, inside lua_pcall, so even a memory error while opening the
-** libraries is reported instead of aborting. Order (as lua.c): validate options,
-** -v, -E, libraries (+ qlua), arg, LUA_INIT, -e/-l/-W, the script, then the REPL or
-** stdin. Returns true on success.
-*/
 /* qlua's own Lua libraries (qlua.autograd, qlua.testing, ...) are found next to the
 ** binary: <exe>/../share/lua/5.4 where `make install` puts them, <exe>/../lua in a
 ** checkout (build/qlua). A searcher of its own, after the standard ones, so package.path
@@ -304,6 +298,12 @@ static void qh_add_lua_dirs (lua_State *L, const char *argv0) {
   lua_pop(L, 2);
 }
 
+/*
+** Everything runs here, inside lua_pcall, so even a memory error while opening the
+** libraries is reported instead of aborting. Order (as lua.c): validate options,
+** -v, -E, libraries (+ qlua), arg, LUA_INIT, -e/-l/-W, the script, then the REPL or
+** stdin. Returns true on success.
+*/
 static int qh_pmain (lua_State *L) {
   int argc = (int)lua_tointeger(L, 1);
   char **argv = (char **)lua_touserdata(L, 2);
