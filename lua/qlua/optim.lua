@@ -76,8 +76,8 @@ function Optimizer:add_param_group(group)
     seen[p] = true
     g.params[#g.params + 1] = p
   end
+  if self.validate then self:validate(g) end     -- before it joins: a bad group is not kept
   self.param_groups[#self.param_groups + 1] = g
-  if self.validate then self:validate(g) end
 end
 
 -- set_to_none (default true, as PyTorch 2): .grad = nil; false: zeroed in place
@@ -164,7 +164,7 @@ function Optimizer:load_state_dict(sd)
 end
 
 local function class(name, defaults, update, validate)
-  local C = setmetatable({}, { __index = Optimizer })
+  local C = {}
   C.__index = C
   C.update, C.validate = update, validate
   return setmetatable(C, {
