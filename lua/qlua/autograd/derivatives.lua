@@ -491,24 +491,15 @@ D.logcumsumexp = { out = true, saves = { true }, backward = function(g, a, y)
   end
   return { part(g:gt(0), g) - part(g:lt(0), -g) }
 end }
-local function scatter_back(gs, a, outs, dim)
-  local x = a[1]
-  return { zeros_of(x, gs[1]):scatter_add_(norm_dim(x, dim), outs[2], gs[1]) }
+-- cummax/cummin, sort and topk: their values' gradient back at the indices they returned
+-- (select_back with the dim kept: the indices have the values' shape)
+local function to_indices(dim_at)
+  return { multi = true, out = true, saves = false, backward = function(gs, a, outs)
+    local x = a[1]
+    return { select_back(gs[1], x, a[dim_at] or x:dim(), outs[2], true) }
+  end }
 end
-D.cummax = { multi = true, out = true, saves = false, backward = function(gs, a, outs)
-  return scatter_back(gs, a, outs, a[2])
-end }
-D.cummin = D.cummax
-D.sort = { multi = true, out = true, saves = false, backward = function(gs, a, outs)
-  local x = a[1]
-  if x:dim() == 0 then return { gs[1] } end
-  return scatter_back(gs, a, outs, a[2] or x:dim())
-end }
-D.topk = { multi = true, out = true, saves = false, backward = function(gs, a, outs)
-  local x = a[1]
-  if x:dim() == 0 then return { gs[1] } end
-  return scatter_back(gs, a, outs, a[3] or x:dim())
-end }
+D.cummax, D.cummin, D.sort, D.topk = to_indices(2), to_indices(2), to_indices(2), to_indices(3)
 
 -- ------------------------------------------------------------- indexing
 D.gather = { saves = { [2] = true, [3] = true }, backward = function(g, a)
