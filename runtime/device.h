@@ -140,6 +140,28 @@ static inline bool qt_binop_gives_bool(qt_binop op) {
 ** every device produces the same numbers for the same seed. */
 typedef enum qt_random_kind { QT_RAND_UNIFORM, QT_RAND_NORMAL, QT_RAND_INT } qt_random_kind;
 
+/* One fused optimizer update (the optim_step slot; PyTorch's fused=True kernels): every
+** tensor of the call gets the same step. Each tensor k comes as nviews views: its
+** parameter, its gradient, then its state, as kind says. */
+typedef enum qt_optim_kind { QT_OPTIM_SGD, QT_OPTIM_ADAM } qt_optim_kind;
+typedef struct qt_optim_opts {
+  qt_optim_kind kind;
+  int nviews;              /* 2 + the state tensors: SGD 2 or 3, Adam 4 or 5 */
+  double lr, weight_decay;
+  bool maximize;           /* ascend: the gradient's sign flipped first */
+  /* SGD: g = grad + weight_decay * p; with momentum != 0 the state is the momentum buffer,
+  ** buf = first ? g : momentum * buf + (1 - dampening) * g, and g = nesterov ? g + momentum
+  ** * buf : buf; then p -= lr * g. */
+  double momentum, dampening;
+  bool nesterov, first;
+  /* Adam: state exp_avg, exp_avg_sq (and max_exp_avg_sq when amsgrad). decoupled (AdamW):
+  ** p *= 1 - lr * weight_decay, else g = grad + weight_decay * p; m = lerp(m, g, 1 - beta1),
+  ** v = beta2 * v + (1 - beta2) g^2 (amsgrad: vmax = max(vmax, v), read instead of v);
+  ** p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), bc = 1 - beta^step. */
+  double beta1, beta2, eps, bias_correction1, bias_correction2;
+  bool decoupled, amsgrad;
+} qt_optim_opts;
+
 /* A compile request for the compile slot. */
 typedef struct qt_compile_job {
   const char *source;
@@ -193,9 +215,10 @@ typedef struct qt_device qt_device;
 ** contract in the comment above it. From this one list come qt_device_iface's members,
 ** qt_slot (the ELEM rows: their half_native bits), widen.c's stand-ins, every device's
 ** prototypes (QT_SLOT_PROTOTYPES) and the CUDA table. kind: MEM (memory and transfers),
-** ALL16 (copy, fill: every dtype, 16-bit included), ELEM (element slots: a half_native bit,
-** and a float32 stand-in wd_<name> in widen.c), USER (code the user brings: NULL where it
-** cannot run). Consumers take `...` after params, so a later column breaks none of them. */
+** ALL16 (copy, fill, optim_step: every dtype they take, 16-bit too, natively), ELEM
+** (element slots: a half_native bit, and a float32 stand-in wd_<name> in widen.c), USER
+** (code the user brings: NULL where it cannot run). Consumers take `...` after params,
+** so a later column breaks none of them. */
 #define QT_SLOT_LIST(X, P)                                                                       \
   /* ---- memory ---- */                                                                         \
   /* Allocates nbytes (nbytes may be 0: *ptr is then any non-NULL-or-NULL value that             \
@@ -373,6 +396,13 @@ typedef struct qt_device qt_device;
   X(P, SEARCHSORTED, searchsorted, ELEM, int,                                                    \
     (qt_device *dev, const qt_view *dst, const qt_view *sorted, const qt_view *values,           \
      bool right, qt_err *err))                                                                   \
+  /* ---- fused optimizer updates (runtime/core/ops_optim.c; cpu_optim.c, kernels/optim.cu) \
+  ** For each k < n, step's update of parameter k: views[k * step->nviews + j], j = 0 the      \
+  ** parameter, 1 its gradient, then its state in qt_optim_opts's order; all contiguous, of   \
+  ** one numel per k and one float dtype in the call (16-bit computed in float32, float32 in   \
+  ** float32, float64 in float64). No view overlaps another. ---- */                          \
+  X(P, OPTIM_STEP, optim_step, ALL16, int,                                                       \
+    (qt_device *dev, const qt_optim_opts *step, int64_t n, const qt_view *views, qt_err *err))   \
   /* ---- code the user brings (qlua.kernel, qlua.module, C extensions) ----                     \
   ** NULL on a device that cannot run it (the CPU); the core then says so. */                    \
   /* The queue this device's work runs on, in order (a cudaStream_t). */                         \

@@ -393,6 +393,16 @@ int qt_histc(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t bins, doub
 int qt_searchsorted(qt_ctx *ctx, qt_tensor *out, const qt_tensor *sorted, const qt_tensor *values,
                     bool right);
 
+/* ---------------------------------------------------------------- fused optimizer updates */
+
+/* ops_optim.c: one update of n parameters at once, as device.h's qt_optim_opts says
+** (SGD; Adam and AdamW): tensors[k * step->nviews + j] is parameter k (j = 0), its gradient
+** (1) and its state (2 ..). Every tensor is live, contiguous, of one float dtype and one
+** device, of its parameter's shape, and shares no byte with another; the parameters and
+** the state are written in place (their versions move), the gradients only read. */
+int qt_optim_step(qt_ctx *ctx, const qt_optim_opts *step, int64_t n,
+                  const qt_tensor *const *tensors);
+
 /* ---------------------------------------------------------------- matrix products */
 
 /* 1-D.1-D (0-d result), 2-D@1-D, 1-D@2-D, 2-D@2-D, and batched (>= 3-D, batch dims

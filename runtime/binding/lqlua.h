@@ -246,6 +246,8 @@ extern const lq_Reg lq_autograd_functions[];
 ** by l_qlua.c */
 extern const lq_Reg lq_sort_methods[];
 extern const lq_Reg lq_sort_functions[];
+/* l_optim.c: qlua._optim_step, qlua.optim's fused update, registered by l_qlua.c */
+extern const lq_Reg lq_optim_functions[];
 
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */

@@ -13,7 +13,9 @@
 **   cpu_index.c        gather, index_select, take, scatter, index_add, scatter_add,
 **                      index_fill, index_copy
 **   cpu_matmul.c       batched matmul through BLAS
-**   cpu_matmul_blas.c         the BLAS, loaded on first use (OpenBLAS's kernel set from cpuid)
+**   cpu_matmul_blas.c  the BLAS, loaded on first use (OpenBLAS's kernel set from cpuid), and
+**                      its threads per product
+**   cpu_optim.c        the fused optimizer update (optim_step)
 **   cpu_pool.c         the thread pool (cpu_parallel)
 **   cpu_half.c         float16/bfloat16 rows to and from float32 (F16C, AVX2, AVX-512)
 **   cpu_random.c       rand, randn, randint (Philox, the same numbers as the GPU)
