@@ -97,17 +97,56 @@ function Optimizer:step(closure)
   if closure ~= nil then loss = qlua.enable_grad(closure) end
   qlua.no_grad(function()
     for _, g in ipairs(self.param_groups) do
-      for _, p in ipairs(g.params) do
-        local grad = p.grad
-        if grad ~= nil then
-          local s = self.state[p]
-          if s == nil then s = {}; self.state[p] = s end
-          self:update(p, grad, s, g)
+      if self.fused_update ~= nil and g.fused ~= false then
+        self:fused_update(g)
+      else
+        for _, p in ipairs(g.params) do
+          local grad = p.grad
+          if grad ~= nil then
+            local s = self.state[p]
+            if s == nil then s = {}; self.state[p] = s end
+            self:update(p, grad, s, g)
+          end
         end
       end
     end
   end)
   return loss
+end
+
+-- The fused path (qlua._optim_step, docs/API.md "Optimizers"): the group's parameters with
+-- a gradient, in buckets of one device, dtype and state age(s) (a number or a boolean),
+-- each a list of {params, grads, states}, for one device call each. A parameter the
+-- kernel cannot take (strided, or a gradient of another dtype or device) takes the
+-- op-by-op update at once.
+local function fused_buckets(self, g, age)
+  local buckets, order = {}, {}
+  for _, p in ipairs(g.params) do
+    local grad = p.grad
+    if grad ~= nil then
+      local s = self.state[p]
+      if s == nil then s = {}; self.state[p] = s end
+      local dev, dt = p:device(), p:dtype()
+      if p:is_contiguous() and grad:is_contiguous() and grad:dtype() == dt and grad:device() == dev then
+        local a = age(s)
+        local by_dev = buckets[dev]
+        if by_dev == nil then by_dev = {}; buckets[dev] = by_dev end
+        local by_dt = by_dev[dt]
+        if by_dt == nil then by_dt = {}; by_dev[dt] = by_dt end
+        local b = by_dt[a]
+        if b == nil then
+          b = { params = {}, grads = {}, states = {}, age = a }
+          by_dt[a] = b
+          order[#order + 1] = b
+        end
+        local n = #b.params + 1
+        b.params[n], b.grads[n], b.states[n] = p, grad, s
+      else
+        self:update(p, grad, s, g)
+      end
+    end
+  end
+  return order
 end
 
 -- {state = {[i] = {name = tensor or number}}, param_groups = {{<options>, params = {i...}}}},
@@ -163,10 +202,10 @@ function Optimizer:load_state_dict(sd)
   end
 end
 
-local function class(name, defaults, update, validate)
+local function class(name, defaults, update, validate, fused_update)
   local C = {}
   C.__index = C
-  C.update, C.validate = update, validate
+  C.update, C.validate, C.fused_update = update, validate, fused_update
   return setmetatable(C, {
     __index = Optimizer,
     __call = function(_, params, opts) return make(C, name, params, opts, defaults) end,
@@ -179,7 +218,7 @@ end
 
 -- ------------------------------------------------------------- SGD
 optim.SGD = class("SGD", { lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false,
-                           maximize = false },
+                           maximize = false, fused = true },
   function(_, p, grad, s, g)
     if g.maximize then grad = -grad end
     if g.weight_decay ~= 0 then grad = grad + p * g.weight_decay end
@@ -200,6 +239,22 @@ optim.SGD = class("SGD", { lr = 1e-3, momentum = 0, dampening = 0, weight_decay 
     for _, k in ipairs({ "lr", "momentum", "weight_decay" }) do positive(self.name, g, k) end
     if g.nesterov and (g.momentum <= 0 or g.dampening ~= 0) then
       error("SGD: nesterov needs a momentum > 0 and zero dampening", 0)
+    end
+  end,
+  function(self, g)
+    local momentum = g.momentum ~= 0
+    local age = function(s) return momentum and s.momentum_buffer == nil end   -- true: new buffers
+    for _, b in ipairs(fused_buckets(self, g, age)) do
+      local states = {}
+      if momentum then
+        local bufs = {}
+        for k, s in ipairs(b.states) do
+          if s.momentum_buffer == nil then s.momentum_buffer = qlua.empty_like(b.params[k]) end
+          bufs[k] = s.momentum_buffer
+        end
+        states[1] = bufs
+      end
+      qlua._optim_step("sgd", g, b.params, b.grads, states, b.age and 1 or 2)
     end
   end)
 
@@ -238,10 +293,35 @@ local function adam_validate(self, g)
     error(self.name .. ": betas must be {b1, b2} with each in [0, 1)", 0)
   end
 end
+local function adam_fused(kind)
+  local age = function(s) return s.step or 0 end
+  return function(self, g)
+    for _, b in ipairs(fused_buckets(self, g, age)) do
+      local m, v, vmax = {}, {}, g.amsgrad and {} or nil
+      for k, s in ipairs(b.states) do
+        if s.step == nil then
+          local p = b.params[k]
+          s.step = 0
+          s.exp_avg, s.exp_avg_sq = qlua.zeros_like(p), qlua.zeros_like(p)
+          if g.amsgrad then s.max_exp_avg_sq = qlua.zeros_like(p) end
+        end
+        s.step = s.step + 1
+        m[k], v[k] = s.exp_avg, s.exp_avg_sq
+        if vmax then
+          if s.max_exp_avg_sq == nil then s.max_exp_avg_sq = qlua.zeros_like(b.params[k]) end
+          vmax[k] = s.max_exp_avg_sq
+        end
+      end
+      qlua._optim_step(kind, g, b.params, b.grads, { m, v, vmax }, b.age + 1)
+    end
+  end
+end
 optim.Adam = class("Adam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0,
-                             amsgrad = false, maximize = false }, adam_update(false), adam_validate)
+                             amsgrad = false, maximize = false, fused = true },
+                   adam_update(false), adam_validate, adam_fused("adam"))
 optim.AdamW = class("AdamW", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 1e-2,
-                               amsgrad = false, maximize = false }, adam_update(true), adam_validate)
+                               amsgrad = false, maximize = false, fused = true },
+                    adam_update(true), adam_validate, adam_fused("adamw"))
 
 -- ------------------------------------------------------------- RMSprop
 optim.RMSprop = class("RMSprop", { lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0,

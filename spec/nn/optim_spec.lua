@@ -56,6 +56,7 @@ local function adam_ref(o, decoupled)
   return function(p, g, s, t)
     for i = 1, #p do
       local d = g[i]
+      if o.maximize then d = -d end
       if decoupled then p[i] = p[i] * (1 - o.lr * wd) else d = d + wd * p[i] end
       local st = s[i] or { m = 0, v = 0, vmax = 0 }
       s[i] = st
@@ -127,7 +128,96 @@ for _, c in ipairs(CASES) do
   both(name .. ": six steps against the written-out update", function(dev)
     compare(function(params) return ctor(params, opts) end, ref(opts), dev)
   end)
+  if ctor.fused_update then    -- SGD, Adam, AdamW: the fused kernel by default, and the ops
+    both(name .. ", fused = false (op by op): six steps against the written-out update", function(dev)
+      local o = { fused = false }
+      for k, v in pairs(opts) do o[k] = v end
+      compare(function(params) return ctor(params, o) end, ref(opts), dev)
+    end)
+  end
 end
+
+-- The fused kernel over many tensors at once: sizes around its block and chunk lengths
+-- (4096 on the CPU, 16384 on the GPU), empty ones, more tensors than one GPU launch takes
+-- (48), a strided parameter (which goes op by op), every float dtype; three steps each
+-- against the written-out update over the tensors' own values.
+local SIZES = { 1, 7, 0, 33, 4095, 4097, 16385, 3 }
+local FUSED = {
+  { "SGD momentum nesterov weight_decay", optim.SGD,
+    { lr = 0.05, momentum = 0.9, nesterov = true, weight_decay = 0.01 }, sgd_ref },
+  { "SGD no momentum maximize", optim.SGD, { lr = 0.05, maximize = true }, sgd_ref },
+  { "Adam maximize weight_decay", optim.Adam, { lr = 0.01, maximize = true, weight_decay = 0.1 }, adam_ref },
+  { "AdamW amsgrad", optim.AdamW, { lr = 0.01, amsgrad = true, weight_decay = 0.1, betas = { 0.8, 0.9 } },
+    function(o) return adam_ref(o, true) end },
+}
+local TOL = { float64 = 1e-12, float32 = 1e-5, float16 = 4e-3, bfloat16 = 3e-2 }
+for _, c in ipairs(FUSED) do
+  local name, ctor, opts, ref = c[1], c[2], c[3], c[4]
+  both(name .. ": fused over 53 tensors of many sizes and every float dtype", function(dev)
+    for _, dt in ipairs({ "float32", "float64", "float16", "bfloat16" }) do
+      qlua.seed(7)
+      local params, refs, states, update = {}, {}, {}, ref(opts)
+      for k = 1, 52 do
+        local n = SIZES[(k - 1) % #SIZES + 1]
+        params[k] = qlua.randn(n, { dtype = dt, device = dev }):requires_grad_()
+      end
+      params[53] = qlua.randn(6, 5, { dtype = dt, device = dev }):t():requires_grad_()   -- strided
+      for k, p in ipairs(params) do
+        refs[k] = p:detach():cpu():double():reshape(p:numel()):totable()
+        states[k] = {}
+      end
+      local opt = ctor(params, opts)
+      for step = 1, 3 do
+        for k, p in ipairs(params) do
+          local g = qlua.randn(p:numel(), { dtype = dt, device = dev })
+          p.grad = k == 53 and g:reshape(6, 5):t() or g:reshape(p:shape())
+          update(refs[k], p.grad:cpu():double():reshape(p:numel()):totable(), states[k], step)
+        end
+        opt:step()
+      end
+      local got, want = {}, {}
+      for k, p in ipairs(params) do
+        for _, v in ipairs(p:detach():cpu():double():reshape(p:numel()):totable()) do got[#got + 1] = v end
+        for _, v in ipairs(refs[k]) do want[#want + 1] = v end
+      end
+      T.assert_close(got, want, TOL[dt], dt)
+    end
+  end)
+end
+
+both("the fused update moves the versions of what it writes, and its errors name the op and the tensors", function(dev)
+  local function t(n, o) o = o or {}; o.device = dev; return qlua.zeros(n, o) end
+  local p, g, buf = t(3), t(3), t(3)
+  local v0 = p:_version()
+  qlua._optim_step("sgd", { lr = 0.1, momentum = 0.9 }, { p }, { g }, { { buf } }, 1)
+  assert.truthy(p:_version() > v0 and buf:_version() > 0)
+  local function err_of(...)
+    local ok, e = pcall(qlua._optim_step, ...)
+    assert.is_false(ok)
+    return e
+  end
+  local sgd = { lr = 0.1 }
+  assert.truthy(err_of("sgd", sgd, { p }, { t(4) }, {}, 1):match("^optim_step %(SGD%): parameter 1 is .* but its gradient is"))
+  assert.truthy(err_of("sgd", sgd, { t(3, { dtype = "int32" }) }, { t(3, { dtype = "int32" }) }, {}, 1)
+                :match("takes float tensors"))
+  assert.truthy(err_of("sgd", sgd, { p }, { t(3, { dtype = "float64" }) }, {}, 1):match("one dtype per call"))
+  assert.truthy(err_of("sgd", sgd, { p, p }, { g, t(3) }, {}, 1)
+                :match("parameter 1's parameter and parameter 2's parameter share memory"))
+  assert.truthy(err_of("sgd", sgd, { p }, { p }, {}, 1):match("share memory"))
+  assert.truthy(err_of("sgd", sgd, { t(6):reshape(2, 3):t() }, { t(6):reshape(3, 2) }, {}, 1):match("not contiguous"))
+  assert.truthy(err_of("sgd", sgd, { p }, { g, g }, {}, 1):match("1 parameters but 2 gradients"))
+  assert.truthy(err_of("sgd", { lr = 0.1, momentum = 0.9 }, { p }, { g }, {}, 1):match("0 lists of state tensors given, 1 expected"))
+  assert.truthy(err_of("adam", { lr = 0.1 }, { p }, { g }, { { buf }, { t(3) } }, 0):match("Adam's step 0"))
+  assert.truthy(err_of("adam", { lr = 0.1, eps = "x" }, { p }, { g }, { { buf }, { t(3) } }, 1):match("eps must be a number"))
+  assert.truthy(err_of("sgd", {}, { p }, { g }, {}, 1):match("no lr"))
+  assert.truthy(err_of("rmsprop", sgd, { p }, { g }, {}, 1):match("invalid option 'rmsprop'"))
+  assert.truthy(err_of("sgd", sgd, { p }, { 5 }, {}, 1):match("gradients 1 is a number"))
+  if dev ~= "cpu" then
+    assert.truthy(err_of("sgd", sgd, { p }, { qlua.zeros(3) }, {}, 1):match("device"))
+  end
+  p:free()
+  assert.truthy(err_of("sgd", sgd, { p }, { g }, {}, 1):match("freed"))
+end)
 
 both("parameter groups take their own options; the others come from the defaults", function(dev)
   local a = qlua.tensor({ 1, 2 }, { dtype = F64, device = dev }):requires_grad_()
