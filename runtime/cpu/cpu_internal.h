@@ -156,6 +156,10 @@ void cpu_cache_release(void);
 /* The BLAS if it is loaded already, else NULL (never loads it). */
 const cpu_blas_api *cpu_blas_loaded(void);
 void cpu_blas_set_threads(int n);
+/* Around each product call (cpu_matmul.c): enter sizes OpenBLAS's threads to a call of mnk
+** multiply-adds (cpu_matmul_blas.c says how) and returns what leave restores. */
+int cpu_blas_enter(double mnk);
+void cpu_blas_leave(int restore);
 /* The kernel set OpenBLAS runs (its own name for it), or the one asked for before it is
 ** loaded, or NULL. */
 const char *cpu_blas_corename(void);

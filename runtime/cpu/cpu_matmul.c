@@ -179,6 +179,7 @@ int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view
   if (need_a) la.usable = true, la.transposed = false, la.ld = K;
   if (need_b) lb.usable = true, lb.transposed = false, lb.ld = N;
   const char *packed_a_from = NULL, *packed_b_from = NULL;
+  int restore = cpu_blas_enter((double)M * (double)N * (double)K);
   for (int64_t i = 0; i < batches; i++) {
     const char *pa = (const char *)a->data + (size_t)(i * a->stride[0]) * es;
     const char *pb = (const char *)b->data + (size_t)(i * b->stride[0]) * es;
@@ -204,6 +205,7 @@ int cpu_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const qt_view
       blas->dgemm(CPU_CBLAS_ROW_MAJOR, ta, tb, (int)M, (int)N, (int)K, alpha, (const double *)ua,
                   (int)la.ld, (const double *)ub, (int)lb.ld, beta, (double *)pc, (int)lc.ld);
   }
+  cpu_blas_leave(restore);
   free(pack_a);
   free(pack_b);
   return 0;

@@ -105,10 +105,46 @@ const cpu_blas_api *cpu_blas_get(qt_err *err) {
   return &cpu_blas;
 }
 
+/* Who may change OpenBLAS's thread count: it is one number for the process, read as each
+** call starts, so a product takes the lock shared and a change takes it alone. */
+static pthread_rwlock_t cpu_blas_threads_lock = PTHREAD_RWLOCK_INITIALIZER;
+
 /* Sizes OpenBLAS's pool to n when it is loaded (else the load does, from cpu_threads),
 ** unless the user sized it with OPENBLAS_NUM_THREADS or OMP_NUM_THREADS. */
 void cpu_blas_set_threads(int n) {
-  if (cpu_blas.set_num_threads != NULL && !cpu_blas_user_threads) cpu_blas.set_num_threads(n);
+  if (cpu_blas.set_num_threads == NULL || cpu_blas_user_threads) return;
+  pthread_rwlock_wrlock(&cpu_blas_threads_lock);
+  cpu_blas.set_num_threads(n);
+  pthread_rwlock_unlock(&cpu_blas_threads_lock);
+}
+
+/* Small products on one thread: OpenBLAS 0.3.21 splits every call above 2^18 multiply-adds
+** over its whole pool, and for the products of a small network's training step (a few
+** 2^20) waking and parking 16 threads costs more than the product: on the GPU host's 16
+** cores, one OpenBLAS thread took samples/classifier.lua's CPU step from 709 to 543 us,
+** its threads having spent a quarter of the time in sched_yield. So a call of mnk
+** multiply-adds gets one thread per 2^20 of them (at least one, at most the pool), set for
+** the call when no other product is running (a product running elsewhere keeps the
+** count; the call then runs with it). Returns the count to restore after, or 0. */
+int cpu_blas_enter(double mnk) {
+  if (cpu_blas.set_num_threads != NULL && cpu_blas.get_num_threads != NULL &&
+      !cpu_blas_user_threads && pthread_rwlock_trywrlock(&cpu_blas_threads_lock) == 0) {
+    int have = cpu_blas.get_num_threads();
+    double want = mnk / (double)(1 << 20);
+    if (want < 1) want = 1;
+    if (want < (double)have) {
+      cpu_blas.set_num_threads((int)want);
+      return have;
+    }
+    return 0;   /* held alone all the same: cpu_blas_leave unlocks either way */
+  }
+  pthread_rwlock_rdlock(&cpu_blas_threads_lock);
+  return 0;
+}
+
+void cpu_blas_leave(int restore) {
+  if (restore > 0) cpu_blas.set_num_threads(restore);
+  pthread_rwlock_unlock(&cpu_blas_threads_lock);
 }
 
 const char *cpu_blas_corename(void) {
