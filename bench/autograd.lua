@@ -17,15 +17,8 @@
 package.path = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" .. package.path
 local autograd = require "qlua.autograd"
 
-local args = { csv = "build/bench_autograd.csv" }
-do
-  local i = 1
-  while i <= #arg do
-    local a = arg[i]
-    if (a == "--python" or a == "--csv") and arg[i + 1] then args[a:sub(3)] = arg[i + 1]; i = i + 2
-    else io.stderr:write("bench/autograd.lua: unknown argument " .. a .. "\n"); os.exit(2) end
-  end
-end
+local R = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/report.lua")
+local args = R.args(arg, "build/bench_autograd.csv")
 
 local devices = { "cpu" }
 if qlua.gpu_count() > 0 then table.insert(devices, 1, "gpu") end
@@ -90,25 +83,21 @@ local function step_time(dev, make_step)
   return qlua.bench(batch, { calls = 1, runs = RUNS, warmup = 1 }).median / STEPS
 end
 
--- the network as tensors, autograd and a written-out momentum update
+-- the network as tensors, autograd and qlua.optim.SGD (as PyTorch's side uses torch.optim.SGD:
+-- the update users write; qlua's is the fused kernel, qlua._optim_step)
 local function autograd_step(dev)
+  local optim = require "qlua.optim"
   local p = {
     w1 = qlua.randn({ D, H }, { device = dev }) * math.sqrt(2 / D), b1 = qlua.zeros({ H }, { device = dev }),
     w2 = qlua.randn({ H, C }, { device = dev }) * math.sqrt(1 / H), b2 = qlua.zeros({ C }, { device = dev }),
   }
-  local names, v = { "w1", "b1", "w2", "b2" }, {}
-  for _, k in ipairs(names) do p[k]:requires_grad_(); v[k] = qlua.zeros_like(p[k]) end
-  local function update()
-    for _, k in ipairs(names) do
-      v[k]:mul_(0.9):add_(p[k].grad)
-      p[k]:sub_(v[k] * 0.05)
-    end
-  end
+  for _, k in ipairs({ "w1", "b1", "w2", "b2" }) do p[k]:requires_grad_() end
+  local opt = optim.SGD({ p.w1, p.b1, p.w2, p.b2 }, { lr = 0.05, momentum = 0.9 })
   return function(xb, yb)
     local logits = (xb:matmul(p.w1) + p.b1):relu():matmul(p.w2) + p.b2
-    for _, k in ipairs(names) do p[k].grad = nil end
+    opt:zero_grad()
     qlua.cross_entropy(logits, yb):backward()
-    qlua.no_grad(update)
+    opt:step()
   end
 end
 
@@ -125,25 +114,7 @@ local function nn_step(dev)
   end
 end
 
-local base = {}
-do
-  local py = args.python
-  if not py then
-    for _, c in ipairs({ "python3", "/usr/bin/python3" }) do
-      if os.execute(c .. " -c 'import torch' >/dev/null 2>&1") == true then py = c; break end
-    end
-  end
-  local script = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/torch_autograd.py"
-  if py then
-    local pipe = io.popen(py .. " " .. script .. " " .. STEPS .. " " .. RUNS .. " 2>/dev/null")
-    for line in pipe:lines() do
-      local k, s = line:match("^([%w_]+),([%d%.eE+-]+)$")
-      if k then base[k] = tonumber(s) end
-    end
-    pipe:close()
-  end
-  if next(base) == nil then print("bench/autograd.lua: no PyTorch in this Python: the training rows have no baseline") end
-end
+local base = R.baseline(args, "torch_autograd.py", STEPS .. " " .. RUNS)
 for _, dev in ipairs(devices) do
   local t = step_time(dev, autograd_step)
   local torch_t = base["train_" .. dev]
@@ -161,23 +132,4 @@ for _, dev in ipairs(devices) do
           torch_t and (", torch.nn + torch.optim %.3f M"):format(B / torch_t / 1e6) or "") })
 end
 
--- ---------------------------------------------------------------- report
-local fmt = "%-20s %12s %12s %10s  %-22s %-10s %s"
-print(fmt:format("case", "qlua us", "base us", "value", "unit", "target", "status"))
-local csv = io.open(args.csv, "w")
-if csv then csv:write("case,qlua_seconds,baseline_seconds,value,unit,target,status\n") end
-for _, r in ipairs(rows) do
-  local status = "n/a"
-  if r.value and r.target then
-    local ok = (r.at_most and r.value <= r.target) or (not r.at_most and r.value >= r.target)
-    status = ok and "met" or "MISSED"
-  elseif not r.value then status = "no baseline" end
-  local target = r.target and ((r.at_most and "<= " or ">= ") .. r.target) or "-"
-  print(fmt:format(r.case, ("%.2f"):format(r.qlua * 1e6), r.base and ("%.2f"):format(r.base * 1e6) or "-",
-    r.value and ("%.3f"):format(r.value) or "-", r.unit, target, status .. (r.extra and ("  " .. r.extra) or "")))
-  if csv then
-    csv:write(("%s,%.9g,%s,%s,%q,%s,%s\n"):format(r.case, r.qlua, r.base and ("%.9g"):format(r.base) or "",
-      r.value and ("%.6g"):format(r.value) or "", r.unit, r.target or "", status))
-  end
-end
-if csv then csv:close(); print("bench/autograd.lua: table written to " .. args.csv) end
+R.print(rows, args.csv)
