@@ -140,6 +140,24 @@ static inline bool qt_binop_gives_bool(qt_binop op) {
 ** every device produces the same numbers for the same seed. */
 typedef enum qt_random_kind { QT_RAND_UNIFORM, QT_RAND_NORMAL, QT_RAND_INT } qt_random_kind;
 
+/* A 2-D convolution's geometry (the conv slot): NCHW input x (n, c, h, w), filters
+** (k, c / groups, r, s), output y (n, k, p, q) with p = (h + 2 pad[0] - dilation[0] (r - 1)
+** - 1) / stride[0] + 1 and q likewise along w; pads are symmetric (the core pads the
+** uneven rest itself). allow_tf32: float32 may run on TF32 tensor cores. */
+typedef struct qt_conv_geom {
+  int64_t n, c, h, w, k, r, s, p, q;
+  int64_t stride[2], pad[2], dilation[2], groups;
+  bool allow_tf32;
+} qt_conv_geom;
+/* What the conv slot computes: y = conv(x, w) (FORWARD); x = the gradient of the input from
+** dy in y and w (BACKWARD_DATA: conv_transpose2d); w = the gradient of the filters from x
+** and dy in y (BACKWARD_FILTER). The written view is overwritten, never accumulated. */
+typedef enum qt_conv_mode {
+  QT_CONV_FORWARD,
+  QT_CONV_BACKWARD_DATA,
+  QT_CONV_BACKWARD_FILTER
+} qt_conv_mode;
+
 /* One fused optimizer update (the optim_step slot; PyTorch's fused=True kernels): every
 ** tensor of the call gets the same step. Each tensor k comes as nviews views: its
 ** parameter, its gradient, then its state, as kind says. */
@@ -396,6 +414,12 @@ typedef struct qt_device qt_device;
   X(P, SEARCHSORTED, searchsorted, ELEM, int,                                                    \
     (qt_device *dev, const qt_view *dst, const qt_view *sorted, const qt_view *values,           \
      bool right, qt_err *err))                                                                   \
+  /* ---- convolution (runtime/core/ops_conv.c; cpu_conv.c, kernels/conv.cu) ----             \
+  ** mode says which of x, w, y (all contiguous, of g's shapes, one float dtype) is written     \
+  ** from the other two (qt_conv_mode). The core checks the geometry. */                       \
+  X(P, CONV, conv, ELEM, int,                                                                    \
+    (qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_view *x,                 \
+     const qt_view *w, const qt_view *y, qt_err *err))                                           \
   /* ---- fused optimizer updates (runtime/core/ops_optim.c; cpu_optim.c, kernels/optim.cu) \
   ** For each k < n, step's update of parameter k: views[k * step->nviews + j], j = 0 the      \
   ** parameter, 1 its gradient, then its state in qt_optim_opts's order; all contiguous, of   \

@@ -54,7 +54,8 @@ typedef struct qt_ctx {
   ** offset by the number of counters it used. */
   uint64_t seed;
   uint64_t rng_offset;
-  bool allow_tf32;           /* qlua.set_tf32 */
+  bool allow_tf32;           /* qlua.set_tf32: matmul's float32 on TF32 (default false) */
+  bool allow_tf32_conv;      /* qlua.set_cudnn_tf32: convolutions' (default true, as PyTorch) */
   int current_gpu;           /* what "gpu" means without an ordinal */
   /* Compiled user kernels of this state (core/kernel/kernel.c); freed with the context through
   ** kernel_cache_free, so the storage code below the ops needs no name of theirs. */
@@ -392,6 +393,27 @@ int qt_histc(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, int64_t bins, doub
 ** with values sharing its leading dims (searched row by row). The result has values' shape. */
 int qt_searchsorted(qt_ctx *ctx, qt_tensor *out, const qt_tensor *sorted, const qt_tensor *values,
                     bool right);
+
+/* ---------------------------------------------------------------- convolution */
+
+/* ops_conv.c: 2-D convolutions of NCHW tensors of one float dtype and device, as PyTorch's
+** F.conv2d (weight (out, in / groups, kh, kw)) and F.conv_transpose2d (weight (in, out /
+** groups, kh, kw)). same: padding "same" (stride 1; an odd total pads one more after), else
+** pad; output_padding is conv_transpose2d's only. bias: NULL or 1-D of the output channels.
+** conv2d_input and conv2d_weight are conv2d's gradients (torch.nn.grad's): of its input,
+** for an input of input_size, and of its weight, of weight_size, from dy (the output's). */
+typedef struct qt_conv_opts {
+  int64_t stride[2], pad[2], dilation[2], output_padding[2], groups;
+  bool same;
+} qt_conv_opts;
+int qt_conv2d(qt_ctx *ctx, qt_tensor *out, const qt_tensor *x, const qt_tensor *w,
+              const qt_tensor *bias, const qt_conv_opts *o);
+int qt_conv_transpose2d(qt_ctx *ctx, qt_tensor *out, const qt_tensor *x, const qt_tensor *w,
+                        const qt_tensor *bias, const qt_conv_opts *o);
+int qt_conv2d_input(qt_ctx *ctx, qt_tensor *out, const int64_t *input_size, const qt_tensor *w,
+                    const qt_tensor *dy, const qt_conv_opts *o);
+int qt_conv2d_weight(qt_ctx *ctx, qt_tensor *out, const qt_tensor *x, const int64_t *weight_size,
+                     const qt_tensor *dy, const qt_conv_opts *o);
 
 /* ---------------------------------------------------------------- fused optimizer updates */
 

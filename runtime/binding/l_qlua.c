@@ -915,6 +915,7 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   lq_setfuncs(L, lq_random_functions, box, false, "qlua");  /* qlua.bernoulli ... (l_random.c) */
   lq_setfuncs(L, lq_scan_functions, box, false, "qlua");  /* qlua.cross_entropy (l_scan.c) */
   lq_setfuncs(L, lq_autograd_functions, box, false, "qlua");  /* (l_autograd.c) */
+  lq_setfuncs(L, lq_conv_functions, box, false, "qlua");  /* qlua.conv2d ... (l_conv.c) */
   lq_setfuncs(L, lq_optim_functions, box, false, "qlua");  /* qlua._optim_step (l_optim.c) */
   lq_open_kernel(L, box, -1);                     /* also qlua.Kernel, qlua.Module */
   luaL_getmetatable(L, QLUA_TENSOR);              /* qlua.Tensor: the class (l_tensor.c) */

@@ -246,6 +246,9 @@ extern const lq_Reg lq_autograd_functions[];
 ** by l_qlua.c */
 extern const lq_Reg lq_sort_methods[];
 extern const lq_Reg lq_sort_functions[];
+/* l_conv.c: qlua.conv2d, conv_transpose2d, conv2d_input, conv2d_weight, set_cudnn_tf32,
+** registered by l_qlua.c */
+extern const lq_Reg lq_conv_functions[];
 /* l_optim.c: qlua._optim_step, qlua.optim's fused update, registered by l_qlua.c */
 extern const lq_Reg lq_optim_functions[];
 

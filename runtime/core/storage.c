@@ -37,6 +37,7 @@ qt_ctx *qt_ctx_new(void) {
   ctx->seed = OPS_DEFAULT_SEED;
   ctx->rng_offset = 0;
   ctx->allow_tf32 = false;
+  ctx->allow_tf32_conv = true;
   ctx->current_gpu = 0;
   return ctx;
 }

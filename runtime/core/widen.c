@@ -230,6 +230,16 @@ static int wd_matmul(qt_device *dev, const qt_view *c, const qt_view *a, const q
              dev->native->matmul(dev, V(0), V(1), V(2), alpha, beta, allow_tf32, err), PUT(0))
 }
 
+/* The written view (mode's: y, x or w) in OUT, the two read ones IN. */
+static int wd_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_view *x,
+                   const qt_view *wt, const qt_view *y, qt_err *err) {
+  if (!wide_any(x, wt, y, NULL)) return dev->native->conv(dev, mode, g, x, wt, y, err);
+  int out = mode == QT_CONV_FORWARD ? 2 : mode == QT_CONV_BACKWARD_DATA ? 0 : 1;
+  WIDEN_BODY(3, (out == 0 ? OUT(0, x) : IN(0, x)) || (out == 1 ? OUT(1, wt) : IN(1, wt)) ||
+                    (out == 2 ? OUT(2, y) : IN(2, y)),
+             dev->native->conv(dev, mode, g, V(0), V(1), V(2), err), PUT(out))
+}
+
 static int wd_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
                      uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err) {
   if (!wide_any(dst, NULL, NULL, NULL))

@@ -355,6 +355,7 @@ static const qt_device_iface cpu_iface = {
   .bincount = cpu_bincount,
   .histc = cpu_histc,
   .searchsorted = cpu_searchsorted,
+  .conv = cpu_conv,
   .optim_step = cpu_optim_step,
   /* code the user brings runs on GPUs only: its slots stay NULL, and the core says so */
   .half_native = CPU_HALF_NATIVE,
