@@ -748,4 +748,52 @@ D.einsum = { list = 2, backward = function(g, a)
   return res
 end }
 
+
+-- ------------------------------------------------------------- convolutions
+-- conv2d(x, w [, bias] [, opts]): opts may stand where the bias would
+local function conv_args(a)
+  local x, w, b, o = a[1], a[2], a[3], a[4]
+  if b ~= nil and not is_tensor(b) then o, b = b, nil end
+  return x, w, b, o
+end
+-- conv_transpose2d's options without output_padding, for the forward convolutions
+local function forward_opts(o)
+  if o == nil or o.output_padding == nil then return o end
+  local c = {}
+  for k, v in pairs(o) do if k ~= "output_padding" then c[k] = v end end
+  return c
+end
+local function bias_grad(g, b, pos)
+  local r = {}
+  if b ~= nil and requires(b) then r[pos] = g:sum({ 1, 3, 4 }) end
+  return r
+end
+D.conv2d = { backward = function(g, a)
+  local x, w, b, o = conv_args(a)
+  local r = bias_grad(g, b, 3)
+  if requires(x) then r[1] = qlua.conv2d_input(x:shape(), w, g, o) end
+  if requires(w) then r[2] = qlua.conv2d_weight(x, w:shape(), g, o) end
+  return r
+end }
+-- y = conv2d_input(size, w, x): x plays conv2d's output gradient
+D.conv_transpose2d = { backward = function(g, a)
+  local x, w, b, o = conv_args(a)
+  local fo = forward_opts(o)
+  local r = bias_grad(g, b, 3)
+  if requires(x) then r[1] = qlua.conv2d(g, w, nil, fo) end
+  if requires(w) then r[2] = qlua.conv2d_weight(g, w:shape(), x, fo) end
+  return r
+end }
+-- both gradients are linear in each operand: their own derivatives close the family
+D.conv2d_input = { saves = { [2] = true, [3] = true }, backward = function(g, a)
+  local w, dy, o = a[2], a[3], a[4]
+  return { nil, requires(w) and qlua.conv2d_weight(g, w:shape(), dy, o) or nil,
+           requires(dy) and qlua.conv2d(g, w, nil, o) or nil }
+end }
+D.conv2d_weight = { saves = { [1] = true, [3] = true }, backward = function(g, a)
+  local x, dy, o = a[1], a[3], a[4]
+  return { requires(x) and qlua.conv2d_input(x:shape(), g, dy, o) or nil, nil,
+           requires(dy) and qlua.conv2d(x, g, nil, o) or nil }
+end }
+
 end
