@@ -97,6 +97,219 @@ function F.one_hot(idx, num_classes)
   return out:scatter_(#shape, idx:unsqueeze(#shape):long(), 1)
 end
 
+-- ------------------------------------------------------------- padding
+-- pad = {left, right [, top, bottom [, front, back]]}: from the last dim inwards, as
+-- PyTorch's F.pad; mode "constant" (value), "reflect" or "replicate". A composition of
+-- narrow, flip, expand and cat, so autograd differentiates it.
+function F.pad(x, pad, mode, value)
+  check_tensor("pad", "input", x)
+  mode = mode or "constant"
+  if type(pad) ~= "table" or #pad % 2 ~= 0 or #pad // 2 > x:dim() then
+    error(("pad: pad must be a list of pairs, one pair per dim from the last, at most %d pairs"):format(x:dim()), 0)
+  end
+  if mode ~= "constant" and mode ~= "reflect" and mode ~= "replicate" then
+    error("pad: mode must be \"constant\", \"reflect\" or \"replicate\", got " .. tostring(mode), 0)
+  end
+  local y = x
+  for k = 1, #pad // 2 do
+    local d, lo, hi = x:dim() - k + 1, pad[2 * k - 1], pad[2 * k]
+    if math.type(lo) ~= "integer" or math.type(hi) ~= "integer" then
+      error("pad: the padding must be integers", 0)
+    end
+    local n = y:size(d)
+    if lo < 0 or hi < 0 then
+      -- negative padding crops, as PyTorch's
+      local first, len = 1 + math.max(-lo, 0), n - math.max(-lo, 0) - math.max(-hi, 0)
+      if len < 0 then error("pad: the negative padding removes more than dim " .. d .. " has", 0) end
+      y = y:narrow(d, first, len)
+      lo, hi, n = math.max(lo, 0), math.max(hi, 0), len
+    end
+    if mode == "reflect" and (lo >= n or hi >= n) then
+      error(("pad: reflect padding of %d, %d must be below dim %d's size %d"):format(lo, hi, d, n), 0)
+    end
+    if mode == "replicate" and n == 0 and (lo > 0 or hi > 0) then
+      error("pad: replicate padding of an empty dim " .. d, 0)
+    end
+    local function side(count, at_start)
+      local shape = y:shape()
+      shape[d] = count
+      if mode == "constant" then
+        return qlua.full(shape, value or 0, { dtype = y:dtype(), device = y:device() })
+      elseif mode == "replicate" then
+        return y:narrow(d, at_start and 1 or n, 1):expand(shape)
+      end
+      return y:narrow(d, at_start and 2 or n - count, count):flip(d)
+    end
+    local parts = {}
+    if lo > 0 then parts[#parts + 1] = side(lo, true) end
+    parts[#parts + 1] = y
+    if hi > 0 then parts[#parts + 1] = side(hi, false) end
+    if #parts > 1 then y = qlua.cat(parts, d) end
+  end
+  return y
+end
+
+-- ------------------------------------------------------------- convolutions
+-- NCHW, weight (out, in / groups, kh, kw); opts stride, padding (a number, {h, w}, "same",
+-- "valid"), dilation, groups: the runtime's qlua.conv2d (cuDNN on the GPU, im2col and
+-- OpenBLAS on the CPU)
+function F.conv2d(x, weight, bias, opts) return qlua.conv2d(x, weight, bias, opts) end
+-- weight (in, out / groups, kh, kw); opts add output_padding
+function F.conv_transpose2d(x, weight, bias, opts) return qlua.conv_transpose2d(x, weight, bias, opts) end
+
+-- (N, C, L) as the 2-D convolution of (N, C, 1, L)
+local CONV1D_H = { stride = 1, padding = 0, dilation = 1 }
+function F.conv1d(x, weight, bias, opts)
+  check_tensor("conv1d", "input", x)
+  check_tensor("conv1d", "weight", weight)
+  if x:dim() ~= 3 or weight:dim() ~= 3 then
+    error(("conv1d: a 3-D input (N, C, L) and weight (out, in / groups, k) expected, got %d-D and %d-D"):format(x:dim(), weight:dim()), 0)
+  end
+  local o = {}
+  for k, v in pairs(opts or {}) do
+    if type(v) == "table" and #v == 1 then v = v[1] end
+    if CONV1D_H[k] ~= nil and type(v) == "number" then o[k] = { CONV1D_H[k], v } else o[k] = v end
+  end
+  return qlua.conv2d(x:unsqueeze(3), weight:unsqueeze(3), bias, o):squeeze(3)
+end
+
+-- ------------------------------------------------------------- pooling
+local function pair(v, who, what)
+  if type(v) == "number" then v = { v, v } end
+  if type(v) ~= "table" or #v ~= 2 or math.type(v[1]) ~= "integer" or math.type(v[2]) ~= "integer" then
+    error(("%s: %s must be an integer or {h, w}"):format(who, what), 0)
+  end
+  return v
+end
+
+-- The k[1] * k[2] strided views of x (N, C, H, W) that a window of k, stride s, padding p
+-- and dilation d visits, each (N, C, P, Q), over x padded with fill; P, Q by floor (or ceil)
+local function windows(who, x, k, s, p, d, fill, ceil)
+  check_tensor(who, "input", x)
+  if x:dim() ~= 4 and x:dim() ~= 3 then
+    error(("%s: a 3-D (C, H, W) or 4-D (N, C, H, W) input expected, got %d-D"):format(who, x:dim()), 0)
+  end
+  local out = {}
+  for a = 1, 2 do
+    local n = x:size(x:dim() - 2 + a)
+    if k[a] < 1 or s[a] < 1 or d[a] < 1 or p[a] < 0 then
+      error(("%s: kernel_size, stride and dilation must be >= 1 and padding >= 0"):format(who), 0)
+    end
+    if 2 * p[a] > k[a] then
+      error(("%s: padding %d must be at most half the kernel size %d"):format(who, p[a], k[a]), 0)
+    end
+    local span = d[a] * (k[a] - 1) + 1
+    local room = n + 2 * p[a] - span
+    if room < 0 then
+      error(("%s: an input of %s is smaller than the window (%d) after padding"):format(who,
+        table.concat(x:shape(), "x"), span), 0)
+    end
+    local m = (ceil and -((-room) // s[a]) or room // s[a]) + 1
+    -- ceil_mode: the last window must start inside the input or its left padding
+    if ceil and (m - 1) * s[a] >= n + p[a] then m = m - 1 end
+    out[a] = { m = m, extra = math.max((m - 1) * s[a] + span - n - 2 * p[a], 0) }
+  end
+  local nd = x:dim()
+  if p[1] > 0 or p[2] > 0 or out[1].extra > 0 or out[2].extra > 0 then
+    x = F.pad(x, { p[2], p[2] + out[2].extra, p[1], p[1] + out[1].extra }, "constant", fill)
+  end
+  local views = {}
+  for i = 0, k[1] - 1 do
+    for j = 0, k[2] - 1 do
+      local r0, c0 = 1 + i * d[1], 1 + j * d[2]
+      local v = x:slice(nd - 1, r0, r0 + (out[1].m - 1) * s[1], s[1])
+      views[#views + 1] = v:slice(nd, c0, c0 + (out[2].m - 1) * s[2], s[2])
+    end
+  end
+  return views, out[1].m, out[2].m
+end
+
+local function pool_opts(who, kernel_size, opts)
+  opts = opts or {}
+  local k = pair(kernel_size, who, "kernel_size")
+  return k, pair(opts.stride or k, who, "stride"), pair(opts.padding or 0, who, "padding"),
+         pair(opts.dilation or 1, who, "dilation")
+end
+
+-- max_pool2d(x, kernel_size [, {stride = kernel_size, padding = 0, dilation = 1,
+-- ceil_mode = false, return_indices = false}]): the max of each window (padding is -inf);
+-- with return_indices, also each max's 1-based flat position in its input plane (H * W),
+-- the first of equal ones in window order, as PyTorch's (plus one)
+function F.max_pool2d(x, kernel_size, opts)
+  opts = opts or {}
+  local k, s, p, d = pool_opts("max_pool2d", kernel_size, opts)
+  local views, P, Q = windows("max_pool2d", x, k, s, p, d, -math.huge, opts.ceil_mode)
+  local nd = x:dim()
+  local vals, tap = qlua.stack(views, nd + 1):max(nd + 1)
+  if not opts.return_indices then return vals end
+  -- tap (1-based, window order) -> the input position (row, col), then row * W + col + 1
+  local t = (tap - 1):long()
+  local ti, tj = t // k[2], t % k[2]
+  local dev = x:device()
+  local rows = qlua.arange(0, P, { dtype = "int64", device = dev }):reshape({ P, 1 }) * s[1] - p[1]
+  local cols = qlua.arange(0, Q, { dtype = "int64", device = dev }):reshape({ 1, Q }) * s[2] - p[2]
+  local ih, iw = ti * d[1] + rows, tj * d[2] + cols
+  return vals, ih * x:size(nd) + iw + 1
+end
+
+-- avg_pool2d(x, kernel_size [, {stride = kernel_size, padding = 0, count_include_pad = true,
+-- divisor_override}]): each window's mean (zeros for the padding; without
+-- count_include_pad the divisor counts the input's elements only)
+function F.avg_pool2d(x, kernel_size, opts)
+  opts = opts or {}
+  if opts.ceil_mode then error("avg_pool2d: ceil_mode is not supported yet", 0) end
+  local k, s, p = pool_opts("avg_pool2d", kernel_size, { stride = opts.stride, padding = opts.padding })
+  local views = windows("avg_pool2d", x, k, s, p, { 1, 1 }, 0, false)
+  local total = views[1]
+  for i = 2, #views do total = total + views[i] end
+  if opts.divisor_override then return total / opts.divisor_override end
+  if opts.count_include_pad == false and (p[1] > 0 or p[2] > 0) then
+    local ones = qlua.ones({ 1, x:size(x:dim() - 1), x:size(x:dim()) }, { dtype = x:dtype(), device = x:device() })
+    local cv = qlua.no_grad(function()
+      local c = windows("avg_pool2d", ones, k, s, p, { 1, 1 }, 0, false)
+      local n = c[1]
+      for i = 2, #c do n = n + c[i] end
+      return n
+    end)
+    return total / cv
+  end
+  return total / (k[1] * k[2])
+end
+
+-- adaptive_avg_pool2d(x, output_size): output cell (i, j) averages rows floor(i H / P) ..
+-- ceil((i + 1) H / P) - 1 (0-based) and the same of the columns, as PyTorch's; separable, so
+-- the rows are pooled first, then the columns
+function F.adaptive_avg_pool2d(x, output_size)
+  check_tensor("adaptive_avg_pool2d", "input", x)
+  if x:dim() ~= 4 and x:dim() ~= 3 then
+    error(("adaptive_avg_pool2d: a 3-D or 4-D input expected, got %d-D"):format(x:dim()), 0)
+  end
+  local size = type(output_size) == "number" and { output_size, output_size } or output_size
+  local y = x
+  for a = 1, 2 do
+    local d = x:dim() - 2 + a
+    local n, m = x:size(d), size[a]
+    if m == nil then m = n end   -- nil keeps the input's size, as PyTorch's None
+    if math.type(m) ~= "integer" or m < 1 then
+      error("adaptive_avg_pool2d: output sizes must be integers >= 1", 0)
+    end
+    if n % m == 0 then
+      local shape = y:shape()
+      shape[d] = n // m
+      table.insert(shape, d, m)
+      y = y:reshape(shape):mean(d + 1)
+    else
+      local parts = {}
+      for i = 0, m - 1 do
+        local lo, hi = (i * n) // m, -((-(i + 1) * n) // m)
+        parts[#parts + 1] = y:narrow(d, lo + 1, hi - lo):mean(d, true)
+      end
+      y = qlua.cat(parts, d)
+    end
+  end
+  return y
+end
+
 -- ------------------------------------------------------------- normalisation
 local function last_dims(x, shape, who)
   if type(shape) == "number" then shape = { shape } end

@@ -3,8 +3,9 @@ lua/qlua/nn/layers.lua — qlua.nn's layers, each a Module subclass with PyTorch
 arguments (options in a table), parameter names and initialisation; forward is the
 matching qlua.nn.functional op. opts.dtype and opts.device place the parameters.
 
-Not here yet (they need kernels of their own): the convolutions, the poolings, and
-fused normalisation kernels.
+The convolutions run on the runtime's qlua.conv2d (cuDNN on the GPU); the poolings are
+compositions of strided views (nn/functional.lua). Not here yet: fused normalisation
+kernels.
 ]]
 return function(nn)
 local qlua = rawget(_G, "qlua") or require("qlua")
@@ -56,6 +57,103 @@ function Bilinear:init(in1, in2, out, opts)
   end
 end
 function Bilinear:forward(x1, x2) return F.bilinear(x1, x2, self.weight, self.bias) end
+
+-- ------------------------------------------------------------- convolutions
+-- Conv1d/Conv2d(in, out, kernel_size [, {stride, padding, dilation, groups, bias = true,
+-- padding_mode = "zeros", dtype, device}]), ConvTranspose2d(... {output_padding}): weight
+-- (out, in / groups, k...) (ConvTranspose2d: (in, out / groups, kh, kw)) initialised as
+-- PyTorch's, kaiming_uniform_ with a = sqrt(5), the bias uniform in +-1/sqrt(fan_in)
+local PADDING_MODES = { zeros = "constant", reflect = "reflect", replicate = "replicate" }
+local function conv_layer(name, dims, transposed)
+  local C = Module:extend(name)
+  function C:init(cin, cout, kernel_size, opts)
+    opts = opts or {}
+    count(name, cin); count(name, cout)
+    local groups = opts.groups or 1
+    if math.type(groups) ~= "integer" or groups < 1 or cin % groups ~= 0 or cout % groups ~= 0 then
+      error(("%s: groups must divide in_channels (%d) and out_channels (%d), got %s"):format(name, cin, cout, tostring(groups)), 0)
+    end
+    local k = type(kernel_size) == "table" and kernel_size or {}
+    if type(kernel_size) == "number" then for d = 1, dims do k[d] = kernel_size end end
+    if #k ~= dims then error(("%s: kernel_size must be a number or %d numbers"):format(name, dims), 0) end
+    for d = 1, dims do count(name, k[d]) end
+    self.padding_mode = opts.padding_mode or "zeros"
+    if PADDING_MODES[self.padding_mode] == nil then
+      error(name .. ": padding_mode must be \"zeros\", \"reflect\" or \"replicate\", got " .. tostring(self.padding_mode), 0)
+    end
+    if transposed and self.padding_mode ~= "zeros" then
+      error(name .. ": only padding_mode \"zeros\" is supported, as PyTorch's", 0)
+    end
+    self.in_channels, self.out_channels, self.kernel_size, self.groups = cin, cout, k, groups
+    self.stride, self.padding, self.dilation = opts.stride or 1, opts.padding or 0, opts.dilation or 1
+    self.output_padding = opts.output_padding
+    local shape = transposed and { cin, cout // groups } or { cout, cin // groups }
+    for d = 1, dims do shape[#shape + 1] = k[d] end
+    self.weight = param(shape, opts)
+    I.kaiming_uniform_(self.weight, { a = math.sqrt(5) })
+    if opts.bias ~= false then
+      self.bias = param({ cout }, opts)
+      local fan_in = shape[2]
+      for d = 1, dims do fan_in = fan_in * k[d] end
+      local b = bound_of(fan_in)
+      I.uniform_(self.bias, -b, b)
+    end
+  end
+  function C:conv_opts()
+    return { stride = self.stride, padding = self.padding, dilation = self.dilation, groups = self.groups,
+             output_padding = self.output_padding }
+  end
+  function C:forward(x)
+    if not qlua.is_tensor(x) or x:dim() ~= dims + 2 or x:size(2) ~= self.in_channels then
+      error(("%s: expected an input (N, %d, %s) of %d channels, got %s"):format(name, self.in_channels,
+        dims == 1 and "L" or "H, W", self.in_channels,
+        qlua.is_tensor(x) and table.concat(x:shape(), "x") or type(x)), 0)
+    end
+    local o = self:conv_opts()
+    if self.padding_mode ~= "zeros" and o.padding ~= 0 then
+      -- pad explicitly with the mode, then convolve without padding
+      local p = type(o.padding) == "table" and o.padding or {}
+      if type(o.padding) == "number" then for d = 1, dims do p[d] = o.padding end end
+      if type(o.padding) == "string" then error(name .. ": padding_mode needs numeric padding", 0) end
+      local pads = {}
+      for d = dims, 1, -1 do pads[#pads + 1] = p[d]; pads[#pads + 1] = p[d] end
+      x = F.pad(x, pads, PADDING_MODES[self.padding_mode])
+      o.padding = 0
+    end
+    if transposed then return F.conv_transpose2d(x, self.weight, self.bias, o) end
+    if dims == 1 then return F.conv1d(x, self.weight, self.bias, o) end
+    o.output_padding = nil
+    return F.conv2d(x, self.weight, self.bias, o)
+  end
+  function C:extra_repr()
+    return ("%d, %d, kernel_size=%s, stride=%s"):format(self.in_channels, self.out_channels,
+      table.concat(self.kernel_size, "x"), type(self.stride) == "table" and table.concat(self.stride, "x") or tostring(self.stride))
+  end
+  return C
+end
+nn.Conv1d = conv_layer("Conv1d", 1, false)
+nn.Conv2d = conv_layer("Conv2d", 2, false)
+nn.ConvTranspose2d = conv_layer("ConvTranspose2d", 2, true)
+
+-- ------------------------------------------------------------- pooling
+local function pool_layer(name, fn, fields)
+  local C = Module:extend(name)
+  function C:init(first, opts)
+    self.opts = {}
+    for k, v in pairs(opts or {}) do
+      if not fields[k] then error(("%s: unknown option '%s'"):format(name, tostring(k)), 0) end
+      self.opts[k] = v
+    end
+    self.size = first
+  end
+  function C:forward(x) return fn(x, self.size, self.opts) end
+  return C
+end
+nn.MaxPool2d = pool_layer("MaxPool2d", F.max_pool2d,
+  { stride = true, padding = true, dilation = true, ceil_mode = true, return_indices = true })
+nn.AvgPool2d = pool_layer("AvgPool2d", F.avg_pool2d,
+  { stride = true, padding = true, ceil_mode = true, count_include_pad = true, divisor_override = true })
+nn.AdaptiveAvgPool2d = pool_layer("AdaptiveAvgPool2d", function(x, size) return F.adaptive_avg_pool2d(x, size) end, {})
 
 -- ------------------------------------------------------------- Embedding
 local Embedding = Module:extend("Embedding")
