@@ -76,7 +76,7 @@ end
 -- order, so reordering the families changes the calls every seed makes.
 local ENTRY_FAMILIES = { "inspect", "view", "move", "index", "elementwise", "reduce", "matmul",
                          "scan", "mask", "sort", "functions", "formats", "shape", "conveniences",
-                         "operators", "meta" }
+                         "operators", "meta", "nn" }
 
 local CAP = 4096            -- most elements of a tensor the fuzzer keeps or reads
 local POOL_MAX = 48         -- live values the calls draw their tensors from

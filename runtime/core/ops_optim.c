@@ -51,7 +51,7 @@ static int optim_check_step(qt_ctx *ctx, const char *op, const qt_optim_opts *s)
 
 int qt_optim_step(qt_ctx *ctx, const qt_optim_opts *step, int64_t n,
                   const qt_tensor *const *tensors) {
-  const char *op = step->kind == QT_OPTIM_SGD ? "optim_step (SGD)" : "optim_step (Adam)";
+  const char *op = "_optim_step";   /* as Lua calls it: qlua._optim_step */
   char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
   if (optim_check_step(ctx, op, step)) return -1;
   if (n < 0) return qt_errorf(&ctx->err, "%s: %lld parameters", op, (long long)n);

@@ -1,0 +1,101 @@
+-- qlua.fuzz.entries.nn — the fuzzer's entries for the runtime ops under qlua.nn and
+-- qlua.optim: qlua.conv2d, conv_transpose2d, conv2d_input, conv2d_weight and
+-- qlua._optim_step, with shapes and options mostly near the valid ones (a channel count, a
+-- stride, a padding or a list off by one) and now and then junk; each must succeed or
+-- raise, whatever it is given.
+
+return function(ctx)
+  local R, entry, tdevice = ctx.R, ctx.entry, ctx.tdevice
+  local DTYPES, g_junk, pool_pick = ctx.DTYPES, ctx.g_junk, ctx.pool_pick
+  local make_tensor_shaped = ctx.make_tensor_shaped
+  local FLOATS = { "float32", "float64", "float16", "bfloat16" }
+
+  local function small() return R:int(0, 4) end
+  local function g_dtype() return R:chance(0.85) and R:pick(FLOATS) or R:pick(DTYPES) end
+  -- an option value: a number, a pair, a string or junk
+  local function g_opt_value(key)
+    local r = R:float()
+    if r < 0.5 then return R:int(key == "padding" and 0 or 1, 3) end
+    if r < 0.7 then return { R:int(0, 3), R:int(-1, 3) } end
+    if r < 0.8 and key == "padding" then return R:pick({ "same", "valid", "full" }) end
+    if r < 0.9 then return R:int(-2, 0) end
+    return g_junk()
+  end
+  local function g_conv_opts(transposed)
+    if R:chance(0.3) then return nil end
+    local o = {}
+    for _, k in ipairs({ "stride", "padding", "dilation", "groups" }) do
+      if R:chance(0.4) then o[k] = k == "groups" and R:pick({ 1, 1, 2, 3, 0 }) or g_opt_value(k) end
+    end
+    if transposed and R:chance(0.4) then o.output_padding = g_opt_value("output_padding") end
+    if R:chance(0.05) then o.strides = 1 end
+    return o
+  end
+  -- (x, w) of one dtype and device, channels matching most of the time
+  local function g_pair(transposed)
+    local dt, dev = g_dtype(), tdevice(pool_pick())
+    local n, c, k = R:int(0, 2), R:int(1, 4), R:int(1, 4)
+    local xs = { n, c, R:int(1, 7), R:int(1, 7) }
+    local ws = transposed and { c, k, R:int(1, 3), R:int(1, 3) } or { k, c, R:int(1, 3), R:int(1, 3) }
+    if R:chance(0.15) then ws[2] = ws[2] + 1 end
+    if R:chance(0.05) then table.remove(xs) end
+    local x = make_tensor_shaped(xs, dt, dev)
+    local w = make_tensor_shaped(ws, R:chance(0.9) and dt or R:pick(DTYPES), dev)
+    return x, w, k
+  end
+  for _, name in ipairs({ "conv2d", "conv_transpose2d" }) do
+    local transposed = name == "conv_transpose2d"
+    entry { name = name, kind = "module", ret = "tensor", weight = 1,
+            gen = function(a)
+              local x, w, k = g_pair(transposed)
+              if not (x and w) then return false end
+              a.n = 2; a[1], a[2] = x, w
+              local r = R:float()
+              if r < 0.3 then
+                a.n = 3; a[3] = make_tensor_shaped({ R:chance(0.8) and k or k + 1 }, x:dtype(), tdevice(x))
+                if R:chance(0.5) then a.n = 4; a[4] = g_conv_opts(transposed) end
+              elseif r < 0.9 then
+                a.n = 3; a[3] = g_conv_opts(transposed)
+              elseif r < 0.95 then
+                a.n = 3; a[3] = g_junk()
+              end
+            end }
+  end
+  entry { name = "conv2d_input", kind = "module", ret = "tensor", weight = 0.5,
+          gen = function(a)
+            local x, w = g_pair(false)
+            if not (x and w) then return false end
+            local ok, y = pcall(qlua.conv2d, x, w)
+            local dy = ok and y or make_tensor_shaped({ small(), small(), small(), small() }, x:dtype(), tdevice(x))
+            if not dy then return false end
+            a.n = 3; a[1], a[2], a[3] = R:chance(0.9) and x:shape() or { small(), small() }, w, dy
+          end }
+  entry { name = "conv2d_weight", kind = "module", ret = "tensor", weight = 0.5,
+          gen = function(a)
+            local x, w = g_pair(false)
+            if not (x and w) then return false end
+            local ok, y = pcall(qlua.conv2d, x, w)
+            local dy = ok and y or make_tensor_shaped({ small(), small(), small(), small() }, x:dtype(), tdevice(x))
+            if not dy then return false end
+            a.n = 3; a[1], a[2], a[3] = x, R:chance(0.9) and w:shape() or { small(), -1, 2, 2 }, dy
+          end }
+  -- qlua._optim_step over tensors of one shape most of the time (it writes them in place:
+  -- fresh ones, so the pool's own are not changed under the other entries)
+  entry { name = "_optim_step", kind = "module", ret = "none", weight = 0.5,
+          gen = function(a)
+            local kind = R:pick({ "sgd", "adam", "adamw", "sgd", "lamb" })
+            local dt, dev = g_dtype(), tdevice(pool_pick())
+            local n = R:int(0, 3)
+            local shape = { R:int(0, 5) }
+            local function fresh() return qlua.zeros(R:chance(0.9) and shape or { R:int(0, 5) }, { dtype = R:chance(0.9) and dt or R:pick(DTYPES), device = dev }) end
+            local ps, gs, s1, s2 = {}, {}, {}, {}
+            for k = 1, n do ps[k], gs[k], s1[k], s2[k] = fresh(), fresh(), fresh(), fresh() end
+            if R:chance(0.1) and n > 1 then gs[2] = ps[1] end
+            local group = { lr = R:pick({ 0.1, 1e-3, -1, 0 }), momentum = R:pick({ 0, 0.9 }),
+                            weight_decay = R:pick({ 0, 0.01 }), betas = { 0.9, 0.999 }, amsgrad = R:chance(0.3) }
+            local states = kind == "sgd" and (group.momentum ~= 0 and { s1 } or {}) or { s1, s2 }
+            if group.amsgrad and kind ~= "sgd" then states[3] = s2 end   -- shares memory: an error
+            if R:chance(0.1) then states = g_junk() end
+            a.n = 6; a[1], a[2], a[3], a[4], a[5], a[6] = kind, group, ps, gs, states, R:pick({ 1, 2, 0 })
+          end }
+end
