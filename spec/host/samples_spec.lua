@@ -83,6 +83,11 @@ describe("samples", function()
     if qlua.gpu_count() > 0 then assert.matches("cpu replay of the first 20 steps", out, 1, true) end
   end)
 
+  it("cnn.lua trains its convolutional network to 95% and checks itself", function()
+    local out = run_ok({P.qlua(), "samples/cnn.lua"}, "samples/cnn.lua")
+    assert.matches("cnn: test accuracy [%d.]+%% %(at least 95%% expected%)", out)
+  end)
+
   it("soak.lua keeps memory bounded (a 2-second run)", function()
     local out = run_ok({P.qlua(), "samples/soak.lua", "2", "0.25"}, "samples/soak.lua")
     assert.matches("soak ok", out, 1, true)
