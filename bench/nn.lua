@@ -11,6 +11,12 @@
 --                    PyTorch's CPU AdamW(fused=True) (no target: measured)
 --   sgd_100m_gpu     SGD with momentum 0.9 over the 100M parameters, against
 --                    torch.optim.SGD(fused=True) (no target: measured)
+--   conv2d_f32_gpu   conv2d forward and backward (both gradients), N=64, 64 -> 64 channels,
+--   conv2d_bf16_gpu  56x56, 3x3, padding 1, against PyTorch's (both call cuDNN; float32 on
+--                    TF32, the default of both): target <= 1.05x
+--   conv2d_f32_cpu   the same with N=8 on the CPU against PyTorch's CPU: target <= 2x
+--   cnn_step_gpu     one training step of samples/cnn.lua's network (batch 64, AdamW)
+--   cnn_step_cpu     against the same network in PyTorch eager: target <= 1x on the GPU
 package.path = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" .. package.path
 local optim = require "qlua.optim"
 local R = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/report.lua")
@@ -49,6 +55,60 @@ for _, c in ipairs(CASES) do
     rows[#rows + 1] = { case = case, qlua = t, base = b, value = b and t / b, unit = "x PyTorch fused",
                         target = target, at_most = true,
                         extra = ("%.0f GB/s"):format(bytes / t / 1e9) }
+  end
+end
+
+-- ---------------------------------------------------------------- convolution
+local function conv_time(dev, dt, n)
+  qlua.seed(5)
+  local x = qlua.randn({ n, 64, 56, 56 }, { device = dev, dtype = dt }):requires_grad_()
+  local w = (qlua.randn({ 64, 64, 3, 3 }, { device = dev, dtype = dt }) * 0.05):requires_grad_()
+  local dy = qlua.randn({ n, 64, 56, 56 }, { device = dev, dtype = dt })
+  local o = { padding = 1 }
+  return qlua.bench(function()
+    x.grad, w.grad = nil, nil
+    qlua.conv2d(x, w, nil, o):backward(dy)
+  end, { calls = dev == "gpu" and 10 or 2, runs = 5, warmup = 1 }).median
+end
+for _, c in ipairs({ { "conv2d_f32_gpu", "gpu", "float32", 64, 1.05 }, { "conv2d_bf16_gpu", "gpu", "bfloat16", 64, 1.05 },
+                     { "conv2d_f32_cpu", "cpu", "float32", 8, 2 } }) do
+  local case, dev, dt, n, target = table.unpack(c)
+  if dev == "cpu" or qlua.gpu_count() > 0 then
+    local t, b = conv_time(dev, dt, n), base[case]
+    local flop = 3 * 2 * n * 64 * 56 * 56 * 64 * 9
+    rows[#rows + 1] = { case = case, qlua = t, base = b, value = b and t / b, unit = "x PyTorch",
+                        target = target, at_most = true, extra = ("%.0f GFLOP/s"):format(flop / t / 1e9) }
+  end
+end
+
+-- ---------------------------------------------------------------- the CNN sample's step
+local function cnn_step_time(dev)
+  local nn, optim = require "qlua.nn", require "qlua.optim"
+  qlua.seed(9)
+  local function block(cin, cout)
+    return nn.Conv2d(cin, cout, 3, { padding = 1, device = dev }), nn.BatchNorm2d(cout, { device = dev }),
+           nn.ReLU(), nn.MaxPool2d(2)
+  end
+  local c1, b1, r1, p1 = block(1, 16)
+  local c2, b2, r2, p2 = block(16, 32)
+  local net = nn.Sequential(c1, b1, r1, p1, c2, b2, r2, p2, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                            nn.Linear(32, 4, { device = dev }))
+  local opt = optim.AdamW(net:parameters(), { lr = 0.01, weight_decay = 1e-4 })
+  local x = qlua.randn({ 64, 1, 32, 32 }, { device = dev })
+  local y = qlua.randint(1, 4, 64, { device = dev })
+  return qlua.bench(function()
+    local loss = nn.functional.cross_entropy(net(x), y)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+  end, { calls = 20, runs = 5, warmup = 1 }).median
+end
+for _, dev in ipairs({ "gpu", "cpu" }) do
+  if dev == "cpu" or qlua.gpu_count() > 0 then
+    local case = "cnn_step_" .. dev
+    local t, b = cnn_step_time(dev), base[case]
+    rows[#rows + 1] = { case = case, qlua = t, base = b, value = b and t / b, unit = "x PyTorch eager",
+                        target = dev == "gpu" and 1 or nil, at_most = true }
   end
 end
 

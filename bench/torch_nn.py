@@ -1,8 +1,10 @@
 """PyTorch side of bench/nn.lua: one optimizer step over 100 float32 tensors with random
 gradients, with torch.optim's fused=True kernels: AdamW and SGD (momentum 0.9) over 100 x 1M
-on the GPU (when torch sees one), AdamW over 100 x 100k on the CPU. Prints `case,seconds`
-lines (the median of 5 runs of 10 steps after a warm-up run, the device synchronised after
-each run); prints nothing when torch is missing.
+on the GPU (when torch sees one), AdamW over 100 x 100k on the CPU; conv2d forward and
+backward (N=64 on the GPU in float32 and bfloat16, N=8 on the CPU, 64 -> 64 channels, 56x56,
+3x3, padding 1); and a training step of samples/cnn.lua's network in eager mode. Prints
+`case,seconds` lines (the median of 5 runs after a warm-up run, the device synchronised
+after each run); prints nothing when torch is missing.
 
     python3 bench/torch_nn.py"""
 import os
@@ -38,6 +40,56 @@ def step_time(dev, n, m, make, calls=10, runs=5):
     return times[len(times) // 2]
 
 
+def conv_time(dev, dtype, n):
+    torch.manual_seed(5)
+    x = torch.randn(n, 64, 56, 56, device=dev, dtype=dtype, requires_grad=True)
+    w = (torch.randn(64, 64, 3, 3, device=dev, dtype=dtype) * 0.05).requires_grad_()
+    dy = torch.randn(n, 64, 56, 56, device=dev, dtype=dtype)
+
+    class Step:
+        def step(self):
+            x.grad, w.grad = None, None
+            torch.nn.functional.conv2d(x, w, padding=1).backward(dy)
+    return step_time_of(dev, Step(), 10 if dev == "cuda" else 2)
+
+
+def cnn_time(dev):
+    torch.manual_seed(9)
+    nn = torch.nn
+
+    def block(cin, cout):
+        return [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(2)]
+    net = nn.Sequential(*block(1, 16), *block(16, 32), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(32, 4)).to(dev)
+    opt = torch.optim.AdamW(net.parameters(), lr=0.01, weight_decay=1e-4)
+    x = torch.randn(64, 1, 32, 32, device=dev)
+    y = torch.randint(0, 4, (64,), device=dev)
+
+    class Step:
+        def step(self):
+            loss = nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return step_time_of(dev, Step(), 20)
+
+
+def step_time_of(dev, s, calls, runs=5):
+    def batch():
+        for _ in range(calls):
+            s.step()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+    batch()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        batch()
+        times.append((time.perf_counter() - t0) / calls)
+    times.sort()
+    return times[len(times) // 2]
+
+
 def main():
     torch.set_num_threads(os.cpu_count() or 1)
     cases = []
@@ -57,6 +109,12 @@ def main():
             print("bench/torch_nn.py: %s: %s" % (name, e), file=sys.stderr)
         if dev == "cuda":
             torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        print("conv2d_f32_gpu,%.9g" % conv_time("cuda", torch.float32, 64), flush=True)
+        print("conv2d_bf16_gpu,%.9g" % conv_time("cuda", torch.bfloat16, 64), flush=True)
+        print("cnn_step_gpu,%.9g" % cnn_time("cuda"), flush=True)
+    print("conv2d_f32_cpu,%.9g" % conv_time("cpu", torch.float32, 8), flush=True)
+    print("cnn_step_cpu,%.9g" % cnn_time("cpu"), flush=True)
 
 
 if __name__ == "__main__":
