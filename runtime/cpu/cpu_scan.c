@@ -9,8 +9,9 @@
 ** carrying its running value: in a buffer of `inner` accumulators for the sums, products and
 ** logcumsumexp (float32 accumulates in double, as PyTorch's CPU does), and in the previous
 ** row of the result itself for cummax and cummin, whose values are copies (exact in any
-** dtype). Softmax is the reference formula in double: the max (NaN wins), the sum of
-** exp(x - max), then exp(x - max) / sum or x - max - log(sum).
+** dtype). Softmax is the reference formula: the max (NaN wins), the sum of exp(x - max),
+** then exp(x - max) / sum or x - max - log(sum); in double, except float32 rows of up to
+** CPU_SOFTMAX_BLOCK elements, which run in float (as on the GPU) with a vector exp.
 */
 #include <math.h>
 #include <stdint.h>
@@ -193,6 +194,68 @@ int cpu_scan(qt_device *dev, qt_scanop op, const qt_view *dst, const qt_view *in
     }                                                                                    \
   } while (0)
 
+/* float32 rows (inner == 1, n <= CPU_SOFTMAX_BLOCK): in float, as the GPU computes them,
+** with exp four lanes at a time through libmvec (when the build has it) over a block of
+** rows at once, so rows of a few elements (a classifier's logits) pay no per-row call;
+** blocks of rows run on the pool. The special values come out as the double loop's: a NaN,
+** or a +inf (inf - inf), or a row of only -inf makes the row NaN. */
+#define CPU_SOFTMAX_BLOCK 4096
+#if defined(QLUA_LIBMVEC) && defined(__x86_64__)
+#include <emmintrin.h>
+__m128 _ZGVbN4v_expf(__m128);
+static void cpu_softmax_expf(float *v, int64_t n) {
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) _mm_storeu_ps(v + k, _ZGVbN4v_expf(_mm_loadu_ps(v + k)));
+  if (k < n) {   /* the tail, padded: every element goes through the one function */
+    float t[4] = {0, 0, 0, 0};
+    for (int j = 0; k + j < n; j++) t[j] = v[k + j];
+    _mm_storeu_ps(t, _ZGVbN4v_expf(_mm_loadu_ps(t)));
+    for (int j = 0; k + j < n; j++) v[k + j] = t[j];
+  }
+}
+#else
+static void cpu_softmax_expf(float *v, int64_t n) {
+  for (int64_t k = 0; k < n; k++) v[k] = expf(v[k]);
+}
+#endif
+
+typedef struct cpu_softmax_job {
+  const float *x;
+  float *y;
+  int64_t rows, n, per;   /* per: rows a block */
+  bool is_log;
+} cpu_softmax_job;
+
+static void cpu_softmax_rows_f32(void *arg, int64_t block) {
+  const cpu_softmax_job *job = arg;
+  int64_t r0 = block * job->per, r1 = r0 + job->per < job->rows ? r0 + job->per : job->rows;
+  int64_t n = job->n;
+  const float *x = job->x + r0 * n;
+  float *y = job->y + r0 * n;
+  float e[CPU_SOFTMAX_BLOCK], mx[CPU_SOFTMAX_BLOCK];
+  for (int64_t r = 0; r < r1 - r0; r++) {
+    float m = -INFINITY;
+    for (int64_t k = 0; k < n; k++) {
+      float v = x[r * n + k];
+      if (m == m && (v > m || v != v)) m = v;
+    }
+    mx[r] = m;
+    for (int64_t k = 0; k < n; k++) e[r * n + k] = x[r * n + k] - m;
+  }
+  cpu_softmax_expf(e, (r1 - r0) * n);
+  for (int64_t r = 0; r < r1 - r0; r++) {
+    double sum = 0;
+    for (int64_t k = 0; k < n; k++) sum += e[r * n + k];
+    if (job->is_log) {
+      float ls = logf((float)sum);
+      for (int64_t k = 0; k < n; k++) y[r * n + k] = (x[r * n + k] - mx[r]) - ls;
+    } else {
+      float inv = (float)(1 / sum);
+      for (int64_t k = 0; k < n; k++) y[r * n + k] = e[r * n + k] * inv;
+    }
+  }
+}
+
 int cpu_softmax(qt_device *dev, bool is_log, const qt_view *dst, const qt_view *src, int dim,
                 qt_err *err) {
   (void)dev;
@@ -205,7 +268,13 @@ int cpu_softmax(qt_device *dev, bool is_log, const qt_view *dst, const qt_view *
   if (cpu_view_numel(src) == 0) return 0;
   int64_t outer, n, inner;
   cpu_scan_shape(src, dim, &outer, &n, &inner);
-  if (src->dtype == QT_F32) CPU_SOFTMAX_LOOP(float);
+  if (src->dtype == QT_F32 && inner == 1 && n <= CPU_SOFTMAX_BLOCK) {
+    cpu_softmax_job job = {(const float *)src->data, (float *)dst->data, outer, n,
+                           CPU_SOFTMAX_BLOCK / n, is_log};
+    int64_t blocks = (outer + job.per - 1) / job.per;
+    if (blocks == 1) cpu_softmax_rows_f32(&job, 0);
+    else cpu_parallel(blocks, cpu_softmax_rows_f32, &job);
+  } else if (src->dtype == QT_F32) CPU_SOFTMAX_LOOP(float);
   else CPU_SOFTMAX_LOOP(double);
   return 0;
 }
