@@ -368,6 +368,46 @@ both("avg_pool2d (with and without count_include_pad) and adaptive_avg_pool2d ag
   assert.is_true(A.gradcheck(function(a) return F.adaptive_avg_pool2d(a, { 3, 5 }) end, { xr }))
 end)
 
+both("interpolate: nearest and bilinear (with and without align_corners) against PyTorch's source coordinates", function(dev)
+  local x = rnd({ 2, 3, 4, 5 }, dev)
+  local X = numbers(x)
+  local function src_index(j, n, m, mode, align, scale)
+    if mode == "nearest" then return math.min(math.floor(j * (scale or n / m)), n - 1), 0 end
+    local s = align and (m > 1 and j * (n - 1) / (m - 1) or 0) or math.max((j + 0.5) * (scale or n / m) - 0.5, 0)
+    local lo = math.min(math.floor(s), n - 1)
+    return lo, s - lo
+  end
+  local function ref(P, Q, mode, align, sh, sw)
+    local out = {}
+    for n = 1, 2 do
+      out[n] = {}
+      for c = 1, 3 do
+        out[n][c] = {}
+        for i = 0, P - 1 do
+          out[n][c][i + 1] = {}
+          for j = 0, Q - 1 do
+            local r, wr = src_index(i, 4, P, mode, align, sh)
+            local q, wq = src_index(j, 5, Q, mode, align, sw)
+            local r1, q1 = math.min(r + 1, 3), math.min(q + 1, 4)
+            local v = function(a, b) return X[n][c][a + 1][b + 1] end
+            out[n][c][i + 1][j + 1] = (1 - wr) * ((1 - wq) * v(r, q) + wq * v(r, q1)) + wr * ((1 - wq) * v(r1, q) + wq * v(r1, q1))
+          end
+        end
+      end
+    end
+    return out
+  end
+  T.assert_close(numbers(F.interpolate(x, { size = { 7, 3 } })), ref(7, 3, "nearest"), 0)
+  T.assert_close(numbers(F.interpolate(x, { scale_factor = 2 })), ref(8, 10, "nearest", false, 0.5, 0.5), 0)
+  T.assert_close(numbers(F.interpolate(x, { size = { 7, 9 }, mode = "bilinear" })), ref(7, 9, "bilinear"), 1e-12)
+  T.assert_close(numbers(F.interpolate(x, { size = { 7, 9 }, mode = "bilinear", align_corners = true })),
+                 ref(7, 9, "bilinear", true), 1e-12)
+  assert.is_true(A.gradcheck(function(a) return F.interpolate(a, { size = { 6, 7 }, mode = "bilinear" }) end,
+    { x:clone():requires_grad_() }))
+  assert.truthy(errmsg(F.interpolate, x, { size = 3, scale_factor = 2 }):match("exactly one of size and scale_factor"))
+  assert.truthy(errmsg(F.interpolate, x, { size = 3, mode = "bicubic" }):match("mode must be"))
+end)
+
 -- ------------------------------------------------------------- layers
 both("Conv1d, Conv2d and ConvTranspose2d: their functional forms, PyTorch's shapes, init bounds and names", function(dev)
   local c = nn.Conv2d(4, 6, { 3, 2 }, { stride = 2, padding = 1, groups = 2, dtype = F64, device = dev })

@@ -310,6 +310,74 @@ function F.adaptive_avg_pool2d(x, output_size)
   return y
 end
 
+-- ------------------------------------------------------------- interpolate
+-- interpolate(x, {size = | scale_factor =, mode = "nearest" | "bilinear" | "linear",
+-- align_corners = false}) over the dims after (N, C): PyTorch's source coordinates (for a
+-- scale_factor, 1 / scale_factor maps them, as PyTorch's without recompute_scale_factor),
+-- each dim on its own (the modes are separable): index_select of the source rows, and for
+-- the linear modes their lerp, so autograd differentiates it
+function F.interpolate(x, opts)
+  check_tensor("interpolate", "input", x)
+  opts = opts or {}
+  local mode = opts.mode or "nearest"
+  local nsp = x:dim() - 2
+  if nsp < 1 or nsp > 2 then
+    error(("interpolate: a 3-D (N, C, L) or 4-D (N, C, H, W) input expected, got %d-D"):format(x:dim()), 0)
+  end
+  if mode ~= "nearest" and mode ~= "bilinear" and mode ~= "linear" then
+    error("interpolate: mode must be \"nearest\", \"linear\" or \"bilinear\", got " .. tostring(mode), 0)
+  end
+  if (mode == "bilinear" and nsp ~= 2) or (mode == "linear" and nsp ~= 1) then
+    error(("interpolate: mode %s needs a %d-D input"):format(mode, mode == "bilinear" and 4 or 3), 0)
+  end
+  if (opts.size == nil) == (opts.scale_factor == nil) then
+    error("interpolate: give exactly one of size and scale_factor", 0)
+  end
+  if mode == "nearest" and opts.align_corners ~= nil then
+    error("interpolate: align_corners goes with the linear modes only", 0)
+  end
+  local function per_dim(v, what)
+    if type(v) == "number" then local t = {}; for a = 1, nsp do t[a] = v end; return t end
+    if type(v) ~= "table" or #v ~= nsp then error(("interpolate: %s must be a number or %d numbers"):format(what, nsp), 0) end
+    return v
+  end
+  local sizes = opts.size and per_dim(opts.size, "size")
+  local scales = opts.scale_factor and per_dim(opts.scale_factor, "scale_factor")
+  local y = x
+  for a = 1, nsp do
+    local d = 2 + a
+    local n = x:size(d)
+    local m = sizes and sizes[a] or math.floor(n * scales[a])
+    if math.type(m) ~= "integer" or m < 1 then error("interpolate: output sizes must be integers >= 1", 0) end
+    local scale = scales and 1 / scales[a] or n / m
+    local dev = x:device()
+    local i0, i1, w = {}, {}, {}
+    for j = 0, m - 1 do
+      if mode == "nearest" then
+        i0[j + 1] = math.min(math.floor(j * scale), n - 1) + 1
+      else
+        local src
+        if opts.align_corners then src = m > 1 and j * (n - 1) / (m - 1) or 0
+        else src = math.max((j + 0.5) * scale - 0.5, 0) end
+        local lo = math.min(math.floor(src), n - 1)
+        i0[j + 1], i1[j + 1], w[j + 1] = lo + 1, math.min(lo + 1, n - 1) + 1, src - lo
+      end
+    end
+    local lo = y:index_select(d, qlua.tensor(i0, { dtype = "int64", device = dev }))
+    if mode == "nearest" then
+      y = lo
+    else
+      local hi = y:index_select(d, qlua.tensor(i1, { dtype = "int64", device = dev }))
+      local shape = {}
+      for k = 1, x:dim() do shape[k] = 1 end
+      shape[d] = m
+      local wt = qlua.tensor(w, { dtype = x:dtype(), device = dev }):reshape(shape)
+      y = lo + (hi - lo) * wt
+    end
+  end
+  return y
+end
+
 -- ------------------------------------------------------------- normalisation
 local function last_dims(x, shape, who)
   if type(shape) == "number" then shape = { shape } end
