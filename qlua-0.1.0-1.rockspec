@@ -64,6 +64,7 @@ build = {
          ["qlua.fuzz.entries.mask"] = "lua/qlua/fuzz/entries/mask.lua",
          ["qlua.fuzz.entries.matmul"] = "lua/qlua/fuzz/entries/matmul.lua",
          ["qlua.fuzz.entries.meta"] = "lua/qlua/fuzz/entries/meta.lua",
+         ["qlua.fuzz.entries.nn"] = "lua/qlua/fuzz/entries/nn.lua",
          ["qlua.fuzz.entries.move"] = "lua/qlua/fuzz/entries/move.lua",
          ["qlua.fuzz.entries.operators"] = "lua/qlua/fuzz/entries/operators.lua",
          ["qlua.fuzz.entries.reduce"] = "lua/qlua/fuzz/entries/reduce.lua",
