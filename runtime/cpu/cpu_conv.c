@@ -9,8 +9,9 @@
 ** into the input's gradient (backward data), and dy times the columns' transpose, summed
 ** over the images, is the filters' gradient (backward filter). A 1x1 filter with stride 1
 ** and no padding needs no columns: the image is its own matrix. im2col and col2im run on
-** the pool (by column row, by channel: no two chunks write one element); each GEMM gets
-** OpenBLAS's threads for its size (cpu_blas_enter).
+** the pool when an image's columns are large (by column row, by channel: no two chunks
+** write one element), inline when small; each GEMM gets OpenBLAS's threads for its size
+** (cpu_blas_enter).
 */
 #include <stdint.h>
 #include <stdlib.h>
@@ -117,6 +118,9 @@ int cpu_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_
   void (*im2col)(void *, int64_t) = f64 ? cpu_im2col_f64 : cpu_im2col_f32;
   void (*col2im)(void *, int64_t) = f64 ? cpu_col2im_f64 : cpu_col2im_f32;
   double mnk = (double)kg * (double)pq * (double)rows;
+  /* the columns of one image and group on the pool only when they are worth waking it:
+  ** a small network's images (a few thousand elements) would pay a dispatch per image */
+  bool pooled = rows * pq >= 2 * CPU_PAR_GRAIN;
   int restore = cpu_blas_enter(mnk);
   for (int64_t n = 0; n < g->n; n++)
     for (int64_t grp = 0; grp < g->groups; grp++) {
@@ -127,7 +131,8 @@ int cpu_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_
       if (mode == QT_CONV_FORWARD || mode == QT_CONV_BACKWARD_FILTER) {
         const void *cols = xs;
         if (!direct) {
-          cpu_parallel(rows, im2col, &job);
+          if (pooled) cpu_parallel(rows, im2col, &job);
+          else for (int64_t r = 0; r < rows; r++) im2col(&job, r);
           cols = col;
         }
         if (mode == QT_CONV_FORWARD)   /* y (kg x pq) = w (kg x rows) @ cols (rows x pq) */
@@ -137,7 +142,8 @@ int cpu_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_
       } else {                         /* cols (rows x pq) = w^T @ dy, added back into dx */
         cpu_conv_gemm(blas, f64, true, false, rows, pq, kg, ws, ys, col, false);
         if (direct) memcpy(xs, col, (size_t)(cg * hw) * es);
-        else cpu_parallel(cg, col2im, &job);
+        else if (pooled) cpu_parallel(cg, col2im, &job);
+        else for (int64_t c = 0; c < cg; c++) col2im(&job, c);
       }
     }
   cpu_blas_leave(restore);
