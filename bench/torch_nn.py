@@ -17,27 +17,12 @@ except ImportError:
     sys.exit(0)
 
 
-def step_time(dev, n, m, make, calls=10, runs=5):
+def step_time(dev, n, m, make):
     torch.manual_seed(3)
     params = [torch.randn(m, device=dev, requires_grad=True) for _ in range(n)]
     for p in params:
         p.grad = torch.randn(m, device=dev)
-    opt = make(params)
-
-    def batch():
-        for _ in range(calls):
-            opt.step()
-        if dev == "cuda":
-            torch.cuda.synchronize()
-
-    batch()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        batch()
-        times.append((time.perf_counter() - t0) / calls)
-    times.sort()
-    return times[len(times) // 2]
+    return step_time_of(dev, make(params), 10)
 
 
 def conv_time(dev, dtype, n):
