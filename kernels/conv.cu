@@ -10,11 +10,10 @@
 ** descriptors), so the 9.19 headers here and the GPU host's 9.14 library agree, and the
 ** loaded library's cudnnGetVersion must be 9.x. Each GPU gets a handle bound to its stream.
 **
-** Plans: a convolution's descriptors and its algorithm, cached per device by mode, dtype
-** and geometry (CONV_PLANS of them, the oldest replaced first), so a training step after
-** the first pays for neither. The algorithm: of the first CONV_CANDIDATES that cuDNN's
-** heuristics rank (cudnnGet*Algorithm_v7) and whose workspace can be had, the fastest
-** when the first call times them (conv_time_candidates).
+** Plans: a convolution's descriptors and the algorithm cuDNN's heuristics rank first
+** (cudnnGet*Algorithm_v7, the choice PyTorch makes without benchmark mode) among those
+** whose workspace can be had, cached per device by mode, dtype and geometry (CONV_PLANS
+** of them, the oldest replaced first), so a training step after the first pays neither.
 ** The workspace comes from the caching allocator for each call, in stream order.
 */
 #include <dlfcn.h>
@@ -60,7 +59,6 @@ typedef struct conv_api {
 #define CONV_STR(x) CONV_STR_(x)
 #define CONV_SONAME "libcudnn.so." CONV_STR(CUDNN_MAJOR)
 #define CONV_PLANS 64
-#define CONV_CANDIDATES 4
 #define CONV_MAX_GPUS 64
 
 /* A cached plan: the key (mode, dtype, geometry, TF32), the descriptors and the algorithm. */
@@ -72,11 +70,8 @@ typedef struct conv_plan {
   cudnnTensorDescriptor_t x, y;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
-  int algo;          /* the mode's algorithm enum; -1 until the candidates are timed */
+  int algo;          /* the mode's algorithm enum */
   size_t workspace;
-  int ncand;         /* the heuristics' first CONV_CANDIDATES that can run, in rank order */
-  int cand_algo[4];
-  size_t cand_ws[4];
 } conv_plan;
 
 typedef struct conv_device {
@@ -208,12 +203,10 @@ static void conv_plan_drop(conv_plan *p) {
   p->used = false;
 }
 
-/* The ranked list's first CONV_CANDIDATES algorithms whose workspace the allocator can give;
-** with one, it is the plan's; with more, the first call times them (conv_run). */
+/* Picks the first algorithm of the ranked list whose workspace the allocator can give. */
 template <typename Perf>
-static int conv_pick(const Perf *perf, int n, qt_device *dev, conv_plan *p, qt_err *err) {
-  p->ncand = 0;
-  for (int i = 0; i < n && p->ncand < CONV_CANDIDATES; i++) {
+static int conv_pick(const Perf *perf, int n, qt_device *dev, int *algo, size_t *ws, qt_err *err) {
+  for (int i = 0; i < n; i++) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
     void *probe = NULL;
     if (perf[i].memory > 0) {
@@ -221,15 +214,11 @@ static int conv_pick(const Perf *perf, int n, qt_device *dev, conv_plan *p, qt_e
       if (qt_cuda_scratch(dev, perf[i].memory, &probe, &ignored) != 0) continue;
       qt_cuda_scratch_free(dev, probe, perf[i].memory);
     }
-    p->cand_algo[p->ncand] = (int)perf[i].algo;
-    p->cand_ws[p->ncand] = perf[i].memory;
-    p->ncand++;
+    *algo = (int)perf[i].algo;
+    *ws = perf[i].memory;
+    return 0;
   }
-  if (p->ncand == 0)
-    return qt_errorf(err, "conv: cuDNN has no algorithm for this convolution within memory");
-  p->algo = p->ncand == 1 ? p->cand_algo[0] : -1;
-  p->workspace = p->cand_ws[0];
-  return 0;
+  return qt_errorf(err, "conv: cuDNN has no algorithm for this convolution within memory");
 }
 
 /* The plan for (mode, dtype, g), from the cache or made now (conv_lock held). */
@@ -271,17 +260,17 @@ static conv_plan *conv_plan_for(qt_device *dev, conv_device *d, qt_conv_mode mod
     if (mode == QT_CONV_FORWARD) {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       if (conv_check(conv_lib.fwd_algos(d->handle, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf), "heuristics", err) ||
-          conv_pick(perf, n, dev, p, err))
+          conv_pick(perf, n, dev, &p->algo, &p->workspace, err))
         goto fail;
     } else if (mode == QT_CONV_BACKWARD_DATA) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       if (conv_check(conv_lib.bwd_data_algos(d->handle, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf), "heuristics", err) ||
-          conv_pick(perf, n, dev, p, err))
+          conv_pick(perf, n, dev, &p->algo, &p->workspace, err))
         goto fail;
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
       if (conv_check(conv_lib.bwd_filter_algos(d->handle, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf), "heuristics", err) ||
-          conv_pick(perf, n, dev, p, err))
+          conv_pick(perf, n, dev, &p->algo, &p->workspace, err))
         goto fail;
     }
   }
@@ -295,72 +284,33 @@ fail:
   return NULL;
 }
 
-/* One run of the plan's operation with algorithm algo (and its workspace). */
-static int conv_once(qt_device *dev, conv_device *d, const conv_plan *p, int algo, size_t wsize,
-                     const qt_view *x, const qt_view *w, const qt_view *y, qt_err *err) {
-  void *ws = NULL;
-  if (wsize > 0 && qt_cuda_scratch(dev, wsize, &ws, err) != 0) return -1;
-  double one64 = 1, zero64 = 0;
-  float one32 = 1, zero32 = 0;
-  const void *one = p->dtype == QT_F64 ? (const void *)&one64 : (const void *)&one32;
-  const void *zero = p->dtype == QT_F64 ? (const void *)&zero64 : (const void *)&zero32;
-  cudnnStatus_t s;
-  if (p->mode == QT_CONV_FORWARD)
-    s = conv_lib.fwd(d->handle, one, p->x, x->data, p->w, w->data, p->conv,
-                     (cudnnConvolutionFwdAlgo_t)algo, ws, wsize, zero, p->y, y->data);
-  else if (p->mode == QT_CONV_BACKWARD_DATA)
-    s = conv_lib.bwd_data(d->handle, one, p->w, w->data, p->y, y->data, p->conv,
-                          (cudnnConvolutionBwdDataAlgo_t)algo, ws, wsize, zero, p->x, x->data);
-  else
-    s = conv_lib.bwd_filter(d->handle, one, p->x, x->data, p->y, y->data, p->conv,
-                            (cudnnConvolutionBwdFilterAlgo_t)algo, ws, wsize, zero, p->w, w->data);
-  if (ws != NULL) qt_cuda_scratch_free(dev, ws, wsize);
-  if (conv_check(s, p->mode == QT_CONV_FORWARD ? "forward" : p->mode == QT_CONV_BACKWARD_DATA ? "backward data" : "backward filter", err))
-    return -1;
-  return qt_cuda_check_launch(dev, "conv", err);
-}
-
-/* The first call of a plan with several candidates runs each once between two events and
-** keeps the fastest (cuDNN's v7 ranking alone left float32 and bfloat16 convolutions 16%
-** and 60% behind PyTorch's on the H200); it waits for the GPU that once. The output is
-** written by every run, so the last one's is as good as any. */
-static int conv_time_candidates(qt_device *dev, conv_device *d, conv_plan *p, const qt_view *x,
-                                const qt_view *w, const qt_view *y, qt_err *err) {
-  cudaStream_t stream = qt_cuda_context(dev)->stream;
-  cudaEvent_t ev[2];
-  if (qt_cuda_check(dev, cudaEventCreate(&ev[0]), "conv", err)) return -1;
-  if (qt_cuda_check(dev, cudaEventCreate(&ev[1]), "conv", err)) {
-    cudaEventDestroy(ev[0]);
-    return -1;
-  }
-  int rc = 0, best = 0;
-  float best_ms = 0;
-  for (int i = 0; i < p->ncand && rc == 0; i++) {
-    float ms = 0;
-    rc = qt_cuda_check(dev, cudaEventRecord(ev[0], stream), "conv", err);
-    if (rc == 0) rc = conv_once(dev, d, p, p->cand_algo[i], p->cand_ws[i], x, w, y, err);
-    if (rc == 0) rc = qt_cuda_check(dev, cudaEventRecord(ev[1], stream), "conv", err);
-    if (rc == 0) rc = qt_cuda_check(dev, cudaEventSynchronize(ev[1]), "conv", err);
-    if (rc == 0) rc = qt_cuda_check(dev, cudaEventElapsedTime(&ms, ev[0], ev[1]), "conv", err);
-    if (rc == 0 && (i == 0 || ms < best_ms)) best = i, best_ms = ms;
-  }
-  cudaEventDestroy(ev[0]);
-  cudaEventDestroy(ev[1]);
-  if (rc == 0) {
-    p->algo = p->cand_algo[best];
-    p->workspace = p->cand_ws[best];
-  }
-  return rc;
-}
-
 static int conv_run(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_view *x,
                     const qt_view *w, const qt_view *y, qt_err *err) {
   conv_device *d = conv_device_of(dev, err);
   if (d == NULL) return -1;
-  conv_plan *p = conv_plan_for(dev, d, mode, x->dtype, g, err);
+  qt_dtype dt = x->dtype;
+  conv_plan *p = conv_plan_for(dev, d, mode, dt, g, err);
   if (p == NULL) return -1;
-  if (p->algo < 0) return conv_time_candidates(dev, d, p, x, w, y, err);
-  return conv_once(dev, d, p, p->algo, p->workspace, x, w, y, err);
+  void *ws = NULL;
+  if (p->workspace > 0 && qt_cuda_scratch(dev, p->workspace, &ws, err) != 0) return -1;
+  double one64 = 1, zero64 = 0;
+  float one32 = 1, zero32 = 0;
+  const void *one = dt == QT_F64 ? (const void *)&one64 : (const void *)&one32;
+  const void *zero = dt == QT_F64 ? (const void *)&zero64 : (const void *)&zero32;
+  cudnnStatus_t s;
+  if (mode == QT_CONV_FORWARD)
+    s = conv_lib.fwd(d->handle, one, p->x, x->data, p->w, w->data, p->conv,
+                     (cudnnConvolutionFwdAlgo_t)p->algo, ws, p->workspace, zero, p->y, y->data);
+  else if (mode == QT_CONV_BACKWARD_DATA)
+    s = conv_lib.bwd_data(d->handle, one, p->w, w->data, p->y, y->data, p->conv,
+                          (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->workspace, zero, p->x, x->data);
+  else
+    s = conv_lib.bwd_filter(d->handle, one, p->x, x->data, p->y, y->data, p->conv,
+                            (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->workspace, zero, p->w, w->data);
+  if (ws != NULL) qt_cuda_scratch_free(dev, ws, p->workspace);
+  if (conv_check(s, mode == QT_CONV_FORWARD ? "forward" : mode == QT_CONV_BACKWARD_DATA ? "backward data" : "backward filter", err))
+    return -1;
+  return qt_cuda_check_launch(dev, "conv", err);
 }
 
 extern "C" int qt_cuda_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g,
