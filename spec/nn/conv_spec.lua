@@ -18,8 +18,21 @@ local function errmsg(f, ...)
 end
 local function pair(v) return type(v) == "table" and v or { v, v } end
 
--- the output size of one dim
-local function out_size(n, k, s, p, d) return (n + 2 * p - d * (k - 1) - 1) // s + 1 end
+-- a plain N x C x P x Q table of f(n, c, i, j), indices 1-based
+local function plane_table(N, C, P, Q, f)
+  local out = {}
+  for n = 1, N do
+    out[n] = {}
+    for c = 1, C do
+      out[n][c] = {}
+      for i = 1, P do
+        out[n][c][i] = {}
+        for j = 1, Q do out[n][c][i][j] = f(n, c, i, j) end
+      end
+    end
+  end
+  return out
+end
 
 -- y[n][k][i][j] = b[k] + sum over c, r, s of x[n][g*cg + c][i*st - pad + r*dil][...] w[k][c][r][s]
 -- (pads: {top, bottom, left, right} zeros around x, to test "same" with an even filter)
@@ -283,31 +296,20 @@ local function pool_ref(X, k, s, p, d, ceil, fn)
     return m
   end
   local P, Q = size(H, 1), size(W, 2)
-  local out = {}
-  for n = 1, N do
-    out[n] = {}
-    for c = 1, C do
-      out[n][c] = {}
-      for i = 1, P do
-        out[n][c][i] = {}
-        for j = 1, Q do
-          local vals, pos, padded = {}, {}, 0
-          for a = 0, k[1] - 1 do
-            for b = 0, k[2] - 1 do
-              local ih, iw = (i - 1) * s[1] - p[1] + a * d[1], (j - 1) * s[2] - p[2] + b * d[2]
-              if ih >= 0 and ih < H and iw >= 0 and iw < W then
-                vals[#vals + 1], pos[#pos + 1] = X[n][c][ih + 1][iw + 1], ih * W + iw + 1
-              elseif ih < H + p[1] and iw < W + p[2] then
-                padded = padded + 1
-              end
-            end
-          end
-          out[n][c][i][j] = fn(vals, pos, padded)
+  return plane_table(N, C, P, Q, function(n, c, i, j)
+    local vals, pos, padded = {}, {}, 0
+    for a = 0, k[1] - 1 do
+      for b = 0, k[2] - 1 do
+        local ih, iw = (i - 1) * s[1] - p[1] + a * d[1], (j - 1) * s[2] - p[2] + b * d[2]
+        if ih >= 0 and ih < H and iw >= 0 and iw < W then
+          vals[#vals + 1], pos[#pos + 1] = X[n][c][ih + 1][iw + 1], ih * W + iw + 1
+        elseif ih < H + p[1] and iw < W + p[2] then
+          padded = padded + 1
         end
       end
     end
-  end
-  return out
+    return fn(vals, pos, padded)
+  end)
 end
 local function maxv(v) local m = -math.huge; for _, x in ipairs(v) do m = math.max(m, x) end; return m end
 local function argmaxv(v, pos) local m, at = -math.huge, nil; for i, x in ipairs(v) do if x > m then m, at = x, pos[i] end end; return at end
@@ -341,24 +343,13 @@ both("avg_pool2d (with and without count_include_pad) and adaptive_avg_pool2d ag
                  pool_ref(X, k, s, p, one, false, mean_excl), 1e-12)
   -- adaptive: rows floor(i H / P) .. ceil((i + 1) H / P) - 1, the same for the columns
   local function adaptive_ref(P, Q)
-    local out = {}
-    for n = 1, 2 do
-      out[n] = {}
-      for c = 1, 3 do
-        out[n][c] = {}
-        for i = 0, P - 1 do
-          out[n][c][i + 1] = {}
-          for j = 0, Q - 1 do
-            local r0, r1 = (i * 7) // P, -((-(i + 1) * 7) // P)
-            local c0, c1 = (j * 8) // Q, -((-(j + 1) * 8) // Q)
-            local sum, cnt = 0, 0
-            for a = r0, r1 - 1 do for b = c0, c1 - 1 do sum, cnt = sum + X[n][c][a + 1][b + 1], cnt + 1 end end
-            out[n][c][i + 1][j + 1] = sum / cnt
-          end
-        end
-      end
-    end
-    return out
+    return plane_table(2, 3, P, Q, function(n, c, i, j)
+      local r0, r1 = ((i - 1) * 7) // P, -((-i * 7) // P)
+      local c0, c1 = ((j - 1) * 8) // Q, -((-j * 8) // Q)
+      local sum, cnt = 0, 0
+      for a = r0, r1 - 1 do for b = c0, c1 - 1 do sum, cnt = sum + X[n][c][a + 1][b + 1], cnt + 1 end end
+      return sum / cnt
+    end)
   end
   T.assert_close(numbers(F.adaptive_avg_pool2d(x, { 3, 5 })), adaptive_ref(3, 5), 1e-12)
   T.assert_close(numbers(F.adaptive_avg_pool2d(x, { 7, 4 })), adaptive_ref(7, 4), 1e-12)
@@ -378,24 +369,13 @@ both("interpolate: nearest and bilinear (with and without align_corners) against
     return lo, s - lo
   end
   local function ref(P, Q, mode, align, sh, sw)
-    local out = {}
-    for n = 1, 2 do
-      out[n] = {}
-      for c = 1, 3 do
-        out[n][c] = {}
-        for i = 0, P - 1 do
-          out[n][c][i + 1] = {}
-          for j = 0, Q - 1 do
-            local r, wr = src_index(i, 4, P, mode, align, sh)
-            local q, wq = src_index(j, 5, Q, mode, align, sw)
-            local r1, q1 = math.min(r + 1, 3), math.min(q + 1, 4)
-            local v = function(a, b) return X[n][c][a + 1][b + 1] end
-            out[n][c][i + 1][j + 1] = (1 - wr) * ((1 - wq) * v(r, q) + wq * v(r, q1)) + wr * ((1 - wq) * v(r1, q) + wq * v(r1, q1))
-          end
-        end
-      end
-    end
-    return out
+    return plane_table(2, 3, P, Q, function(n, c, i, j)
+      local r, wr = src_index(i - 1, 4, P, mode, align, sh)
+      local q, wq = src_index(j - 1, 5, Q, mode, align, sw)
+      local r1, q1 = math.min(r + 1, 3), math.min(q + 1, 4)
+      local v = function(a, b) return X[n][c][a + 1][b + 1] end
+      return (1 - wr) * ((1 - wq) * v(r, q) + wq * v(r, q1)) + wr * ((1 - wq) * v(r1, q) + wq * v(r1, q1))
+    end)
   end
   T.assert_close(numbers(F.interpolate(x, { size = { 7, 3 } })), ref(7, 3, "nearest"), 0)
   T.assert_close(numbers(F.interpolate(x, { scale_factor = 2 })), ref(8, 10, "nearest", false, 0.5, 0.5), 0)
