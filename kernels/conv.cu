@@ -10,11 +10,20 @@
 ** descriptors), so the 9.19 headers here and the GPU host's 9.14 library agree, and the
 ** loaded library's cudnnGetVersion must be 9.x. Each GPU gets a handle bound to its stream.
 **
-** Plans: a convolution's descriptors and the algorithm cuDNN's heuristics rank first
-** (cudnnGet*Algorithm_v7, the choice PyTorch makes without benchmark mode) among those
-** whose workspace can be had, cached per device by mode, dtype and geometry (CONV_PLANS
-** of them, the oldest replaced first), so a training step after the first pays neither.
+** Plans: a convolution's descriptors and its algorithm, cached per device by mode, dtype
+** and geometry (CONV_PLANS of them, the oldest replaced first), so a training step after
+** the first pays for neither. The algorithm: of the first CONV_CANDIDATES that cuDNN's
+** heuristics rank (cudnnGet*Algorithm_v7) and whose workspace can be had, the fastest
+** when the first call times them (conv_time_candidates).
 ** The workspace comes from the caching allocator for each call, in stream order.
+**
+** Without cuDNN (it cannot be loaded, or qlua.set_cudnn_enabled(false)), the convolution is
+** lowered to products as on the CPU: im2col into columns from the caching allocator, a
+** chunk of images at a time, and cuBLAS's batched GEMM through the matmul slot (over the
+** images when there is one group, else over the groups of each image); the input's
+** gradient gathers the columns back (col2im, a thread per input element, no atomics);
+** the filters' gradient accumulates one GEMM per image. qlua.backend("conv") says which
+** path runs.
 */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -22,6 +31,8 @@
 #include <string.h>
 
 #include <cudnn.h>
+
+#include <type_traits>
 
 #include "dispatch.cuh"
 #include "kernels.h"
@@ -59,6 +70,7 @@ typedef struct conv_api {
 #define CONV_STR(x) CONV_STR_(x)
 #define CONV_SONAME "libcudnn.so." CONV_STR(CUDNN_MAJOR)
 #define CONV_PLANS 64
+#define CONV_CANDIDATES 4
 #define CONV_MAX_GPUS 64
 
 /* A cached plan: the key (mode, dtype, geometry, TF32), the descriptors and the algorithm. */
@@ -70,8 +82,11 @@ typedef struct conv_plan {
   cudnnTensorDescriptor_t x, y;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
-  int algo;          /* the mode's algorithm enum */
+  int algo;          /* the mode's algorithm enum; -1 until the candidates are timed */
   size_t workspace;
+  int ncand;         /* the heuristics' first CONV_CANDIDATES that can run, in rank order */
+  int cand_algo[4];
+  size_t cand_ws[4];
 } conv_plan;
 
 typedef struct conv_device {
@@ -203,10 +218,12 @@ static void conv_plan_drop(conv_plan *p) {
   p->used = false;
 }
 
-/* Picks the first algorithm of the ranked list whose workspace the allocator can give. */
+/* The ranked list's first CONV_CANDIDATES algorithms whose workspace the allocator can give;
+** with one, it is the plan's; with more, the first call times them (conv_run). */
 template <typename Perf>
-static int conv_pick(const Perf *perf, int n, qt_device *dev, int *algo, size_t *ws, qt_err *err) {
-  for (int i = 0; i < n; i++) {
+static int conv_pick(const Perf *perf, int n, qt_device *dev, conv_plan *p, qt_err *err) {
+  p->ncand = 0;
+  for (int i = 0; i < n && p->ncand < CONV_CANDIDATES; i++) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
     void *probe = NULL;
     if (perf[i].memory > 0) {
@@ -214,11 +231,15 @@ static int conv_pick(const Perf *perf, int n, qt_device *dev, int *algo, size_t 
       if (qt_cuda_scratch(dev, perf[i].memory, &probe, &ignored) != 0) continue;
       qt_cuda_scratch_free(dev, probe, perf[i].memory);
     }
-    *algo = (int)perf[i].algo;
-    *ws = perf[i].memory;
-    return 0;
+    p->cand_algo[p->ncand] = (int)perf[i].algo;
+    p->cand_ws[p->ncand] = perf[i].memory;
+    p->ncand++;
   }
-  return qt_errorf(err, "conv: cuDNN has no algorithm for this convolution within memory");
+  if (p->ncand == 0)
+    return qt_errorf(err, "conv: cuDNN has no algorithm for this convolution within memory");
+  p->algo = p->ncand == 1 ? p->cand_algo[0] : -1;
+  p->workspace = p->cand_ws[0];
+  return 0;
 }
 
 /* The plan for (mode, dtype, g), from the cache or made now (conv_lock held). */
@@ -260,17 +281,17 @@ static conv_plan *conv_plan_for(qt_device *dev, conv_device *d, qt_conv_mode mod
     if (mode == QT_CONV_FORWARD) {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       if (conv_check(conv_lib.fwd_algos(d->handle, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf), "heuristics", err) ||
-          conv_pick(perf, n, dev, &p->algo, &p->workspace, err))
+          conv_pick(perf, n, dev, p, err))
         goto fail;
     } else if (mode == QT_CONV_BACKWARD_DATA) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       if (conv_check(conv_lib.bwd_data_algos(d->handle, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf), "heuristics", err) ||
-          conv_pick(perf, n, dev, &p->algo, &p->workspace, err))
+          conv_pick(perf, n, dev, p, err))
         goto fail;
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
       if (conv_check(conv_lib.bwd_filter_algos(d->handle, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf), "heuristics", err) ||
-          conv_pick(perf, n, dev, &p->algo, &p->workspace, err))
+          conv_pick(perf, n, dev, p, err))
         goto fail;
     }
   }
@@ -284,33 +305,238 @@ fail:
   return NULL;
 }
 
+/* One run of the plan's operation with algorithm algo (and its workspace). */
+static int conv_once(qt_device *dev, conv_device *d, const conv_plan *p, int algo, size_t wsize,
+                     const qt_view *x, const qt_view *w, const qt_view *y, qt_err *err) {
+  void *ws = NULL;
+  if (wsize > 0 && qt_cuda_scratch(dev, wsize, &ws, err) != 0) return -1;
+  double one64 = 1, zero64 = 0;
+  float one32 = 1, zero32 = 0;
+  const void *one = p->dtype == QT_F64 ? (const void *)&one64 : (const void *)&one32;
+  const void *zero = p->dtype == QT_F64 ? (const void *)&zero64 : (const void *)&zero32;
+  cudnnStatus_t s;
+  if (p->mode == QT_CONV_FORWARD)
+    s = conv_lib.fwd(d->handle, one, p->x, x->data, p->w, w->data, p->conv,
+                     (cudnnConvolutionFwdAlgo_t)algo, ws, wsize, zero, p->y, y->data);
+  else if (p->mode == QT_CONV_BACKWARD_DATA)
+    s = conv_lib.bwd_data(d->handle, one, p->w, w->data, p->y, y->data, p->conv,
+                          (cudnnConvolutionBwdDataAlgo_t)algo, ws, wsize, zero, p->x, x->data);
+  else
+    s = conv_lib.bwd_filter(d->handle, one, p->x, x->data, p->y, y->data, p->conv,
+                            (cudnnConvolutionBwdFilterAlgo_t)algo, ws, wsize, zero, p->w, w->data);
+  if (ws != NULL) qt_cuda_scratch_free(dev, ws, wsize);
+  if (conv_check(s, p->mode == QT_CONV_FORWARD ? "forward" : p->mode == QT_CONV_BACKWARD_DATA ? "backward data" : "backward filter", err))
+    return -1;
+  return qt_cuda_check_launch(dev, "conv", err);
+}
+
+/* The first call of a plan with several candidates runs each once between two events and
+** keeps the fastest (cuDNN's v7 ranking alone left float32 and bfloat16 convolutions 16%
+** and 60% behind PyTorch's on the H200); it waits for the GPU that once. The output is
+** written by every run, so the last one's is as good as any. */
+static int conv_time_candidates(qt_device *dev, conv_device *d, conv_plan *p, const qt_view *x,
+                                const qt_view *w, const qt_view *y, qt_err *err) {
+  cudaStream_t stream = qt_cuda_context(dev)->stream;
+  cudaEvent_t ev[2];
+  if (qt_cuda_check(dev, cudaEventCreate(&ev[0]), "conv", err)) return -1;
+  if (qt_cuda_check(dev, cudaEventCreate(&ev[1]), "conv", err)) {
+    cudaEventDestroy(ev[0]);
+    return -1;
+  }
+  int rc = 0, best = 0;
+  float best_ms = 0;
+  for (int i = 0; i < p->ncand && rc == 0; i++) {
+    float ms = 0;
+    rc = qt_cuda_check(dev, cudaEventRecord(ev[0], stream), "conv", err);
+    if (rc == 0) rc = conv_once(dev, d, p, p->cand_algo[i], p->cand_ws[i], x, w, y, err);
+    if (rc == 0) rc = qt_cuda_check(dev, cudaEventRecord(ev[1], stream), "conv", err);
+    if (rc == 0) rc = qt_cuda_check(dev, cudaEventSynchronize(ev[1]), "conv", err);
+    if (rc == 0) rc = qt_cuda_check(dev, cudaEventElapsedTime(&ms, ev[0], ev[1]), "conv", err);
+    if (rc == 0 && (i == 0 || ms < best_ms)) best = i, best_ms = ms;
+  }
+  cudaEventDestroy(ev[0]);
+  cudaEventDestroy(ev[1]);
+  if (rc == 0) {
+    p->algo = p->cand_algo[best];
+    p->workspace = p->cand_ws[best];
+  }
+  return rc;
+}
+
 static int conv_run(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_view *x,
                     const qt_view *w, const qt_view *y, qt_err *err) {
   conv_device *d = conv_device_of(dev, err);
   if (d == NULL) return -1;
-  qt_dtype dt = x->dtype;
-  conv_plan *p = conv_plan_for(dev, d, mode, dt, g, err);
+  conv_plan *p = conv_plan_for(dev, d, mode, x->dtype, g, err);
   if (p == NULL) return -1;
-  void *ws = NULL;
-  if (p->workspace > 0 && qt_cuda_scratch(dev, p->workspace, &ws, err) != 0) return -1;
-  double one64 = 1, zero64 = 0;
-  float one32 = 1, zero32 = 0;
-  const void *one = dt == QT_F64 ? (const void *)&one64 : (const void *)&one32;
-  const void *zero = dt == QT_F64 ? (const void *)&zero64 : (const void *)&zero32;
-  cudnnStatus_t s;
-  if (mode == QT_CONV_FORWARD)
-    s = conv_lib.fwd(d->handle, one, p->x, x->data, p->w, w->data, p->conv,
-                     (cudnnConvolutionFwdAlgo_t)p->algo, ws, p->workspace, zero, p->y, y->data);
-  else if (mode == QT_CONV_BACKWARD_DATA)
-    s = conv_lib.bwd_data(d->handle, one, p->w, w->data, p->y, y->data, p->conv,
-                          (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->workspace, zero, p->x, x->data);
-  else
-    s = conv_lib.bwd_filter(d->handle, one, p->x, x->data, p->y, y->data, p->conv,
-                            (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->workspace, zero, p->w, w->data);
-  if (ws != NULL) qt_cuda_scratch_free(dev, ws, p->workspace);
-  if (conv_check(s, mode == QT_CONV_FORWARD ? "forward" : mode == QT_CONV_BACKWARD_DATA ? "backward data" : "backward filter", err))
-    return -1;
-  return qt_cuda_check_launch(dev, "conv", err);
+  if (p->algo < 0) return conv_time_candidates(dev, d, p, x, w, y, err);
+  return conv_once(dev, d, p, p->algo, p->workspace, x, w, y, err);
+}
+
+/* ------------------------------------------------------------------ im2col + cuBLAS */
+
+#define GEMM_COL_BYTES ((size_t)256 << 20)   /* the columns of a chunk of images, at most */
+
+/* col (imgs, c * r * s, p * q) of images [0, imgs) of x (contiguous from the chunk's first). */
+template <typename T>
+__global__ void gemm_im2col(qt_conv_geom g, int64_t imgs, const T *__restrict__ x, T *__restrict__ col) {
+  int64_t pq = g.p * g.q, rs = g.r * g.s, total = imgs * g.c * rs * pq;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    int64_t q = e % g.q, p = e / g.q % g.p, row = e / pq % (g.c * rs), img = e / (pq * g.c * rs);
+    int64_t c = row / rs, ri = row / g.s % g.r, si = row % g.s;
+    int64_t ih = p * g.stride[0] - g.pad[0] + ri * g.dilation[0];
+    int64_t iw = q * g.stride[1] - g.pad[1] + si * g.dilation[1];
+    if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) col[e] = x[((img * g.c + c) * g.h + ih) * g.w + iw];
+    else if constexpr (qt_is_half_v<T>) col[e] = QT_HALF_FROM(T, 0.0f);
+    else col[e] = (T)0;
+  }
+}
+
+/* dx (imgs, c, h, w) = the columns' entries that read each element, summed (float32 for the
+** 16-bit types). */
+template <typename T, typename A>
+__global__ void gemm_col2im(qt_conv_geom g, int64_t imgs, const T *__restrict__ col, T *__restrict__ dx) {
+  int64_t pq = g.p * g.q, rs = g.r * g.s, total = imgs * g.c * g.h * g.w;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    int64_t iw = e % g.w, ih = e / g.w % g.h, c = e / (g.h * g.w) % g.c, img = e / (g.h * g.w * g.c);
+    A acc = 0;
+    for (int64_t ri = 0; ri < g.r; ri++) {
+      int64_t ph = ih + g.pad[0] - ri * g.dilation[0];
+      if (ph < 0 || ph % g.stride[0] != 0 || ph / g.stride[0] >= g.p) continue;
+      for (int64_t si = 0; si < g.s; si++) {
+        int64_t pw = iw + g.pad[1] - si * g.dilation[1];
+        if (pw < 0 || pw % g.stride[1] != 0 || pw / g.stride[1] >= g.q) continue;
+        T v = col[((img * g.c + c) * rs + ri * g.s + si) * pq + ph / g.stride[0] * g.q + pw / g.stride[1]];
+        if constexpr (qt_is_half_v<T>) acc += (A)qt_half_to_f32(v);
+        else acc += (A)v;
+      }
+    }
+    if constexpr (qt_is_half_v<T>) dx[e] = QT_HALF_FROM(T, (float)acc);
+    else dx[e] = (T)acc;
+  }
+}
+
+/* A 3-D view (b, m, n) with strides (sb, sm, sn) at data. */
+static qt_view gemm_view(void *data, qt_dtype dt, int64_t b, int64_t m, int64_t n, int64_t sb,
+                         int64_t sm, int64_t sn) {
+  qt_view v;
+  memset(&v, 0, sizeof v);
+  v.data = data;
+  v.dtype = dt;
+  v.ndim = 3;
+  v.size[0] = b, v.size[1] = m, v.size[2] = n;
+  v.stride[0] = sb, v.stride[1] = sm, v.stride[2] = sn;
+  v.numel = b * m * n;
+  return v;
+}
+
+template <typename T>
+static int gemm_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_view *x,
+                     const qt_view *w, const qt_view *y, qt_err *err) {
+  typedef typename std::conditional<std::is_same<T, double>::value, double, float>::type A;
+  cudaStream_t stream = qt_cuda_context(dev)->stream;
+  qt_dtype dt = x->dtype;
+  size_t es = qt_elsize(dt);
+  int64_t G = g->groups, cg = g->c / G, kg = g->k / G, rs = g->r * g->s, pq = g->p * g->q;
+  int64_t crs = g->c * rs, per_img = crs * pq, chw = g->c * g->h * g->w, kpq = g->k * pq;
+  int64_t chunk = (int64_t)(GEMM_COL_BYTES / ((size_t)per_img * es));
+  if (chunk < 1) chunk = 1;
+  if (chunk > g->n) chunk = g->n;
+  size_t nbytes = (size_t)(chunk * per_img) * es;
+  void *col = NULL;
+  if (qt_cuda_scratch(dev, nbytes, &col, err) != 0) return -1;
+  char *xd = (char *)x->data, *wd = (char *)w->data, *yd = (char *)y->data;
+  int rc = 0;
+  for (int64_t n0 = 0; n0 < g->n && rc == 0; n0 += chunk) {
+    int64_t imgs = g->n - n0 < chunk ? g->n - n0 : chunk;
+    if (mode != QT_CONV_BACKWARD_DATA) {
+      gemm_im2col<T><<<qt_cuda_blocks(dev, imgs * per_img, 256), 256, 0, stream>>>(
+          *g, imgs, (const T *)(xd + (size_t)(n0 * chw) * es), (T *)col);
+      if ((rc = qt_cuda_check_launch(dev, "conv", err)) != 0) break;
+    }
+    if (mode == QT_CONV_FORWARD) {
+      /* y[img] (G, kg, pq) = w (G, kg, cg rs) @ col[img] (G, cg rs, pq) */
+      if (G == 1) {
+        qt_view c = gemm_view(yd + (size_t)(n0 * kpq) * es, dt, imgs, g->k, pq, kpq, pq, 1);
+        qt_view a = gemm_view(wd, dt, imgs, g->k, crs, 0, crs, 1);
+        qt_view b = gemm_view(col, dt, imgs, crs, pq, per_img, pq, 1);
+        rc = qt_cuda_matmul(dev, &c, &a, &b, 1, 0, g->allow_tf32, err);
+      }
+      for (int64_t i = 0; G > 1 && i < imgs && rc == 0; i++) {
+        qt_view c = gemm_view(yd + (size_t)((n0 + i) * kpq) * es, dt, G, kg, pq, kg * pq, pq, 1);
+        qt_view a = gemm_view(wd, dt, G, kg, cg * rs, kg * cg * rs, cg * rs, 1);
+        qt_view b = gemm_view((char *)col + (size_t)(i * per_img) * es, dt, G, cg * rs, pq, cg * rs * pq, pq, 1);
+        rc = qt_cuda_matmul(dev, &c, &a, &b, 1, 0, g->allow_tf32, err);
+      }
+    } else if (mode == QT_CONV_BACKWARD_DATA) {
+      /* col[img] (G, cg rs, pq) = w^T (G, cg rs, kg) @ dy[img] (G, kg, pq), then col2im */
+      if (G == 1) {
+        qt_view c = gemm_view(col, dt, imgs, crs, pq, per_img, pq, 1);
+        qt_view a = gemm_view(wd, dt, imgs, crs, g->k, 0, 1, crs);
+        qt_view b = gemm_view(yd + (size_t)(n0 * kpq) * es, dt, imgs, g->k, pq, kpq, pq, 1);
+        rc = qt_cuda_matmul(dev, &c, &a, &b, 1, 0, g->allow_tf32, err);
+      }
+      for (int64_t i = 0; G > 1 && i < imgs && rc == 0; i++) {
+        qt_view c = gemm_view((char *)col + (size_t)(i * per_img) * es, dt, G, cg * rs, pq, cg * rs * pq, pq, 1);
+        qt_view a = gemm_view(wd, dt, G, cg * rs, kg, kg * cg * rs, 1, cg * rs);
+        qt_view b = gemm_view(yd + (size_t)((n0 + i) * kpq) * es, dt, G, kg, pq, kg * pq, pq, 1);
+        rc = qt_cuda_matmul(dev, &c, &a, &b, 1, 0, g->allow_tf32, err);
+      }
+      if (rc == 0) {
+        gemm_col2im<T, A><<<qt_cuda_blocks(dev, imgs * chw, 256), 256, 0, stream>>>(
+            *g, imgs, (const T *)col, (T *)(xd + (size_t)(n0 * chw) * es));
+        rc = qt_cuda_check_launch(dev, "conv", err);
+      }
+    } else {
+      /* dw (G, kg, cg rs) += dy[img] (G, kg, pq) @ col[img]^T (G, pq, cg rs) */
+      for (int64_t i = 0; i < imgs && rc == 0; i++) {
+        qt_view c = gemm_view(wd, dt, G, kg, cg * rs, kg * cg * rs, cg * rs, 1);
+        qt_view a = gemm_view(yd + (size_t)((n0 + i) * kpq) * es, dt, G, kg, pq, kg * pq, pq, 1);
+        qt_view b = gemm_view((char *)col + (size_t)(i * per_img) * es, dt, G, pq, cg * rs, cg * rs * pq, 1, pq);
+        rc = qt_cuda_matmul(dev, &c, &a, &b, 1, n0 + i == 0 ? 0 : 1, g->allow_tf32, err);
+      }
+    }
+  }
+  qt_cuda_scratch_free(dev, col, nbytes);
+  return rc;
+}
+
+static int gemm_run(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_view *x,
+                    const qt_view *w, const qt_view *y, qt_err *err) {
+  switch (x->dtype) {
+    case QT_F32: return gemm_conv<float>(dev, mode, g, x, w, y, err);
+    case QT_F64: return gemm_conv<double>(dev, mode, g, x, w, y, err);
+    case QT_F16: return gemm_conv<qt_f16>(dev, mode, g, x, w, y, err);
+    case QT_BF16: return gemm_conv<qt_bf16>(dev, mode, g, x, w, y, err);
+    default: return qt_errorf(err, "conv: float operands of one dtype expected");
+  }
+}
+
+/* What runs the convolutions here: cuDNN (loading it now if need be), or the GEMM path and
+** why. */
+extern "C" int qt_cuda_describe(qt_device *dev, const char *family, bool use_cudnn, char *buf,
+                                size_t len, qt_err *err) {
+  (void)dev;
+  (void)err;
+  if (strcmp(family, "conv") != 0) {
+    if (len > 0) buf[0] = '\0';
+    return 0;
+  }
+  if (!use_cudnn) {
+    snprintf(buf, len, "im2col + cuBLAS (cuDNN disabled by qlua.set_cudnn_enabled)");
+    return 0;
+  }
+  qt_err why;
+  why.msg[0] = '\0';
+  pthread_mutex_lock(&conv_lock);
+  int rc = conv_load(&why);
+  size_t v = rc == 0 ? conv_lib.get_version() : 0;
+  pthread_mutex_unlock(&conv_lock);
+  if (rc == 0) snprintf(buf, len, "cuDNN %zu.%zu.%zu", v / 10000, v / 100 % 100, v % 100);
+  else snprintf(buf, len, "im2col + cuBLAS (%s)", why.msg);
+  return 0;
 }
 
 extern "C" int qt_cuda_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g,
@@ -329,9 +555,13 @@ extern "C" int qt_cuda_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geo
                                     qt_cuda_context(dev)->stream);
     return qt_cuda_check(dev, e, "conv", err);
   }
-  pthread_mutex_lock(&conv_lock);
-  int rc = conv_load(err);
-  if (rc == 0) rc = conv_run(dev, mode, g, x, w, y, err);
-  pthread_mutex_unlock(&conv_lock);
-  return rc;
+  if (g->use_cudnn) {
+    pthread_mutex_lock(&conv_lock);
+    qt_err why;
+    int rc = conv_load(&why);
+    if (rc == 0) rc = conv_run(dev, mode, g, x, w, y, err);
+    pthread_mutex_unlock(&conv_lock);
+    if (rc == 0 || conv_loaded) return rc;   /* cuDNN ran, or failed after loading */
+  }
+  return gemm_run(dev, mode, g, x, w, y, err);
 }

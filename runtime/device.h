@@ -143,11 +143,12 @@ typedef enum qt_random_kind { QT_RAND_UNIFORM, QT_RAND_NORMAL, QT_RAND_INT } qt_
 /* A 2-D convolution's geometry (the conv slot): NCHW input x (n, c, h, w), filters
 ** (k, c / groups, r, s), output y (n, k, p, q) with p = (h + 2 pad[0] - dilation[0] (r - 1)
 ** - 1) / stride[0] + 1 and q likewise along w; pads are symmetric (the core pads the
-** uneven rest itself). allow_tf32: float32 may run on TF32 tensor cores. */
+** uneven rest itself). allow_tf32: float32 may run on TF32 tensor cores. use_cudnn: a GPU
+** may call cuDNN (else, and when cuDNN cannot be loaded, it lowers to im2col and cuBLAS). */
 typedef struct qt_conv_geom {
   int64_t n, c, h, w, k, r, s, p, q;
   int64_t stride[2], pad[2], dilation[2], groups;
-  bool allow_tf32;
+  bool allow_tf32, use_cudnn;
 } qt_conv_geom;
 /* What the conv slot computes: y = conv(x, w) (FORWARD); x = the gradient of the input from
 ** dy in y and w (BACKWARD_DATA: conv_transpose2d); w = the gradient of the filters from x
@@ -157,6 +158,50 @@ typedef enum qt_conv_mode {
   QT_CONV_BACKWARD_DATA,
   QT_CONV_BACKWARD_FILTER
 } qt_conv_mode;
+
+/* Normalisations (the norm slot): x is contiguous (n, c, inner).
+**   GROUP: statistics per (batch row b, group g) over the (c / groups) * inner elements of
+**          channels g * c / groups ..; layer_norm is groups = 1, inner = 1 (c the normalized
+**          size); count n * groups.
+**   RMS:   as GROUP with groups = 1, inner = 1, and no mean (x * rstd).
+**   BATCH: statistics per channel over its n * inner elements; count c.
+** Statistics are float64 for float64 x, else float32; rstd = 1 / sqrt(var + eps), the
+** variance biased. weight and bias are per channel (c), of x's dtype; y = (x - mean) * rstd *
+** weight + bias, without the absent ones.
+** Forward reads x, weight, bias and writes y, mean, rstd (given_stats, BATCH: reads mean and
+** rstd instead, batch_norm's eval). Backward reads x, weight, mean, rstd, dy and writes the
+** wanted ones of dx, dweight (sum of dy * xhat over what shares the channel) and dbias (sum
+** of dy); given_stats: mean and rstd are constants (dx = dy * weight * rstd). has: bit
+** QT_NORM_<view> for each view that is there (RMS never has a mean). */
+typedef enum qt_norm_kind { QT_NORM_GROUP, QT_NORM_RMS, QT_NORM_BATCH } qt_norm_kind;
+enum {
+  QT_NORM_X, QT_NORM_WEIGHT, QT_NORM_BIAS, QT_NORM_MEAN, QT_NORM_RSTD, QT_NORM_Y, QT_NORM_DY,
+  QT_NORM_DX, QT_NORM_DWEIGHT, QT_NORM_DBIAS, QT_NORM_NVIEWS
+};
+typedef struct qt_norm_opts {
+  qt_norm_kind kind;
+  bool backward, given_stats;
+  int64_t n, c, inner, groups;
+  double eps;
+  unsigned has;
+} qt_norm_opts;
+
+/* 2-D pooling (the pool2d slot): x (planes, h, w), y (planes, p, q), both contiguous, of one
+** float dtype. Window (i, j) starts at (i stride[0] - pad[0], j stride[1] - pad[1]) and
+** takes kernel taps dilation apart, clipped to the input (ceil_mode's last windows may pass
+** the padded edge: p and q are the core's). MAX: y = the window's max (NaN wins), idx (int64,
+** like y) its 1-based flat position h_i * w + w_i + 1 (index values are 1-based down to
+** the devices, ops.h), the first of equal ones in window
+** order. AVG (dilation 1): y = the window's sum / divisor; AVG_BACKWARD writes x (the input's
+** gradient) from y (the output's). The divisor: divisor_override when > 0, else the window's
+** size clipped to the padded input (count_include_pad) or to the input. */
+typedef enum qt_pool_mode { QT_POOL_MAX, QT_POOL_AVG, QT_POOL_AVG_BACKWARD } qt_pool_mode;
+typedef struct qt_pool_geom {
+  int64_t planes, h, w, p, q;
+  int64_t kernel[2], stride[2], pad[2], dilation[2];
+  int64_t divisor_override;
+  bool count_include_pad;
+} qt_pool_geom;
 
 /* One fused optimizer update (the optim_step slot; PyTorch's fused=True kernels): every
 ** tensor of the call gets the same step. Each tensor k comes as nviews views: its
@@ -232,7 +277,7 @@ typedef struct qt_device qt_device;
 /* The device slots, in table order: X(P, ENUM, name, kind, ret, params), each row's
 ** contract in the comment above it. From this one list come qt_device_iface's members,
 ** qt_slot (the ELEM rows: their half_native bits), widen.c's stand-ins, every device's
-** prototypes (QT_SLOT_PROTOTYPES) and the CUDA table. kind: MEM (memory and transfers),
+** prototypes (QT_SLOT_PROTOTYPES) and the CUDA table. kind: MEM (memory, transfers, what the device runs),
 ** ALL16 (copy, fill, optim_step: every dtype they take, 16-bit too, natively), ELEM
 ** (element slots: a half_native bit, and a float32 stand-in wd_<name> in widen.c), USER
 ** (code the user brings: NULL where it cannot run). Consumers take `...` after params,
@@ -252,6 +297,11 @@ typedef struct qt_device qt_device;
   X(P, MEMORY, memory, MEM, int, (qt_device *dev, qt_memory_stats *stats, qt_err *err))          \
   /* Returns cached blocks to the driver. */                                                     \
   X(P, EMPTY_CACHE, empty_cache, MEM, void, (qt_device *dev))                                    \
+  /* What runs an op family here, as text for qlua.backend ("conv": "cuDNN 9.14.0", "im2col +   \
+  ** cuBLAS (cannot load cuDNN ...)", "im2col + OpenBLAS"); "" for a family it does not      \
+  ** name. May load the library it names. use_cudnn: the context allows cuDNN. */           \
+  X(P, DESCRIBE, describe, MEM, int,                                                             \
+    (qt_device *dev, const char *family, bool use_cudnn, char *buf, size_t len, qt_err *err))   \
   /* ---- host <-> device, contiguous bytes ---- */                                              \
   /* Both return after the bytes have landed (host memory may be reused at once). */             \
   X(P, UPLOAD, upload, MEM, int,                                                                 \
@@ -420,6 +470,15 @@ typedef struct qt_device qt_device;
   X(P, CONV, conv, ELEM, int,                                                                    \
     (qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_view *x,                 \
      const qt_view *w, const qt_view *y, qt_err *err))                                           \
+  /* ---- normalisation (runtime/core/ops_norm.c; cpu_norm.c, kernels/norm.cu) ----        \
+  ** v: QT_NORM_NVIEWS views by qt_norm_opts's enum, those not in o->has unset. ---- */      \
+  X(P, NORM, norm, ELEM, int, (qt_device *dev, const qt_norm_opts *o, const qt_view *v,        \
+                               qt_err *err))                                                   \
+  /* ---- pooling (runtime/core/ops_pool2d.c; cpu_pool2d.c, kernels/pool2d.cu) ----               \
+  ** idx: MAX's positions (NULL when not wanted), else NULL. ---- */                          \
+  X(P, POOL2D, pool2d, ELEM, int,                                                                    \
+    (qt_device *dev, qt_pool_mode mode, const qt_pool_geom *g, const qt_view *x,                 \
+     const qt_view *y, const qt_view *idx, qt_err *err))                                         \
   /* ---- fused optimizer updates (runtime/core/ops_optim.c; cpu_optim.c, kernels/optim.cu) \
   ** For each k < n, step's update of parameter k: views[k * step->nviews + j], j = 0 the      \
   ** parameter, 1 its gradient, then its state in qt_optim_opts's order; all contiguous, of   \

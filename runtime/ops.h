@@ -56,6 +56,8 @@ typedef struct qt_ctx {
   uint64_t rng_offset;
   bool allow_tf32;           /* qlua.set_tf32: matmul's float32 on TF32 (default false) */
   bool allow_tf32_conv;      /* qlua.set_cudnn_tf32: convolutions' (default true, as PyTorch) */
+  bool cudnn_enabled;        /* qlua.set_cudnn_enabled: GPU convolutions may call cuDNN (default
+                                ** true; false: im2col + cuBLAS, as PyTorch's cudnn.enabled) */
   int current_gpu;           /* what "gpu" means without an ordinal */
   /* Compiled user kernels of this state (core/kernel/kernel.c); freed with the context through
   ** kernel_cache_free, so the storage code below the ops needs no name of theirs. */
@@ -414,6 +416,55 @@ int qt_conv2d_input(qt_ctx *ctx, qt_tensor *out, const int64_t *input_size, cons
                     const qt_tensor *dy, const qt_conv_opts *o);
 int qt_conv2d_weight(qt_ctx *ctx, qt_tensor *out, const qt_tensor *x, const int64_t *weight_size,
                      const qt_tensor *dy, const qt_conv_opts *o);
+
+/* What runs `family` on dev (device.h's describe slot), into buf: "conv" gives the
+** convolutions' path under ctx's cudnn_enabled. */
+int qt_describe(qt_ctx *ctx, qt_device *dev, const char *family, char *buf, size_t len);
+
+/* ---------------------------------------------------------------- normalisation */
+
+/* ops_norm.c: the fused normalisations (device.h's norm slot), PyTorch's native_layer_norm,
+** rms_norm, native_group_norm and native_batch_norm. x is LAYER/RMS: any shape whose last
+** `normalized` dims are weight's shape; GROUP/BATCH: (N, C, ...) with weight and bias 1-D
+** of C. weight and bias may be NULL. Forward gives y (x's shape and dtype) and the statistics
+** it used, 1-D (float64 for float64 x, else float32): mean (none for RMS: left released) and
+** rstd, of N * (leading) rows (LAYER/RMS), N * groups (GROUP) or C (BATCH). given_stats
+** (BATCH, eval): mean and var are running_mean and running_var, converted, and rstd =
+** 1 / sqrt(var + eps). Backward takes what forward gave and writes the wanted ones of dx,
+** dweight and dbias (NULL: not wanted; dweight and dbias need a weight / were given). */
+typedef enum qt_norm_op { QT_LAYER_NORM, QT_RMS_NORM, QT_GROUP_NORM, QT_BATCH_NORM } qt_norm_op;
+typedef struct qt_norm_args {
+  qt_norm_op op;
+  int normalized;      /* LAYER, RMS: the trailing dims normalized */
+  int64_t groups;      /* GROUP */
+  double eps;
+  bool given_stats;    /* BATCH: running statistics (eval) */
+} qt_norm_args;
+int qt_norm(qt_ctx *ctx, const qt_norm_args *a, const qt_tensor *x, const qt_tensor *weight,
+            const qt_tensor *bias, const qt_tensor *running_mean, const qt_tensor *running_var,
+            qt_tensor *y, qt_tensor *mean, qt_tensor *rstd);
+int qt_norm_backward(qt_ctx *ctx, const qt_norm_args *a, const qt_tensor *dy,
+                     const qt_tensor *x, const qt_tensor *weight, const qt_tensor *mean,
+                     const qt_tensor *rstd, qt_tensor *dx, qt_tensor *dweight,
+                     qt_tensor *dbias);
+
+/* ---------------------------------------------------------------- pooling */
+
+/* ops_pool2d.c: max_pool2d and avg_pool2d of (N, C, H, W) or (C, H, W) float tensors, as
+** PyTorch's (device.h's pool2d slot; ceil_mode's last window starts inside the input or its
+** left padding, padding at most half the kernel). max_pool2d gives y and, when indices is
+** not NULL, each max's 1-based flat position in its H * W plane (int64). avg_pool2d_backward
+** gives the input's gradient from dy, for an input of x's shape. */
+typedef struct qt_pool_opts {
+  int64_t kernel[2], stride[2], pad[2], dilation[2];
+  bool ceil_mode, count_include_pad;
+  int64_t divisor_override;   /* 0: none */
+} qt_pool_opts;
+int qt_max_pool2d(qt_ctx *ctx, qt_tensor *y, qt_tensor *indices, const qt_tensor *x,
+                  const qt_pool_opts *o);
+int qt_avg_pool2d(qt_ctx *ctx, qt_tensor *y, const qt_tensor *x, const qt_pool_opts *o);
+int qt_avg_pool2d_backward(qt_ctx *ctx, qt_tensor *dx, const qt_tensor *dy,
+                           const qt_tensor *x, const qt_pool_opts *o);
 
 /* ---------------------------------------------------------------- fused optimizer updates */
 

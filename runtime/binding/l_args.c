@@ -449,3 +449,27 @@ int lq_checkdim(lua_State *L, int arg, const qt_tensor *t, const char *op) {
   if (d < 1 || d > t->ndim) luaL_error(L, "%s: dim %I out of range (1..%d)", op, d, t->ndim);
   return (int)d - 1;
 }
+
+/* opts.key (opts a table's index, 0: none) as a pair {h, w} of integers (a number is both);
+** def when nil. conv's and pooling's options. */
+void lq_opt_pair(lua_State *L, int opts, const char *op, const char *key, int64_t def,
+                 int64_t *out) {
+  out[0] = out[1] = def;
+  if (opts == 0) return;
+  int ty = lua_getfield(L, opts, key);
+  if (ty == LUA_TNUMBER) {
+    if (!lua_isinteger(L, -1)) luaL_error(L, "%s: %s must be an integer, got %s", op, key, lua_tostring(L, -1));
+    out[0] = out[1] = (int64_t)lua_tointeger(L, -1);
+  } else if (ty == LUA_TTABLE) {
+    if (lua_rawlen(L, -1) != 2) luaL_error(L, "%s: %s must be a number or {h, w}", op, key);
+    for (int d = 0; d < 2; d++) {
+      lua_rawgeti(L, -1, d + 1);
+      if (!lua_isinteger(L, -1)) luaL_error(L, "%s: %s must be a number or {h, w} of integers", op, key);
+      out[d] = (int64_t)lua_tointeger(L, -1);
+      lua_pop(L, 1);
+    }
+  } else if (ty != LUA_TNIL) {
+    luaL_error(L, "%s: %s must be a number or {h, w}, got a %s", op, key, lua_typename(L, ty));
+  }
+  lua_pop(L, 1);
+}

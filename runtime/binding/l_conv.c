@@ -1,37 +1,15 @@
 /*
 ** l_conv.c — 2-D convolution from Lua: qlua.conv2d, qlua.conv_transpose2d and conv2d's two
 ** gradients qlua.conv2d_input and qlua.conv2d_weight (PyTorch's F.conv2d,
-** F.conv_transpose2d, torch.nn.grad.conv2d_input/_weight), and qlua.set_cudnn_tf32. The
-** core does the work (ops_conv.c); this file reads the options table (stride, padding,
-** dilation, groups, output_padding: a number or {h, w}; padding also "same" or "valid").
+** F.conv_transpose2d, torch.nn.grad.conv2d_input/_weight), qlua.set_cudnn_tf32 and
+** qlua.set_cudnn_enabled. The core does the work (ops_conv.c); this file reads the options
+** table (stride, padding, dilation, groups, output_padding: a number or {h, w}; padding also
+** "same" or "valid").
 ** l_qlua.c registers lq_conv_functions with the module's functions.
 */
 #include "lqlua.h"
 
 #include <string.h>
-
-/* opts.key as a pair {h, w} (a number is both); def when nil. */
-static void c_pair(lua_State *L, int opts, const char *op, const char *key, int64_t def,
-                   int64_t *out) {
-  out[0] = out[1] = def;
-  if (opts == 0) return;
-  int ty = lua_getfield(L, opts, key);
-  if (ty == LUA_TNUMBER) {
-    if (!lua_isinteger(L, -1)) luaL_error(L, "%s: %s must be an integer, got %s", op, key, lua_tostring(L, -1));
-    out[0] = out[1] = (int64_t)lua_tointeger(L, -1);
-  } else if (ty == LUA_TTABLE) {
-    if (lua_rawlen(L, -1) != 2) luaL_error(L, "%s: %s must be a number or {h, w}", op, key);
-    for (int d = 0; d < 2; d++) {
-      lua_rawgeti(L, -1, d + 1);
-      if (!lua_isinteger(L, -1)) luaL_error(L, "%s: %s must be a number or {h, w} of integers", op, key);
-      out[d] = (int64_t)lua_tointeger(L, -1);
-      lua_pop(L, 1);
-    }
-  } else if (ty != LUA_TNIL) {
-    luaL_error(L, "%s: %s must be a number or {h, w}, got a %s", op, key, lua_typename(L, ty));
-  }
-  lua_pop(L, 1);
-}
 
 /* The options table at arg (or none), checked for unknown keys. */
 static void c_opts(lua_State *L, int arg, const char *op, bool transposed, qt_conv_opts *o) {
@@ -53,9 +31,9 @@ static void c_opts(lua_State *L, int arg, const char *op, bool transposed, qt_co
       lua_pop(L, 1);
     }
   }
-  c_pair(L, opts, op, "stride", 1, o->stride);
-  c_pair(L, opts, op, "dilation", 1, o->dilation);
-  c_pair(L, opts, op, "output_padding", 0, o->output_padding);
+  lq_opt_pair(L, opts, op, "stride", 1, o->stride);
+  lq_opt_pair(L, opts, op, "dilation", 1, o->dilation);
+  lq_opt_pair(L, opts, op, "output_padding", 0, o->output_padding);
   o->groups = 1;
   if (opts != 0) {
     if (lua_getfield(L, opts, "groups") != LUA_TNIL) {
@@ -73,7 +51,7 @@ static void c_opts(lua_State *L, int arg, const char *op, bool transposed, qt_co
     }
     lua_pop(L, 1);
   }
-  c_pair(L, opts, op, "padding", 0, o->pad);
+  lq_opt_pair(L, opts, op, "padding", 0, o->pad);
 }
 
 /* An optional bias at arg (nil: none). */
@@ -144,6 +122,12 @@ static int q_conv2d_weight(lua_State *L) {
   return 1;
 }
 
+static int q_set_cudnn_enabled(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  lq_ctx(L)->cudnn_enabled = lua_toboolean(L, 1);
+  return 0;
+}
+
 static int q_set_cudnn_tf32(lua_State *L) {
   luaL_checktype(L, 1, LUA_TBOOLEAN);
   lq_ctx(L)->allow_tf32_conv = lua_toboolean(L, 1);
@@ -161,6 +145,9 @@ const lq_Reg lq_conv_functions[] = {
    "conv2d's gradient of its input (of input_size) from dy, the output's"},
   {"conv2d_weight", q_conv2d_weight, 4, "(x, weight_size, dy [, opts])",
    "conv2d's gradient of its weight (of weight_size) from x and dy"},
+  {"set_cudnn_enabled", q_set_cudnn_enabled, 1, "(flag)",
+   "whether GPU convolutions may call cuDNN (default true; false: im2col and cuBLAS, as "
+   "PyTorch's torch.backends.cudnn.enabled); qlua.backend(\"conv\") says which runs"},
   {"set_cudnn_tf32", q_set_cudnn_tf32, 1, "(flag)",
    "whether float32 convolutions may run on TF32 tensor cores (default true, as PyTorch's "
    "torch.backends.cudnn.allow_tf32)"},

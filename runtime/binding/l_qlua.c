@@ -513,6 +513,23 @@ static int q_memory(lua_State *L) {
   return 1;
 }
 
+/* backend(family [, device]): what runs that op family there ("conv": cuDNN and its version,
+** or im2col with cuBLAS and why, or im2col with OpenBLAS); default: the current GPU, or the
+** CPU. */
+static int q_backend(lua_State *L) {
+  qt_ctx *ctx = lq_ctx(L);
+  const char *family = lq_tocstring(L, 1, "backend", "family");
+  qt_device *dev;
+  if (!lua_isnoneornil(L, 2)) dev = lq_checkdevice(L, 2, "backend");
+  else if (qt_gpu_count() > 0) dev = lq_gpu(L, "backend", ctx->current_gpu);
+  else dev = qt_cpu_device();
+  char buf[QT_ERRLEN];
+  if (qt_describe(ctx, dev, family, buf, sizeof buf) != 0) return lq_raise(L, ctx);
+  if (buf[0] == '\0') return luaL_error(L, "backend: no op family %s (known: conv)", family);
+  lua_pushstring(L, buf);
+  return 1;
+}
+
 /* empty_cache(): a full collection first (so unreachable tensors return their blocks to
 ** the caches; the GC limit is re-paced from what is left), then every cache: each GPU
 ** this state used, and the CPU device's (the pinned host buffers). */
@@ -819,6 +836,9 @@ static const lq_Reg q_funcs[] = {
   {"memory", q_memory, 1, "([device])",
    "{allocated =, reserved =, peak =, total =, free =} in bytes (default: the current GPU, "
    "or the CPU)"},
+  {"backend", q_backend, 2, "(family [, device])",
+   "what runs an op family on device (\"conv\": cuDNN, or im2col + cuBLAS and why, or im2col "
+   "+ OpenBLAS)"},
   {"empty_cache", q_empty_cache, 0, "()",
    "collects garbage, then gives back every cached block that holds no live tensor"},
   {"save", q_save, 2, "(path, t)", "writes t to a NumPy .npy file, all or nothing"},
@@ -917,6 +937,8 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   lq_setfuncs(L, lq_autograd_functions, box, false, "qlua");  /* (l_autograd.c) */
   lq_setfuncs(L, lq_conv_functions, box, false, "qlua");  /* qlua.conv2d ... (l_conv.c) */
   lq_setfuncs(L, lq_optim_functions, box, false, "qlua");  /* qlua._optim_step (l_optim.c) */
+  lq_setfuncs(L, lq_norm_functions, box, false, "qlua");   /* qlua._norm ... (l_norm.c) */
+  lq_setfuncs(L, lq_pool2d_functions, box, false, "qlua"); /* qlua._pool2d (l_pool2d.c) */
   lq_open_kernel(L, box, -1);                     /* also qlua.Kernel, qlua.Module */
   luaL_getmetatable(L, QLUA_TENSOR);              /* qlua.Tensor: the class (l_tensor.c) */
   lua_setfield(L, -2, "Tensor");

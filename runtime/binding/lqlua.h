@@ -156,6 +156,10 @@ int lq_checkshape(lua_State *L, int arg, const char *op, int flags, int *ndim, i
 /* Reads the optional opts table at arg ({dtype=, device=}); fields left nil keep the
 ** values already in *dtype / *dev. Unknown keys are an error. */
 void lq_checkopts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_device **dev);
+/* opts.key (opts a table's index, 0: none) as a pair {h, w} of integers (a number is both),
+** def when nil: conv's and pooling's stride, padding, dilation ... */
+void lq_opt_pair(lua_State *L, int opts, const char *op, const char *key, int64_t def,
+                 int64_t *out);
 /* Strings for the core, which reads C strings up to their first NUL: a Lua string with a
 ** NUL inside would reach it cut short ("ij\0..." read as "ij"), so one is refused, naming
 ** op and what the string is ("einsum: spec contains a NUL byte (at byte 3)"). Every string
@@ -251,6 +255,10 @@ extern const lq_Reg lq_sort_functions[];
 extern const lq_Reg lq_conv_functions[];
 /* l_optim.c: qlua._optim_step, qlua.optim's fused update, registered by l_qlua.c */
 extern const lq_Reg lq_optim_functions[];
+/* l_norm.c: qlua._norm and qlua._norm_backward, qlua.nn's fused normalisations, and
+** l_pool2d.c: qlua._pool2d, its pooling; both registered by l_qlua.c */
+extern const lq_Reg lq_norm_functions[];
+extern const lq_Reg lq_pool2d_functions[];
 
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */

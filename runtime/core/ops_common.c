@@ -297,3 +297,11 @@ void ops_buf_printf(ops_buf *b, const char *fmt, ...) {
   va_end(ap);
   b->len += (size_t)n;
 }
+
+/* qlua.backend's answer: what runs `family` on dev (device.h's describe). */
+int qt_describe(qt_ctx *ctx, qt_device *dev, const char *family, char *buf, size_t len) {
+  if (len > 0) buf[0] = '\0';
+  if (dev->iface->describe(dev, family, ctx->cudnn_enabled, buf, len, &ctx->err))
+    return ops_prefix_error(ctx, "backend");
+  return 0;
+}

@@ -65,6 +65,7 @@ static int conv_geometry(qt_ctx *ctx, const char *op, const int64_t *xs, const i
   g->h += extra[0];   /* the slot sees the explicitly padded input */
   g->w += extra[1];
   g->allow_tf32 = ctx->allow_tf32_conv;
+  g->use_cudnn = ctx->cudnn_enabled;
   return 0;
 }
 

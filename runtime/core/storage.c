@@ -38,6 +38,7 @@ qt_ctx *qt_ctx_new(void) {
   ctx->rng_offset = 0;
   ctx->allow_tf32 = false;
   ctx->allow_tf32_conv = true;
+  ctx->cudnn_enabled = true;
   ctx->current_gpu = 0;
   return ctx;
 }

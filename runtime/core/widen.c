@@ -240,6 +240,44 @@ static int wd_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, con
              dev->native->conv(dev, mode, g, V(0), V(1), V(2), err), PUT(out))
 }
 
+/* Every 16-bit view of the call in a float32 copy: the written ones (forward: y; backward:
+** dx, dweight, dbias) OUT, the rest IN. The statistics are float32 already. */
+static int wd_norm(qt_device *dev, const qt_norm_opts *o, const qt_view *v, qt_err *err) {
+  bool any = false;
+  for (int k = 0; k < QT_NORM_NVIEWS; k++) any = any || ((o->has >> k & 1u) && qt_is_half(v[k].dtype));
+  if (!any) return dev->native->norm(dev, o, v, err);
+  unsigned written = o->backward ? (1u << QT_NORM_DX | 1u << QT_NORM_DWEIGHT | 1u << QT_NORM_DBIAS)
+                                 : (1u << QT_NORM_Y);
+  wide w[QT_NORM_NVIEWS];
+  qt_view stand[QT_NORM_NVIEWS];
+  memset(w, 0, sizeof w);
+  int rc = -1;
+  for (int k = 0; k < QT_NORM_NVIEWS; k++) {
+    if (!(o->has >> k & 1u)) {
+      memset(&stand[k], 0, sizeof stand[k]);
+      continue;
+    }
+    if (wide_take(dev, &w[k], &v[k], !(written >> k & 1u), err)) goto done;
+    stand[k] = *wide_view(&w[k]);
+  }
+  if (dev->native->norm(dev, o, stand, err)) goto done;
+  for (int k = 0; k < QT_NORM_NVIEWS; k++)
+    if ((o->has >> k & 1u) && (written >> k & 1u) && wide_put(dev, &w[k], err)) goto done;
+  rc = 0;
+done:
+  wide_drop(dev, w, QT_NORM_NVIEWS);
+  return rc;
+}
+
+/* AVG_BACKWARD writes x, the others y (and MAX's int64 idx, never widened). */
+static int wd_pool2d(qt_device *dev, qt_pool_mode mode, const qt_pool_geom *g, const qt_view *x,
+                   const qt_view *y, const qt_view *idx, qt_err *err) {
+  if (!wide_any(x, y, NULL, NULL)) return dev->native->pool2d(dev, mode, g, x, y, idx, err);
+  bool back = mode == QT_POOL_AVG_BACKWARD;
+  WIDEN_BODY(2, (back ? OUT(0, x) : IN(0, x)) || (back ? IN(1, y) : OUT(1, y)),
+             dev->native->pool2d(dev, mode, g, V(0), V(1), idx, err), PUT(back ? 0 : 1))
+}
+
 static int wd_random(qt_device *dev, qt_random_kind kind, const qt_view *dst, uint64_t seed,
                      uint64_t offset, qt_scalar lo, qt_scalar hi, qt_err *err) {
   if (!wide_any(dst, NULL, NULL, NULL))

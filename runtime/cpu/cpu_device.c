@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -279,6 +280,16 @@ static int cpu_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err) {
   return 0;
 }
 
+/* The CPU's convolutions are im2col and OpenBLAS (cpu_conv.c). */
+static int cpu_describe(qt_device *dev, const char *family, bool use_cudnn, char *buf, size_t len,
+                        qt_err *err) {
+  (void)dev;
+  (void)use_cudnn;
+  (void)err;
+  snprintf(buf, len, "%s", strcmp(family, "conv") == 0 ? "im2col + OpenBLAS" : "");
+  return 0;
+}
+
 static void cpu_empty_cache(qt_device *dev) {
   (void)dev;
   cpu_cache_empty();
@@ -326,6 +337,7 @@ static const qt_device_iface cpu_iface = {
   .sync = cpu_sync,
   .memory = cpu_memory,
   .empty_cache = cpu_empty_cache,
+  .describe = cpu_describe,
   .upload = cpu_upload,
   .download = cpu_download,
   .copy = cpu_copy,
@@ -357,6 +369,8 @@ static const qt_device_iface cpu_iface = {
   .searchsorted = cpu_searchsorted,
   .conv = cpu_conv,
   .optim_step = cpu_optim_step,
+  .norm = cpu_norm,
+  .pool2d = cpu_pool2d,
   /* code the user brings runs on GPUs only: its slots stay NULL, and the core says so */
   .half_native = CPU_HALF_NATIVE,
 };

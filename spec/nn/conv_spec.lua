@@ -2,8 +2,9 @@
 -- conv_transpose2d and conv2d's two gradients against a direct convolution written in plain
 -- Lua over the tensors' numbers (strides, padding, "same", dilation, groups, bias; every
 -- float dtype; strided inputs), on both devices; their gradients by gradcheck and
--- gradgradcheck; the pad modes and the poolings against plain-Lua references; the layers
--- against their functional forms; and the errors.
+-- gradgradcheck; on the GPU both through cuDNN and through im2col + cuBLAS (cuDNN disabled);
+-- the pad modes and the poolings against plain-Lua references; the layers against their
+-- functional forms; and the errors.
 local T, qlua, test, gtest, both = require("qlua.testing").spec(_ENV)
 local nn = require("qlua.nn")
 local A = require("qlua.autograd")
@@ -115,6 +116,20 @@ end
 
 local function numbers(t) return t:detach():cpu():double():totable() end
 
+-- both(name, fn), and on the GPU fn once more with cuDNN disabled: the im2col + cuBLAS path
+-- (the one a GPU without cuDNN takes), which qlua.backend names
+local function both_paths(name, fn)
+  both(name, fn)
+  gtest(name .. " (gpu, without cuDNN: im2col + cuBLAS)", function()
+    qlua.set_cudnn_enabled(false)
+    assert.are.equal("im2col + cuBLAS (cuDNN disabled by qlua.set_cudnn_enabled)", qlua.backend("conv", "gpu"))
+    local ok, e = pcall(fn, "gpu")
+    qlua.set_cudnn_enabled(true)
+    if not ok then error(e, 0) end
+    assert.truthy(qlua.backend("conv", "gpu"):match("^cuDNN 9%.%d+%.%d+$"))
+  end)
+end
+
 local CONVS = {
   { "plain 3x3", { 2, 3, 6, 5 }, { 4, 3, 3, 3 }, {} },
   { "stride, padding, dilation per dim", { 2, 2, 9, 8 }, { 3, 2, 3, 2 },
@@ -125,7 +140,13 @@ local CONVS = {
 }
 local TOL = { float64 = 1e-12, float32 = 1e-5, float16 = 3e-3, bfloat16 = 2e-2 }
 
-both("conv2d against the direct convolution, in every float dtype and on strided inputs", function(dev)
+test("qlua.backend names what runs the convolutions: im2col + OpenBLAS on the CPU", function()
+  assert.are.equal("im2col + OpenBLAS", qlua.backend("conv", "cpu"))
+  assert.truthy(errmsg(qlua.backend, "attention", "cpu"):match("^backend: no op family attention %(known: conv%)"))
+  assert.truthy(errmsg(qlua.set_cudnn_enabled, 1):match("boolean expected"))
+end)
+
+both_paths("conv2d against the direct convolution, in every float dtype and on strided inputs", function(dev)
   local tf32 = qlua.set_cudnn_tf32
   tf32(false)   -- exact float32 on the GPU for this comparison (TF32 is checked below)
   for _, c in ipairs(CONVS) do
@@ -170,7 +191,7 @@ both("an uneven 'same' padding (its explicit pad and cut) leaves no memory behin
   assert.are.equal(before, qlua.memory(dev).allocated)
 end)
 
-both("conv_transpose2d against the scatter it is, with stride, padding, output_padding, groups and bias", function(dev)
+both_paths("conv_transpose2d against the scatter it is, with stride, padding, output_padding, groups and bias", function(dev)
   local cases = {
     { { 2, 3, 4, 5 }, { 3, 2, 3, 3 }, { stride = 2, padding = 1, output_padding = 1 } },
     { { 1, 4, 3, 3 }, { 4, 1, 2, 3 }, { groups = 2, dilation = { 2, 1 }, stride = { 1, 2 } } },
@@ -183,7 +204,7 @@ both("conv_transpose2d against the scatter it is, with stride, padding, output_p
   end
 end)
 
-both("conv2d_input and conv2d_weight are conv2d's gradients (torch.nn.grad's), against sums over the reference", function(dev)
+both_paths("conv2d_input and conv2d_weight are conv2d's gradients (torch.nn.grad's), against sums over the reference", function(dev)
   local o = { stride = 2, padding = 1, groups = 2 }
   local x, w = rnd({ 2, 4, 5, 6 }, dev), rnd({ 6, 2, 3, 3 }, dev)
   local y = qlua.conv2d(x, w, nil, o)
@@ -207,7 +228,7 @@ both("conv2d_input and conv2d_weight are conv2d's gradients (torch.nn.grad's), a
   T.assert_close({ dot(gw, f) }, { ref_w }, 1e-12)
 end)
 
-both("the convolutions' gradients by gradcheck (float64, views, bias), and conv2d's second order", function(dev)
+both_paths("the convolutions' gradients by gradcheck (float64, views, bias), and conv2d's second order", function(dev)
   local x = rnd({ 2, 4, 6, 5 }, dev):requires_grad_()
   local w = rnd({ 6, 2, 3, 2 }, dev):requires_grad_()
   local b = rnd({ 6 }, dev):requires_grad_()

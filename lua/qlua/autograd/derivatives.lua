@@ -796,4 +796,90 @@ D.conv2d_weight = { saves = { [1] = true, [3] = true }, backward = function(g, a
            requires(dy) and qlua.conv2d(x, g, nil, o) or nil }
 end }
 
+
+-- ------------------------------------------------------------- normalisation, pooling
+-- _norm(kind, x, weight, bias, opts) -> y, mean, rstd (runtime/core/ops_norm.c). Without
+-- create_graph the fused backward; with it the same formulas written in recorded ops, the
+-- statistics recomputed from x (so they carry x's graph), which close under differentiation
+-- (x viewed (rows, groups, channels a group, inner) for layer/rms/group, (n, c, inner) for
+-- batch)
+local function norm_backward_ops(kind, g, x, w, o, rstd_given)
+  local shape, n = x:shape(), x:size(1)
+  local X, G, W, dims, pdims
+  if kind == "batch" then
+    local c = x:size(2)
+    X, G = x:reshape({ n, c, -1 }), g:reshape({ n, c, -1 })
+    W = w and w:reshape({ 1, c, 1 })
+    dims, pdims = { 1, 3 }, { 1, 3 }
+  else
+    local groups, inner = 1, 1
+    local cpg = w and w:numel() or nil
+    if kind == "group" then
+      groups, inner = o.groups, x:numel() // (n * x:size(2))
+      cpg = x:size(2) // groups
+    else
+      cpg = 1
+      for d = #shape - (o.normalized or 1) + 1, #shape do cpg = cpg * shape[d] end
+    end
+    X = x:reshape({ -1, groups, cpg, inner })
+    G = g:reshape({ -1, groups, cpg, inner })
+    W = w and w:reshape({ 1, groups, cpg, 1 })
+    dims, pdims = { 3, 4 }, { 1, 4 }
+  end
+  local mean, rstd, xhat
+  if rstd_given then   -- batch_norm's eval: the statistics are constants
+    mean, rstd = rstd_given[1]:reshape({ 1, -1, 1 }):to(x:dtype()), rstd_given[2]:reshape({ 1, -1, 1 }):to(x:dtype())
+  else
+    mean = kind ~= "rms" and X:mean(dims, true) or nil
+    local d = mean and X - mean or X
+    rstd = ((d * d):mean(dims, true) + (o.eps or 1e-5)):rsqrt()
+  end
+  xhat = (mean and X - mean or X) * rstd
+  local Gw = W and G * W or G
+  local dx
+  if rstd_given then
+    dx = Gw * rstd
+  else
+    local t = Gw - xhat * (Gw * xhat):mean(dims, true)
+    if kind ~= "rms" then t = t - Gw:mean(dims, true) end
+    dx = rstd * t
+  end
+  local dw = w and (G * xhat):sum(pdims):reshape(w:shape())
+  return dx:reshape(shape), dw, G:sum(pdims)
+end
+D._norm = { multi = true, out = true, saves = { [2] = true, [3] = true }, backward = function(gs, a, outs)
+  local g = gs[1]
+  if g == nil then return {} end
+  local kind, x, w, b, o = a[1], a[2], a[3], a[4], a[5]
+  local wx, ww, wb = requires(x), w ~= nil and requires(w), b ~= nil and requires(b)
+  local given = kind == "batch" and o.eval and { outs[2], outs[3] } or nil
+  if A.is_grad_enabled() then
+    local dx, dw, db = norm_backward_ops(kind, g, x, w, o, given)
+    return { nil, wx and dx or nil, ww and dw or nil, wb and db:reshape(b:shape()) or nil }
+  end
+  local dx, dw, db = qlua._norm_backward(kind, g, x, w, outs[2], outs[3], o, wx, ww, wb)
+  return { nil, dx, dw, db and db:reshape(b:shape()) }
+end }
+
+-- _pool2d(mode, ...): max's gradient goes to the maxima's positions (a scatter_add, which
+-- records under create_graph); avg's is the avg_backward mode, whose own gradient is avg
+D._pool2d = { multi = true, out = true, saves = false, backward = function(gs, a, outs)
+  local g, mode = gs[1], a[1]
+  if g == nil then return {} end
+  if mode == "max" then
+    local x, idx = a[2], outs[2]
+    if idx == nil then
+      error("backward: max_pool2d was called without its indices (call it through "
+            .. "qlua.nn.functional.max_pool2d)", 0)
+    end
+    local planes = x:numel() // (x:size(x:dim()) * x:size(x:dim() - 1))
+    local flat = zeros_of(x, g):reshape({ planes, -1 })
+    flat:scatter_add_(2, idx:reshape({ planes, -1 }), g:reshape({ planes, -1 }))
+    return { nil, flat:reshape(x:shape()) }
+  elseif mode == "avg" then
+    return { nil, qlua._pool2d("avg_backward", g, a[2], a[3]) }
+  end
+  return { nil, qlua._pool2d("avg", g, a[4]) }   -- avg_backward(dy, x, opts): linear in dy
+end }
+
 end

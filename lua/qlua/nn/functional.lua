@@ -3,8 +3,9 @@ lua/qlua/nn/functional.lua — qlua.nn.functional: PyTorch's torch.nn.functional
 qlua.nn's layers are made of, written with qlua's tensor ops (so autograd differentiates
 them, on every device and floating dtype). Dims are 1-based, as everywhere in qlua.
 
-The normalisations here (layer_norm, rms_norm, group_norm, batch_norm) are compositions of
-qlua's reductions, not yet the fused kernels docs/API.md's roadmap names.
+The normalisations (layer_norm, rms_norm, group_norm, batch_norm) and max/avg pooling run
+as fused kernels of their own (qlua._norm and qlua._pool2d: runtime/core/ops_norm.c and
+ops_pool2d.c), forward and backward; the rest are compositions of qlua's ops.
 ]]
 local qlua = rawget(_G, "qlua") or require("qlua")
 local is_tensor = qlua.is_tensor
@@ -182,48 +183,6 @@ local function pair(v, who, what)
   return v
 end
 
--- The k[1] * k[2] strided views of x (N, C, H, W) that a window of k, stride s, padding p
--- and dilation d visits, each (N, C, P, Q), over x padded with fill; P, Q by floor (or ceil)
-local function windows(who, x, k, s, p, d, fill, ceil)
-  check_tensor(who, "input", x)
-  if x:dim() ~= 4 and x:dim() ~= 3 then
-    error(("%s: a 3-D (C, H, W) or 4-D (N, C, H, W) input expected, got %d-D"):format(who, x:dim()), 0)
-  end
-  local out = {}
-  for a = 1, 2 do
-    local n = x:size(x:dim() - 2 + a)
-    if k[a] < 1 or s[a] < 1 or d[a] < 1 or p[a] < 0 then
-      error(("%s: kernel_size, stride and dilation must be >= 1 and padding >= 0"):format(who), 0)
-    end
-    if 2 * p[a] > k[a] then
-      error(("%s: padding %d must be at most half the kernel size %d"):format(who, p[a], k[a]), 0)
-    end
-    local span = d[a] * (k[a] - 1) + 1
-    local room = n + 2 * p[a] - span
-    if room < 0 then
-      error(("%s: an input of %s is smaller than the window (%d) after padding"):format(who,
-        table.concat(x:shape(), "x"), span), 0)
-    end
-    local m = (ceil and -((-room) // s[a]) or room // s[a]) + 1
-    -- ceil_mode: the last window must start inside the input or its left padding
-    if ceil and (m - 1) * s[a] >= n + p[a] then m = m - 1 end
-    out[a] = { m = m, extra = math.max((m - 1) * s[a] + span - n - 2 * p[a], 0) }
-  end
-  local nd = x:dim()
-  if p[1] > 0 or p[2] > 0 or out[1].extra > 0 or out[2].extra > 0 then
-    x = F.pad(x, { p[2], p[2] + out[2].extra, p[1], p[1] + out[1].extra }, "constant", fill)
-  end
-  local views = {}
-  for i = 0, k[1] - 1 do
-    for j = 0, k[2] - 1 do
-      local r0, c0 = 1 + i * d[1], 1 + j * d[2]
-      local v = x:slice(nd - 1, r0, r0 + (out[1].m - 1) * s[1], s[1])
-      views[#views + 1] = v:slice(nd, c0, c0 + (out[2].m - 1) * s[2], s[2])
-    end
-  end
-  return views, out[1].m, out[2].m
-end
-
 local function pool_opts(who, kernel_size, opts)
   opts = opts or {}
   local k = pair(kernel_size, who, "kernel_size")
@@ -237,19 +196,15 @@ end
 -- the first of equal ones in window order, as PyTorch's (plus one)
 function F.max_pool2d(x, kernel_size, opts)
   opts = opts or {}
+  check_tensor("max_pool2d", "input", x)
   local k, s, p, d = pool_opts("max_pool2d", kernel_size, opts)
-  local views, P, Q = windows("max_pool2d", x, k, s, p, d, -math.huge, opts.ceil_mode)
-  local nd = x:dim()
-  local vals, tap = qlua.stack(views, nd + 1):max(nd + 1)
-  if not opts.return_indices then return vals end
-  -- tap (1-based, window order) -> the input position (row, col), then row * W + col + 1
-  local t = (tap - 1):long()
-  local ti, tj = t // k[2], t % k[2]
-  local dev = x:device()
-  local rows = qlua.arange(0, P, { dtype = "int64", device = dev }):reshape({ P, 1 }) * s[1] - p[1]
-  local cols = qlua.arange(0, Q, { dtype = "int64", device = dev }):reshape({ 1, Q }) * s[2] - p[2]
-  local ih, iw = ti * d[1] + rows, tj * d[2] + cols
-  return vals, ih * x:size(nd) + iw + 1
+  local o = { kernel_size = k, stride = s, padding = p, dilation = d, ceil_mode = opts.ceil_mode }
+  -- the positions are what the backward scatters to: made whenever the call records
+  local want = opts.return_indices or (qlua.is_grad_enabled ~= nil and qlua.is_grad_enabled()
+                                       and x:requires_grad())
+  local y, idx = qlua._pool2d("max", x, o, want and true or false)
+  if opts.return_indices then return y, idx end
+  return y
 end
 
 -- avg_pool2d(x, kernel_size [, {stride = kernel_size, padding = 0, count_include_pad = true,
@@ -257,23 +212,15 @@ end
 -- count_include_pad the divisor counts the input's elements only)
 function F.avg_pool2d(x, kernel_size, opts)
   opts = opts or {}
-  if opts.ceil_mode then error("avg_pool2d: ceil_mode is not supported yet", 0) end
+  check_tensor("avg_pool2d", "input", x)
   local k, s, p = pool_opts("avg_pool2d", kernel_size, { stride = opts.stride, padding = opts.padding })
-  local views = windows("avg_pool2d", x, k, s, p, { 1, 1 }, 0, false)
-  local total = views[1]
-  for i = 2, #views do total = total + views[i] end
-  if opts.divisor_override then return total / opts.divisor_override end
-  if opts.count_include_pad == false and (p[1] > 0 or p[2] > 0) then
-    local ones = qlua.ones({ 1, x:size(x:dim() - 1), x:size(x:dim()) }, { dtype = x:dtype(), device = x:device() })
-    local cv = qlua.no_grad(function()
-      local c = windows("avg_pool2d", ones, k, s, p, { 1, 1 }, 0, false)
-      local n = c[1]
-      for i = 2, #c do n = n + c[i] end
-      return n
-    end)
-    return total / cv
+  local dv = opts.divisor_override
+  if dv ~= nil and (math.type(dv) ~= "integer" or dv < 1) then
+    error("avg_pool2d: divisor_override must be an integer >= 1, got " .. tostring(dv), 0)
   end
-  return total / (k[1] * k[2])
+  return (qlua._pool2d("avg", x, { kernel_size = k, stride = s, padding = p, ceil_mode = opts.ceil_mode,
+                                   count_include_pad = opts.count_include_pad ~= false,
+                                   divisor_override = dv }))
 end
 
 -- adaptive_avg_pool2d(x, output_size): output cell (i, j) averages rows floor(i H / P) ..
@@ -396,45 +343,25 @@ end
 
 -- normalised over the last dims (those of normalized_shape), then weight and bias
 function F.layer_norm(x, normalized_shape, weight, bias, eps)
+  check_tensor("layer_norm", "input", x)
   local dims = last_dims(x, normalized_shape, "layer_norm")
-  local mean = x:mean(dims, true)
-  local var = x:var(dims, { correction = 0, keepdim = true })
-  local y = (x - mean) * (var + (eps or 1e-5)):rsqrt()
-  if weight ~= nil then y = y * weight end
-  if bias ~= nil then y = y + bias end
-  return y
+  return (qlua._norm("layer", x, weight, bias, { eps = eps or 1e-5, normalized = #dims }))
 end
 
 -- PyTorch's default eps for rms_norm: the dtype's machine epsilon
 local EPS = { float32 = 2 ^ -23, float64 = 2 ^ -52, float16 = 2 ^ -10, bfloat16 = 2 ^ -7 }
 function F.rms_norm(x, normalized_shape, weight, eps)
+  check_tensor("rms_norm", "input", x)
   local dims = last_dims(x, normalized_shape, "rms_norm")
-  local y = x * ((x * x):mean(dims, true) + (eps or EPS[x:dtype()] or 2 ^ -23)):rsqrt()
-  if weight ~= nil then y = y * weight end
-  return y
-end
-
--- channels are dim 2 (N, C, ...): a per-channel affine shape
-local function channel_shape(x, n)
-  local s = {}
-  for d = 1, x:dim() do s[d] = 1 end
-  s[2] = n
-  return s
+  return (qlua._norm("rms", x, weight, nil, { eps = eps or EPS[x:dtype()] or 2 ^ -23, normalized = #dims }))
 end
 
 function F.group_norm(x, groups, weight, bias, eps)
-  local shape = x:shape()
-  local C = shape[2]
-  if C == nil or C % groups ~= 0 then
-    error(string.format("group_norm: %s channels do not split into %d groups", tostring(C), groups), 0)
+  check_tensor("group_norm", "input", x)
+  if math.type(groups) ~= "integer" then
+    error("group_norm: groups must be an integer, got " .. tostring(groups), 0)
   end
-  local g = x:reshape({ shape[1], groups, -1 })
-  local mean = g:mean(3, true)
-  local var = g:var(3, { correction = 0, keepdim = true })
-  local y = ((g - mean) * (var + (eps or 1e-5)):rsqrt()):reshape(shape)
-  if weight ~= nil then y = y * weight:reshape(channel_shape(x, C)) end
-  if bias ~= nil then y = y + bias:reshape(channel_shape(x, C)) end
-  return y
+  return (qlua._norm("group", x, weight, bias, { eps = eps or 1e-5, groups = groups }))
 end
 
 -- over the batch and spatial dims per channel (dim 2). training: the batch's statistics,
@@ -442,27 +369,27 @@ end
 -- variance, as PyTorch); otherwise the running statistics
 function F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
   eps, momentum = eps or 1e-5, momentum or 0.1
-  local C = x:size(2)
-  local dims = { 1 }
-  for d = 3, x:dim() do dims[#dims + 1] = d end
-  local cs = channel_shape(x, C)
-  local mean, var
-  if training then
-    mean = x:mean(dims, true)
-    var = x:var(dims, { correction = 0, keepdim = true })
-    if running_mean ~= nil then
-      local n = x:numel() // C
-      qlua.no_grad(function()
-        running_mean:mul_(1 - momentum):add_(mean:detach():reshape({ C }) * momentum)
-        running_var:mul_(1 - momentum):add_(var:detach():reshape({ C }) * (momentum * n / math.max(1, n - 1)))
-      end)
+  check_tensor("batch_norm", "input", x)
+  if not training then
+    if running_mean == nil or running_var == nil then
+      error("batch_norm: evaluation needs running_mean and running_var", 0)
     end
-  else
-    mean, var = running_mean:reshape(cs), running_var:reshape(cs)
+    return (qlua._norm("batch", x, weight, bias, { eps = eps, eval = true,
+                                                   running_mean = running_mean, running_var = running_var }))
   end
-  local y = (x - mean) * (var + eps):rsqrt()
-  if weight ~= nil then y = y * weight:reshape(cs) end
-  if bias ~= nil then y = y + bias:reshape(cs) end
+  local y, mean, rstd = qlua._norm("batch", x, weight, bias, { eps = eps })
+  if running_mean ~= nil or running_var ~= nil then
+    local n = x:numel() // x:size(2)
+    qlua.no_grad(function()
+      if running_mean ~= nil then
+        running_mean:mul_(1 - momentum):add_((mean * momentum):to(running_mean:dtype()))
+      end
+      if running_var ~= nil then   -- the biased variance is 1 / rstd^2 - eps
+        local var = (rstd * rstd):reciprocal():sub(eps):mul(momentum * n / math.max(1, n - 1))
+        running_var:mul_(1 - momentum):add_(var:to(running_var:dtype()))
+      end
+    end)
+  end
   return y
 end
 
