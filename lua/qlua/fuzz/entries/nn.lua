@@ -1,8 +1,8 @@
 -- qlua.fuzz.entries.nn — the fuzzer's entries for the runtime ops under qlua.nn and
--- qlua.optim: qlua.conv2d, conv_transpose2d, conv2d_input, conv2d_weight and
--- qlua._optim_step, with shapes and options mostly near the valid ones (a channel count, a
--- stride, a padding or a list off by one) and now and then junk; each must succeed or
--- raise, whatever it is given.
+-- qlua.optim: qlua.conv2d, conv_transpose2d, conv2d_input, conv2d_weight, qlua._norm,
+-- _norm_backward, _pool2d and _optim_step, with shapes and options mostly near the valid
+-- ones (a channel count, a stride, a padding or a list off by one) and now and then junk;
+-- each must succeed or raise, whatever it is given.
 
 return function(ctx)
   local R, entry, tdevice = ctx.R, ctx.entry, ctx.tdevice
@@ -78,6 +78,79 @@ return function(ctx)
             local dy = ok and y or make_tensor_shaped({ small(), small(), small(), small() }, x:dtype(), tdevice(x))
             if not dy then return false end
             a.n = 3; a[1], a[2], a[3] = x, R:chance(0.9) and w:shape() or { small(), -1, 2, 2 }, dy
+          end }
+  -- qlua._norm and _norm_backward: an input of 1..4 dims, a weight and bias of the size
+  -- the kind wants most of the time, statistics from a forward call or of a wrong size
+  local NORM_KINDS = { "layer", "rms", "group", "batch", "instance" }
+  local function g_norm(a)
+    local dt, dev = g_dtype(), tdevice(pool_pick())
+    local kind = R:pick(NORM_KINDS)
+    local shape = {}
+    for d = 1, R:int(1, 4) do shape[d] = R:int(0, 4) end
+    local x = make_tensor_shaped(shape, dt, dev)
+    if not x then return nil end
+    local c = (kind == "layer" or kind == "rms") and shape[#shape] or shape[2] or 1
+    if R:chance(0.15) then c = R:int(0, 5) end
+    local w = R:chance(0.7) and make_tensor_shaped({ c }, R:chance(0.9) and dt or R:pick(DTYPES), dev) or nil
+    local b = R:chance(0.5) and make_tensor_shaped({ c }, dt, dev) or nil
+    local o = { eps = R:pick({ 1e-5, 0, -1, 1 / 0 }), normalized = R:pick({ 1, 1, 2, 0, 5 }),
+                groups = R:pick({ 1, 2, 3, 0 }), eval = R:chance(0.3) }
+    if o.eval then
+      o.running_mean = make_tensor_shaped({ R:chance(0.9) and c or c + 1 }, dt, dev)
+      o.running_var = R:chance(0.9) and make_tensor_shaped({ c }, "float32", dev) or g_junk()
+    end
+    if R:chance(0.05) then o = g_junk() end
+    return kind, x, w, b, o
+  end
+  entry { name = "_norm", kind = "module", ret = "tensor", names = { "_norm", "layer_norm", "rms_norm", "group_norm", "batch_norm" }, weight = 0.5,
+          gen = function(a)
+            local kind, x, w, b, o = g_norm(a)
+            if not kind then return false end
+            a.n = 5; a[1], a[2], a[3], a[4], a[5] = kind, x, w, b, o
+          end }
+  entry { name = "_norm_backward", kind = "module", ret = "any",
+          names = { "_norm_backward", "layer_norm", "rms_norm", "group_norm", "batch_norm" }, weight = 0.5,
+          gen = function(a)
+            local kind, x, w, b, o = g_norm(a)
+            if not kind then return false end
+            local ok, _, mean, rstd = pcall(qlua._norm, kind, x, w, b, o)
+            if not ok or R:chance(0.1) then
+              mean = make_tensor_shaped({ small() }, "float32", tdevice(x))
+              rstd = make_tensor_shaped({ small() }, R:pick({ "float32", "float64", "int32" }), tdevice(x))
+            end
+            if not rstd then return false end
+            local dy = R:chance(0.9) and make_tensor_shaped(x:shape(), x:dtype(), tdevice(x))
+                       or make_tensor_shaped({ small(), small() }, x:dtype(), tdevice(x))
+            if not dy then return false end
+            a.n = 10
+            a[1], a[2], a[3], a[4], a[5], a[6], a[7] = kind, dy, x, w, mean, rstd, type(o) == "table" and o or {}
+            a[8], a[9], a[10] = R:chance(0.8), R:chance(0.6), R:chance(0.6)
+          end }
+  -- qlua._pool2d: max (with or without its indices), avg and avg's backward
+  entry { name = "_pool2d", kind = "module", ret = "tensor",
+          names = { "_pool2d", "max_pool2d", "avg_pool2d", "avg_pool2d_backward" }, weight = 0.5,
+          gen = function(a)
+            local dt, dev = g_dtype(), tdevice(pool_pick())
+            local shape = { R:int(0, 2), R:int(1, 3), R:int(1, 7), R:int(1, 7) }
+            if R:chance(0.1) then table.remove(shape, 1) end
+            if R:chance(0.05) then table.remove(shape, 1) end
+            local x = make_tensor_shaped(shape, dt, dev)
+            if not x then return false end
+            local o = { kernel_size = g_opt_value("kernel_size") }
+            for _, k in ipairs({ "stride", "padding", "dilation" }) do
+              if R:chance(0.4) then o[k] = g_opt_value(k) end
+            end
+            o.ceil_mode, o.count_include_pad = R:chance(0.3), R:chance(0.7)
+            if R:chance(0.2) then o.divisor_override = R:pick({ 1, 3, 0, -2, 2.5 }) end
+            local mode = R:pick({ "max", "max", "avg", "avg_backward", "min" })
+            if mode == "avg_backward" then
+              local ok, y = pcall(qlua._pool2d, "avg", x, o)
+              local dy = ok and R:chance(0.9) and y or make_tensor_shaped({ small(), small(), small(), small() }, dt, dev)
+              if not dy then return false end
+              a.n = 4; a[1], a[2], a[3], a[4] = mode, dy, x, o
+            else
+              a.n = 4; a[1], a[2], a[3], a[4] = mode, x, R:chance(0.95) and o or g_junk(), R:chance(0.5)
+            end
           end }
   -- qlua._optim_step over tensors of one shape most of the time (it writes them in place:
   -- fresh ones, so the pool's own are not changed under the other entries)
