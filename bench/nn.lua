@@ -17,6 +17,11 @@
 --   conv2d_f32_cpu   the same with N=8 on the CPU against PyTorch's CPU: target <= 2x
 --   cnn_step_gpu     one training step of samples/cnn.lua's network (batch 64, AdamW)
 --   cnn_step_cpu     against the same network in PyTorch eager: target <= 1x on the GPU
+--   layer_norm_fwd_gpu     F.layer_norm of 8192 x 8192 float32 with weight and bias, and
+--   layer_norm_fwdbwd_gpu  that with its backward (all three gradients), against PyTorch's:
+--                          target <= 1x, and >= 85% of copy bandwidth: the bytes the op
+--                          must move (forward x and y; backward also dy and dx) over its
+--                          time, against a same-size copy's in the same run
 package.path = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" .. package.path
 local optim = require "qlua.optim"
 local R = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/report.lua")
@@ -110,6 +115,35 @@ for _, dev in ipairs({ "gpu", "cpu" }) do
     rows[#rows + 1] = { case = case, qlua = t, base = b, value = b and t / b, unit = "x PyTorch eager",
                         target = dev == "gpu" and 1 or nil, at_most = true }
   end
+end
+
+-- ---------------------------------------------------------------- layer_norm
+if qlua.gpu_count() > 0 then
+  local F = require("qlua.nn").functional
+  qlua.seed(13)
+  local n = 8192
+  local x = qlua.randn({ n, n }, { device = "gpu" }):requires_grad_()
+  local w = qlua.randn({ n }, { device = "gpu" }):requires_grad_()
+  local b = qlua.randn({ n }, { device = "gpu" }):requires_grad_()
+  local dy = qlua.randn({ n, n }, { device = "gpu" })
+  local copy_to = qlua.empty({ n, n }, { device = "gpu" })
+  local o = { calls = 10, runs = 5, warmup = 1 }
+  local t_copy = qlua.bench(function() copy_to:copy_(dy) end, o).median
+  local t_fwd = qlua.bench(function() qlua.no_grad(function() F.layer_norm(x, { n }, w, b) end) end, o).median
+  local t_both = qlua.bench(function()
+    x.grad, w.grad, b.grad = nil, nil, nil
+    F.layer_norm(x, { n }, w, b):backward(dy)
+  end, o).median
+  -- a copy moves 2 arrays; the forward 2 (x, y), forward and backward 5 (x, y; x, dy, dx)
+  for _, c in ipairs({ { "layer_norm_fwd_gpu", t_fwd, 2 }, { "layer_norm_fwdbwd_gpu", t_both, 5 } }) do
+    local case, t, arrays = table.unpack(c)
+    local b0 = base[case]
+    rows[#rows + 1] = { case = case, qlua = t, base = b0, value = b0 and t / b0, unit = "x PyTorch",
+                        target = 1, at_most = true,
+                        extra = ("%.0f%% of copy bandwidth (>= 85%%), %.0f GB/s"):format(
+                          100 * (arrays / 2) * t_copy / t, arrays * n * n * 4 / t / 1e9) }
+  end
+  for _, t in ipairs({ x, w, b, dy, copy_to }) do t:free() end
 end
 
 R.print(rows, args.csv)

@@ -2,7 +2,8 @@
 gradients, with torch.optim's fused=True kernels: AdamW and SGD (momentum 0.9) over 100 x 1M
 on the GPU (when torch sees one), AdamW over 100 x 100k on the CPU; conv2d forward and
 backward (N=64 on the GPU in float32 and bfloat16, N=8 on the CPU, 64 -> 64 channels, 56x56,
-3x3, padding 1); and a training step of samples/cnn.lua's network in eager mode. Prints
+3x3, padding 1); a training step of samples/cnn.lua's network in eager mode; and layer_norm
+of 8192 x 8192 float32 on the GPU, forward and forward with backward. Prints
 `case,seconds` lines (the median of 5 runs after a warm-up run, the device synchronised
 after each run); prints nothing when torch is missing.
 
@@ -59,6 +60,27 @@ def cnn_time(dev):
     return step_time_of(dev, Step(), 20)
 
 
+def layer_norm_times():
+    torch.manual_seed(13)
+    n = 8192
+    x = torch.randn(n, n, device="cuda", requires_grad=True)
+    w = torch.randn(n, device="cuda", requires_grad=True)
+    b = torch.randn(n, device="cuda", requires_grad=True)
+    dy = torch.randn(n, n, device="cuda")
+    F = torch.nn.functional
+
+    class Fwd:
+        def step(self):
+            with torch.no_grad():
+                F.layer_norm(x, (n,), w, b)
+
+    class Both:
+        def step(self):
+            x.grad, w.grad, b.grad = None, None, None
+            F.layer_norm(x, (n,), w, b).backward(dy)
+    return step_time_of("cuda", Fwd(), 10), step_time_of("cuda", Both(), 10)
+
+
 def step_time_of(dev, s, calls, runs=5):
     def batch():
         for _ in range(calls):
@@ -98,6 +120,9 @@ def main():
         print("conv2d_f32_gpu,%.9g" % conv_time("cuda", torch.float32, 64), flush=True)
         print("conv2d_bf16_gpu,%.9g" % conv_time("cuda", torch.bfloat16, 64), flush=True)
         print("cnn_step_gpu,%.9g" % cnn_time("cuda"), flush=True)
+        fwd, both = layer_norm_times()
+        print("layer_norm_fwd_gpu,%.9g" % fwd, flush=True)
+        print("layer_norm_fwdbwd_gpu,%.9g" % both, flush=True)
     print("conv2d_f32_cpu,%.9g" % conv_time("cpu", torch.float32, 8), flush=True)
     print("cnn_step_cpu,%.9g" % cnn_time("cpu"), flush=True)
 
