@@ -332,8 +332,10 @@ static int conv_once(qt_device *dev, conv_device *d, const conv_plan *p, int alg
 
 /* The first call of a plan with several candidates runs each once between two events and
 ** keeps the fastest (cuDNN's v7 ranking alone left float32 and bfloat16 convolutions 16%
-** and 60% behind PyTorch's on the H200); it waits for the GPU that once. The output is
-** written by every run, so the last one's is as good as any. */
+** and 60% behind PyTorch's on the H200); it waits for the GPU that once. A candidate that
+** fails to run (cuDNN ranks some it then refuses: CUDNN_STATUS_BAD_PARAM) is passed over.
+** Unless the fastest ran last, it runs once more, so the output is the one every later
+** call gives (algorithms differ in the last bits). */
 static int conv_time_candidates(qt_device *dev, conv_device *d, conv_plan *p, const qt_view *x,
                                 const qt_view *w, const qt_view *y, qt_err *err) {
   cudaStream_t stream = qt_cuda_context(dev)->stream;
@@ -343,24 +345,33 @@ static int conv_time_candidates(qt_device *dev, conv_device *d, conv_plan *p, co
     cudaEventDestroy(ev[0]);
     return -1;
   }
-  int rc = 0, best = 0;
+  int rc = 0, best = -1, last = -1;
   float best_ms = 0;
+  qt_err first;
+  first.msg[0] = '\0';
   for (int i = 0; i < p->ncand && rc == 0; i++) {
     float ms = 0;
     rc = qt_cuda_check(dev, cudaEventRecord(ev[0], stream), "conv", err);
-    if (rc == 0) rc = conv_once(dev, d, p, p->cand_algo[i], p->cand_ws[i], x, w, y, err);
-    if (rc == 0) rc = qt_cuda_check(dev, cudaEventRecord(ev[1], stream), "conv", err);
+    if (rc != 0) break;
+    qt_err why;
+    if (conv_once(dev, d, p, p->cand_algo[i], p->cand_ws[i], x, w, y, &why) != 0) {
+      if (first.msg[0] == '\0') first = why;
+      continue;   /* a CUDA error is sticky: the event calls below report it */
+    }
+    rc = qt_cuda_check(dev, cudaEventRecord(ev[1], stream), "conv", err);
     if (rc == 0) rc = qt_cuda_check(dev, cudaEventSynchronize(ev[1]), "conv", err);
     if (rc == 0) rc = qt_cuda_check(dev, cudaEventElapsedTime(&ms, ev[0], ev[1]), "conv", err);
-    if (rc == 0 && (i == 0 || ms < best_ms)) best = i, best_ms = ms;
+    if (rc == 0 && (best < 0 || ms < best_ms)) best = i, best_ms = ms;
+    last = i;
   }
   cudaEventDestroy(ev[0]);
   cudaEventDestroy(ev[1]);
-  if (rc == 0) {
-    p->algo = p->cand_algo[best];
-    p->workspace = p->cand_ws[best];
-  }
-  return rc;
+  if (rc != 0) return rc;
+  if (best < 0) return qt_errorf(err, "%s", first.msg);
+  p->algo = p->cand_algo[best];
+  p->workspace = p->cand_ws[best];
+  if (best != last) return conv_once(dev, d, p, p->algo, p->workspace, x, w, y, err);
+  return 0;
 }
 
 static int conv_run(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_view *x,

@@ -380,13 +380,13 @@ function F.batch_norm(x, running_mean, running_var, weight, bias, training, mome
   local y, mean, rstd = qlua._norm("batch", x, weight, bias, { eps = eps })
   if running_mean ~= nil or running_var ~= nil then
     local n = x:numel() // x:size(2)
-    qlua.no_grad(function()
-      if running_mean ~= nil then
-        running_mean:mul_(1 - momentum):add_((mean * momentum):to(running_mean:dtype()))
+    qlua.no_grad(function()   -- r += momentum (batch - r), in r's dtype
+      local function move(r, t)
+        r:lerp_(t:dtype() == r:dtype() and t or t:to(r:dtype()), momentum)
       end
-      if running_var ~= nil then   -- the biased variance is 1 / rstd^2 - eps
-        local var = (rstd * rstd):reciprocal():sub(eps):mul(momentum * n / math.max(1, n - 1))
-        running_var:mul_(1 - momentum):add_(var:to(running_var:dtype()))
+      if running_mean ~= nil then move(running_mean, mean) end
+      if running_var ~= nil then   -- the biased variance is rstd^-2 - eps; unbiased * n / (n - 1)
+        move(running_var, rstd:pow(-2):sub(eps):mul(n / math.max(1, n - 1)))
       end
     end)
   end
