@@ -21,42 +21,36 @@ local function errmsg(f, ...)
   return tostring(e)
 end
 
+-- f(key, at, ch) for every element of an (n, c, inner) list, in order: at its 1-based
+-- position, ch its 0-based channel, key(b, ch) the statistics it belongs to
+local function each(n, c, inner, key, f)
+  for b = 0, n - 1 do
+    for ch = 0, c - 1 do
+      local k = key(b, ch)
+      for i = 0, inner - 1 do f(k, (b * c + ch) * inner + i + 1, ch) end
+    end
+  end
+end
+
 -- The reference: x's numbers as a flat list in (n, c, inner) order, normalised over the
--- sets `set(b, ch)` names (a key per element's statistics), with weight and bias per
--- channel; returns y and the statistics by key.
+-- sets `key(b, ch)` names, with weight and bias per channel; returns y and the statistics
+-- by key.
 local function norm_ref(X, n, c, inner, key, eps, rms, W, B)
   local sums, cnt = {}, {}
-  for b = 0, n - 1 do
-    for ch = 0, c - 1 do
-      for i = 0, inner - 1 do
-        local k, v = key(b, ch), X[(b * c + ch) * inner + i + 1]
-        sums[k] = (sums[k] or 0) + (rms and 0 or v)
-        cnt[k] = (cnt[k] or 0) + 1
-      end
-    end
-  end
+  each(n, c, inner, key, function(k, at)
+    sums[k] = (sums[k] or 0) + (rms and 0 or X[at])
+    cnt[k] = (cnt[k] or 0) + 1
+  end)
   local mean, var = {}, {}
   for k, s in pairs(sums) do mean[k], var[k] = s / cnt[k], 0 end
-  for b = 0, n - 1 do
-    for ch = 0, c - 1 do
-      for i = 0, inner - 1 do
-        local k = key(b, ch)
-        var[k] = var[k] + (X[(b * c + ch) * inner + i + 1] - mean[k]) ^ 2 / cnt[k]
-      end
-    end
-  end
+  each(n, c, inner, key, function(k, at) var[k] = var[k] + (X[at] - mean[k]) ^ 2 / cnt[k] end)
   local Y = {}
-  for b = 0, n - 1 do
-    for ch = 0, c - 1 do
-      for i = 0, inner - 1 do
-        local k, at = key(b, ch), (b * c + ch) * inner + i + 1
-        local y = (X[at] - mean[k]) / math.sqrt(var[k] + eps)
-        if W then y = y * W[ch + 1] end
-        if B then y = y + B[ch + 1] end
-        Y[at] = y
-      end
-    end
-  end
+  each(n, c, inner, key, function(k, at, ch)
+    local y = (X[at] - mean[k]) / math.sqrt(var[k] + eps)
+    if W then y = y * W[ch + 1] end
+    if B then y = y + B[ch + 1] end
+    Y[at] = y
+  end)
   return Y, mean, var
 end
 
@@ -115,29 +109,18 @@ local function norm_grad_ref(X, G, n, c, inner, key, eps, rms, W)
   local function xhat(k, at) return (X[at] - mean[k]) / math.sqrt(var[k] + eps) end
   local DW, DB = {}, {}
   for ch = 1, c do DW[ch], DB[ch] = 0, 0 end
-  for b = 0, n - 1 do
-    for ch = 0, c - 1 do
-      for i = 0, inner - 1 do
-        local k, at = key(b, ch), (b * c + ch) * inner + i + 1
-        local g = G[at] * (W and W[ch + 1] or 1)
-        sg[k], sgx[k], cnt[k] = (sg[k] or 0) + g, (sgx[k] or 0) + g * xhat(k, at), (cnt[k] or 0) + 1
-        DW[ch + 1] = DW[ch + 1] + G[at] * xhat(k, at)
-        DB[ch + 1] = DB[ch + 1] + G[at]
-      end
-    end
-  end
+  each(n, c, inner, key, function(k, at, ch)
+    local g = G[at] * (W and W[ch + 1] or 1)
+    sg[k], sgx[k], cnt[k] = (sg[k] or 0) + g, (sgx[k] or 0) + g * xhat(k, at), (cnt[k] or 0) + 1
+    DW[ch + 1] = DW[ch + 1] + G[at] * xhat(k, at)
+    DB[ch + 1] = DB[ch + 1] + G[at]
+  end)
   local DX = {}
-  for b = 0, n - 1 do
-    for ch = 0, c - 1 do
-      for i = 0, inner - 1 do
-        local k, at = key(b, ch), (b * c + ch) * inner + i + 1
-        local g = G[at] * (W and W[ch + 1] or 1)
-        local t = g - xhat(k, at) * sgx[k] / cnt[k]
-        if not rms then t = t - sg[k] / cnt[k] end
-        DX[at] = t / math.sqrt(var[k] + eps)
-      end
-    end
-  end
+  each(n, c, inner, key, function(k, at, ch)
+    local t = G[at] * (W and W[ch + 1] or 1) - xhat(k, at) * sgx[k] / cnt[k]
+    if not rms then t = t - sg[k] / cnt[k] end
+    DX[at] = t / math.sqrt(var[k] + eps)
+  end)
   return DX, DW, DB
 end
 
