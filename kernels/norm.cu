@@ -9,9 +9,10 @@
 **   rows (GROUP, RMS): a block per row (batch row, group), whose elements are contiguous.
 **     Forward: one pass for the statistics (sums shifted by the row's first element, so
 **     the variance does not cancel), one for y, which finds the row in L2. Backward: one
-**     pass for sum(g) and sum(g xhat) (g = dy weight), one for dx; layer_norm's (one group,
-**     rows of at most NRM_FUSED_K * 512) also sums its weight's and bias's gradients in
-**     those passes, a block walking many rows with its columns' partial sums in registers.
+**     pass for sum(g) and sum(g xhat) (g = dy weight), one for dx. layer_norm and rms_norm
+**     (one group) on rows of whole 16-byte vectors, up to 8192 float32, hold the row in
+**     registers instead, so each pass reads memory once, and the backward also sums the
+**     weight's and bias's gradients, a block walking many rows (nrm_vec_fwd, nrm_vec_bwd).
 **   channel sums (the weight's and bias's gradients; batch norm's statistics and its
 **     backward's sums): pass 1 writes partial sums per (batch chunk, channel) or, when
 **     `inner` is short, per (batch chunk, plane element) with neighbouring threads on
@@ -136,58 +137,141 @@ __global__ void nrm_rows_bwd(nrm_geom g, const T *__restrict__ x, const T *__res
   }
 }
 
-/* layer_norm's backward with the weight's and bias's gradients in the same pass: a block
-** takes rows blockIdx.x, + gridDim.x, ..., each thread keeps the partial sums of its
-** columns (tid + k blockDim, k < NRM_FUSED_K) across them, and writes them once at the end
-** (partial[block][column]); nrm_chan_finish adds the blocks'. So dy and x are read once for
-** all three gradients. */
-#define NRM_FUSED_K 16
+/* layer_norm and rms_norm (one group, inner 1) on rows whose 16-byte vectors a block
+** holds in registers: NRM_VPT vectors a thread, so a row is read from memory once and up to
+** NRM_VPT * 512 vectors long (8192 float32). Forward: load, block sums, y. Backward: load x
+** and dy, block sums, dx, with the weight's and bias's gradients summed across the rows a
+** block walks (rows blockIdx.x, + gridDim.x, ...) in shared memory, each thread on its own
+** columns (no races), written once at the end (partial[block][column]) for
+** nrm_chan_finish to add. So each pass reads its inputs once. */
+#define NRM_VPT 4
+template <typename T>
+struct alignas(16) nrm_pack {
+  T v[16 / sizeof(T)];
+};
+
 template <typename T, typename A, bool RMS>
-__global__ void __launch_bounds__(NRM_MAX_THREADS, 1)
-    nrm_rows_bwd_fused(nrm_geom g, int64_t rows, const T *__restrict__ x, const T *__restrict__ w,
-                       const T *__restrict__ dy, const A *mean, const A *rstd,
-                       T *__restrict__ dx, A *p1, A *p2) {
-  A pw[NRM_FUSED_K], pb[NRM_FUSED_K];
+__global__ void __launch_bounds__(NRM_MAX_THREADS)
+    nrm_vec_fwd(nrm_geom g, const T *__restrict__ x, const T *__restrict__ w,
+                const T *__restrict__ bias, T *__restrict__ y, A *mean, A *rstd) {
+  constexpr int N = 16 / sizeof(T);
+  typedef nrm_pack<T> P;
+  int64_t r = blockIdx.x, nv = g.len / N;
+  const P *xr = (const P *)(x + r * g.len);
+  A v[NRM_VPT][N];
+  A shift = RMS ? (A)0 : nrm_in<T, A>(x[r * g.len]);
+  A s1 = 0, s2 = 0;
 #pragma unroll
-  for (int k = 0; k < NRM_FUSED_K; k++) pw[k] = pb[k] = 0;
+  for (int k = 0; k < NRM_VPT; k++) {
+    int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+    if (i < nv) {
+      P p = xr[i];
+#pragma unroll
+      for (int e = 0; e < N; e++) {
+        v[k][e] = nrm_in<T, A>(p.v[e]);
+        A d = v[k][e] - shift;
+        s1 += d;
+        s2 += d * d;
+      }
+    }
+  }
+  nrm_block_sum2(s1, s2);
+  A inv = (A)1 / (A)g.len, mu = 0, var;
+  if (RMS) {
+    var = s2 * inv;
+  } else {
+    A m1 = s1 * inv;
+    mu = shift + m1;
+    var = s2 * inv - m1 * m1;
+    if (var < 0) var = 0;
+  }
+  A rs = (A)1 / sqrt(var + (A)g.eps);
+  if (threadIdx.x == 0) {
+    if (!RMS) mean[r] = mu;
+    rstd[r] = rs;
+  }
+  P *yr = (P *)(y + r * g.len);
+#pragma unroll
+  for (int k = 0; k < NRM_VPT; k++) {
+    int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+    if (i < nv) {
+      P o, pw, pb;
+      if (w != NULL) pw = ((const P *)w)[i];
+      if (bias != NULL) pb = ((const P *)bias)[i];
+#pragma unroll
+      for (int e = 0; e < N; e++) {
+        A t = (v[k][e] - mu) * rs;
+        if (w != NULL) t *= nrm_in<T, A>(pw.v[e]);
+        if (bias != NULL) t += nrm_in<T, A>(pb.v[e]);
+        o.v[e] = nrm_out<T, A>(t);
+      }
+      yr[i] = o;
+    }
+  }
+}
+
+/* p1/p2 NULL: no weight or bias gradient wanted (then one row a block). */
+template <typename T, typename A, bool RMS>
+__global__ void __launch_bounds__(NRM_MAX_THREADS)
+    nrm_vec_bwd(nrm_geom g, int64_t rows, const T *__restrict__ x, const T *__restrict__ w,
+                const T *__restrict__ dy, const A *mean, const A *rstd, T *__restrict__ dx,
+                A *p1, A *p2) {
+  constexpr int N = 16 / sizeof(T);
+  typedef nrm_pack<T> P;
+  extern __shared__ unsigned char nrm_smem[];
+  A *sb = (A *)nrm_smem, *sw = sb + g.len;   /* this block's column sums: dbias, dweight */
+  int64_t nv = g.len / N;
+  bool sums = p1 != NULL;
+  if (sums)
+    for (int64_t j = threadIdx.x * N; j < g.len; j += (int64_t)blockDim.x * N)
+      for (int e = 0; e < N; e++) sb[j + e] = sw[j + e] = 0;
   A inv = (A)1 / (A)g.len;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T *xr = x + r * g.len, *dr = dy + r * g.len;
+    const P *xr = (const P *)(x + r * g.len), *dr = (const P *)(dy + r * g.len);
     A mu = RMS ? (A)0 : mean[r], rs = rstd[r];
+    A xh[NRM_VPT][N], gv[NRM_VPT][N];
     A sg = 0, sgx = 0;
 #pragma unroll
-    for (int k = 0; k < NRM_FUSED_K; k++) {
-      int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
-      if (j < g.len) {
-        A d = nrm_in<T, A>(dr[j]), xh = (nrm_in<T, A>(xr[j]) - mu) * rs;
-        A gj = w != NULL ? d * nrm_in<T, A>(w[j]) : d;
-        sg += gj;
-        sgx += gj * xh;
-        pw[k] += d * xh;
-        pb[k] += d;
+    for (int k = 0; k < NRM_VPT; k++) {
+      int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+      if (i < nv) {
+        P px = xr[i], pd = dr[i], pw;
+        if (w != NULL) pw = ((const P *)w)[i];
+#pragma unroll
+        for (int e = 0; e < N; e++) {
+          A d = nrm_in<T, A>(pd.v[e]);
+          xh[k][e] = (nrm_in<T, A>(px.v[e]) - mu) * rs;
+          gv[k][e] = w != NULL ? d * nrm_in<T, A>(pw.v[e]) : d;
+          sg += gv[k][e];
+          sgx += gv[k][e] * xh[k][e];
+          if (sums) {
+            sb[i * N + e] += d;
+            sw[i * N + e] += d * xh[k][e];
+          }
+        }
       }
     }
     nrm_block_sum2(sg, sgx);
     if (dx == NULL) continue;
     A mg = RMS ? (A)0 : sg * inv, mgx = sgx * inv;
+    P *dxr = (P *)(dx + r * g.len);
 #pragma unroll
-    for (int k = 0; k < NRM_FUSED_K; k++) {
-      int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
-      if (j < g.len) {
-        A d = nrm_in<T, A>(dr[j]), xh = (nrm_in<T, A>(xr[j]) - mu) * rs;
-        A gj = w != NULL ? d * nrm_in<T, A>(w[j]) : d;
-        dx[r * g.len + j] = nrm_out<T, A>(rs * (gj - mg - xh * mgx));
+    for (int k = 0; k < NRM_VPT; k++) {
+      int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+      if (i < nv) {
+        P o;
+#pragma unroll
+        for (int e = 0; e < N; e++) o.v[e] = nrm_out<T, A>(rs * (gv[k][e] - mg - xh[k][e] * mgx));
+        dxr[i] = o;
       }
     }
   }
-#pragma unroll
-  for (int k = 0; k < NRM_FUSED_K; k++) {
-    int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
-    if (j < g.len) {
-      p1[blockIdx.x * g.len + j] = pb[k];
-      p2[blockIdx.x * g.len + j] = pw[k];
-    }
-  }
+  if (sums)
+    for (int64_t j = threadIdx.x * N; j < g.len; j += (int64_t)blockDim.x * N)
+      for (int e = 0; e < N; e++) {
+        p1[blockIdx.x * g.len + j + e] = sb[j + e];
+        p2[blockIdx.x * g.len + j + e] = sw[j + e];
+      }
 }
 
 /* ------------------------------------------------------------------ channel sums */
@@ -288,8 +372,10 @@ __global__ void nrm_chan_finish(nrm_geom g, int64_t chunks, int64_t per, const A
   }
   if (MODE == NRM_BGRAD) {
     q2 *= rstd[ch];
-    m1[ch] = q1 / m;
-    m2[ch] = q2 / m;
+    if (m1 != NULL) {   /* NULL: the statistics were given (eval), dx needs no sums */
+      m1[ch] = q1 / m;
+      m2[ch] = q2 / m;
+    }
   }
   if (dw != NULL) dw[ch] = nrm_out<T, A>(q2);
   if (db != NULL) db[ch] = nrm_out<T, A>(q1);
@@ -371,23 +457,52 @@ static int nrm_channel_sums(qt_device *dev, const nrm_geom &g, const qt_norm_opt
   return qt_cuda_check_launch(dev, "norm", err);
 }
 
-/* layer_norm / rms_norm backward with dweight or dbias: the fused pass, then the blocks'
-** partials added per column. */
-template <typename T, typename A>
-static int nrm_layer_backward(qt_device *dev, const nrm_geom &g, int64_t rows, unsigned threads,
-                              bool rms, const T *x, const T *w, const T *dy, const A *mean,
-                              const A *rstd, T *dx, T *dw, T *db, qt_err *err) {
+/* Whether the row kernels that hold a row in registers take this call: one group, inner 1,
+** rows of whole 16-byte vectors that fit, every pointer aligned. */
+static bool nrm_vec_ok(const nrm_geom &g, size_t es, const void *const *ptrs, int n) {
+  int64_t per = 16 / (int64_t)es;
+  if (g.groups != 1 || g.inner != 1 || g.len % per != 0 || g.len / per > (int64_t)NRM_VPT * NRM_MAX_THREADS)
+    return false;
+  for (int k = 0; k < n; k++)
+    if (ptrs[k] != NULL && (uintptr_t)ptrs[k] % 16 != 0) return false;
+  return true;
+}
+
+/* Threads for a row of nv vectors: NRM_VPT vectors each, a multiple of 32. */
+static unsigned nrm_vec_threads(int64_t nv) {
+  int64_t t = (nv + NRM_VPT - 1) / NRM_VPT;
+  t = (t + 31) / 32 * 32;
+  return (unsigned)(t < 32 ? 32 : t > NRM_MAX_THREADS ? NRM_MAX_THREADS : t);
+}
+
+template <typename T, typename A, bool RMS>
+static int nrm_vec_backward_launch(qt_device *dev, const nrm_geom &g, int64_t rows, const T *x,
+                                   const T *w, const T *dy, const A *mean, const A *rstd, T *dx,
+                                   T *dw, T *db, qt_err *err) {
   qt_cuda_ctx *c = qt_cuda_context(dev);
-  int64_t per_sm = NRM_MAX_THREADS / threads, sms = c->sm_count > 0 ? c->sm_count : 1;
-  int64_t blocks = rows < sms * per_sm ? rows : sms * per_sm;
+  unsigned threads = nrm_vec_threads(g.len / (16 / (int64_t)sizeof(T)));
+  if (dw == NULL && db == NULL) {
+    nrm_vec_bwd<T, A, RMS><<<(unsigned)rows, threads, 0, c->stream>>>(g, rows, x, w, dy, mean, rstd, dx, NULL, NULL);
+    return qt_cuda_check_launch(dev, "norm", err);
+  }
+  size_t smem = (size_t)g.len * sizeof(A) * 2;
+  if (smem > 48 * 1024 &&   /* past the default limit of dynamic shared memory */
+      qt_cuda_check(dev, cudaFuncSetAttribute(nrm_vec_bwd<T, A, RMS>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                    "norm", err))
+    return -1;
+  int per_sm = 0;
+  if (qt_cuda_check(dev, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, nrm_vec_bwd<T, A, RMS>, (int)threads, smem),
+                    "norm", err))
+    return -1;
+  int64_t sms = c->sm_count > 0 ? c->sm_count : 1;
+  int64_t blocks = sms * (per_sm > 0 ? per_sm : 1);
+  if (blocks > rows) blocks = rows;
   size_t nbytes = (size_t)(blocks * g.len) * sizeof(A) * 2;
   void *ws = NULL;
   if (qt_cuda_scratch(dev, nbytes, &ws, err) != 0) return -1;
   A *p1 = (A *)ws, *p2 = p1 + blocks * g.len;
-  if (rms)
-    nrm_rows_bwd_fused<T, A, true><<<(unsigned)blocks, threads, 0, c->stream>>>(g, rows, x, w, dy, mean, rstd, dx, p1, p2);
-  else
-    nrm_rows_bwd_fused<T, A, false><<<(unsigned)blocks, threads, 0, c->stream>>>(g, rows, x, w, dy, mean, rstd, dx, p1, p2);
+  nrm_vec_bwd<T, A, RMS><<<(unsigned)blocks, threads, smem, c->stream>>>(g, rows, x, w, dy, mean, rstd, dx, p1, p2);
   nrm_geom cols = g;   /* the finisher's channels are the row's columns */
   cols.c = g.len;
   nrm_chan_finish<T, A, NRM_DW><<<(unsigned)((g.len + 127) / 128), 128, 0, c->stream>>>(
@@ -424,14 +539,22 @@ static int nrm_run(qt_device *dev, const qt_norm_opts *o, const qt_view *v, qt_e
     int64_t rows = g.n * g.groups;
     if (rows > 0x7fffffff) return qt_errorf(err, "norm: %lld rows", (long long)rows);
     unsigned threads = nrm_row_threads(g.len);
+    const void *ptrs[] = {x, w, bias, y, dy, dx};
+    if (nrm_vec_ok(g, sizeof(T), ptrs, 6)) {
+      unsigned vt = nrm_vec_threads(g.len / (16 / (int64_t)sizeof(T)));
+      if (o->backward && rms)
+        return nrm_vec_backward_launch<T, A, true>(dev, g, rows, x, w, dy, mean, rstd, dx, dw, db, err);
+      if (o->backward)
+        return nrm_vec_backward_launch<T, A, false>(dev, g, rows, x, w, dy, mean, rstd, dx, dw, db, err);
+      if (rms) nrm_vec_fwd<T, A, true><<<(unsigned)rows, vt, 0, c->stream>>>(g, x, w, bias, y, mean, rstd);
+      else nrm_vec_fwd<T, A, false><<<(unsigned)rows, vt, 0, c->stream>>>(g, x, w, bias, y, mean, rstd);
+      return qt_cuda_check_launch(dev, "norm", err);
+    }
     if (!o->backward) {
       if (rms) nrm_rows_fwd<T, A, true><<<(unsigned)rows, threads, 0, c->stream>>>(g, x, w, bias, y, mean, rstd);
       else nrm_rows_fwd<T, A, false><<<(unsigned)rows, threads, 0, c->stream>>>(g, x, w, bias, y, mean, rstd);
       return qt_cuda_check_launch(dev, "norm", err);
     }
-    if ((dw != NULL || db != NULL) && g.groups == 1 && g.inner == 1 &&
-        g.len <= (int64_t)NRM_FUSED_K * threads)
-      return nrm_layer_backward<T, A>(dev, g, rows, threads, rms, x, w, dy, mean, rstd, dx, dw, db, err);
     if (dx != NULL) {
       if (rms) nrm_rows_bwd<T, A, true><<<(unsigned)rows, threads, 0, c->stream>>>(g, x, w, dy, mean, rstd, dx);
       else nrm_rows_bwd<T, A, false><<<(unsigned)rows, threads, 0, c->stream>>>(g, x, w, dy, mean, rstd, dx);
@@ -440,7 +563,7 @@ static int nrm_run(qt_device *dev, const qt_norm_opts *o, const qt_view *v, qt_e
     if (dw == NULL && db == NULL) return 0;
     return nrm_channel_sums<T, A, NRM_DW>(dev, g, o, v, dw, db, NULL, NULL, NULL, NULL, err);
   }
-  bool small = total < ((int64_t)1 << 32);
+  bool small = total < ((int64_t)1 << 31);   /* 32-bit indices whose grid stride cannot wrap */
   if (!o->backward) {
     if (!o->given_stats &&
         nrm_channel_sums<T, A, NRM_BSTATS>(dev, g, o, v, NULL, NULL, mean, rstd, NULL, NULL, err))
