@@ -14,7 +14,8 @@
 ** and geometry (CONV_PLANS of them, the oldest replaced first), so a training step after
 ** the first pays for neither. The algorithm: of the first CONV_CANDIDATES that cuDNN's
 ** heuristics rank (cudnnGet*Algorithm_v7) and whose workspace can be had, the fastest
-** when the first call times them (conv_time_candidates).
+** when the first call times them (conv_time_candidates), each run with the math type its
+** ranking entry names (float32 without TF32 keeps FMA math).
 ** The workspace comes from the caching allocator for each call, in stream order.
 **
 ** Without cuDNN (it cannot be loaded, or qlua.set_cudnn_enabled(false)), the convolution is
@@ -70,7 +71,7 @@ typedef struct conv_api {
 #define CONV_STR(x) CONV_STR_(x)
 #define CONV_SONAME "libcudnn.so." CONV_STR(CUDNN_MAJOR)
 #define CONV_PLANS 64
-#define CONV_CANDIDATES 4
+#define CONV_CANDIDATES 6
 #define CONV_MAX_GPUS 64
 
 /* A cached plan: the key (mode, dtype, geometry, TF32), the descriptors and the algorithm. */
@@ -83,10 +84,13 @@ typedef struct conv_plan {
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
   int algo;          /* the mode's algorithm enum; -1 until the candidates are timed */
+  cudnnMathType_t algo_math;
   size_t workspace;
   int ncand;         /* the heuristics' first CONV_CANDIDATES that can run, in rank order */
-  int cand_algo[4];
-  size_t cand_ws[4];
+  int cand_algo[CONV_CANDIDATES];
+  size_t cand_ws[CONV_CANDIDATES];
+  cudnnMathType_t cand_math[CONV_CANDIDATES];   /* the math type cuDNN ranked it with */
+  cudnnMathType_t math;                          /* the descriptor's now */
 } conv_plan;
 
 typedef struct conv_device {
@@ -233,12 +237,15 @@ static int conv_pick(const Perf *perf, int n, qt_device *dev, conv_plan *p, qt_e
     }
     p->cand_algo[p->ncand] = (int)perf[i].algo;
     p->cand_ws[p->ncand] = perf[i].memory;
+    /* float32 without TF32 stays on FMA math whatever the ranking's entry says */
+    p->cand_math[p->ncand] = p->math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : perf[i].mathType;
     p->ncand++;
   }
   if (p->ncand == 0)
     return qt_errorf(err, "conv: cuDNN has no algorithm for this convolution within memory");
   p->algo = p->ncand == 1 ? p->cand_algo[0] : -1;
   p->workspace = p->cand_ws[0];
+  p->algo_math = p->cand_math[0];
   return 0;
 }
 
@@ -276,6 +283,7 @@ static conv_plan *conv_plan_for(qt_device *dev, conv_device *d, qt_conv_mode mod
       conv_check(conv_lib.set_groups(p->conv, (int)g->groups), "groups", err) ||
       conv_check(conv_lib.set_math(p->conv, math), "math type", err))
     goto fail;
+  p->math = math;
   {
     int n = 0;
     if (mode == QT_CONV_FORWARD) {
@@ -306,8 +314,13 @@ fail:
 }
 
 /* One run of the plan's operation with algorithm algo (and its workspace). */
-static int conv_once(qt_device *dev, conv_device *d, const conv_plan *p, int algo, size_t wsize,
-                     const qt_view *x, const qt_view *w, const qt_view *y, qt_err *err) {
+static int conv_once(qt_device *dev, conv_device *d, conv_plan *p, int algo, size_t wsize,
+                     cudnnMathType_t math, const qt_view *x, const qt_view *w, const qt_view *y,
+                     qt_err *err) {
+  if (math != p->math) {   /* an algorithm runs as cuDNN ranked it: with its math type */
+    if (conv_check(conv_lib.set_math(p->conv, math), "math type", err)) return -1;
+    p->math = math;
+  }
   void *ws = NULL;
   if (wsize > 0 && qt_cuda_scratch(dev, wsize, &ws, err) != 0) return -1;
   double one64 = 1, zero64 = 0;
@@ -353,12 +366,12 @@ static int conv_time_candidates(qt_device *dev, conv_device *d, conv_plan *p, co
   for (int i = 0; i < p->ncand && rc == 0; i++) {
     float ms = 0;
     qt_err why;   /* an untimed run first: a kernel's first launch also loads its module */
-    if (conv_once(dev, d, p, p->cand_algo[i], p->cand_ws[i], x, w, y, &why) != 0) {
+    if (conv_once(dev, d, p, p->cand_algo[i], p->cand_ws[i], p->cand_math[i], x, w, y, &why) != 0) {
       if (first.msg[0] == '\0') first = why;
       continue;   /* a CUDA error is sticky: the event calls below report it */
     }
     rc = qt_cuda_check(dev, cudaEventRecord(ev[0], stream), "conv", err);
-    if (rc == 0) rc = conv_once(dev, d, p, p->cand_algo[i], p->cand_ws[i], x, w, y, err);
+    if (rc == 0) rc = conv_once(dev, d, p, p->cand_algo[i], p->cand_ws[i], p->cand_math[i], x, w, y, err);
     if (rc != 0) break;
     rc = qt_cuda_check(dev, cudaEventRecord(ev[1], stream), "conv", err);
     if (rc == 0) rc = qt_cuda_check(dev, cudaEventSynchronize(ev[1]), "conv", err);
@@ -372,7 +385,8 @@ static int conv_time_candidates(qt_device *dev, conv_device *d, conv_plan *p, co
   if (best < 0) return qt_errorf(err, "%s", first.msg);
   p->algo = p->cand_algo[best];
   p->workspace = p->cand_ws[best];
-  if (best != last) return conv_once(dev, d, p, p->algo, p->workspace, x, w, y, err);
+  p->algo_math = p->cand_math[best];
+  if (best != last) return conv_once(dev, d, p, p->algo, p->workspace, p->algo_math, x, w, y, err);
   return 0;
 }
 
@@ -383,7 +397,7 @@ static int conv_run(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, co
   conv_plan *p = conv_plan_for(dev, d, mode, x->dtype, g, err);
   if (p == NULL) return -1;
   if (p->algo < 0) return conv_time_candidates(dev, d, p, x, w, y, err);
-  return conv_once(dev, d, p, p->algo, p->workspace, x, w, y, err);
+  return conv_once(dev, d, p, p->algo, p->workspace, p->algo_math, x, w, y, err);
 }
 
 /* ------------------------------------------------------------------ im2col + cuBLAS */
