@@ -157,7 +157,7 @@ static int sort_best(qt_ctx *ctx, const char *op, qt_tensor *values, qt_tensor *
   if (sort_best_moved(ctx, op, &v, &i, one, dim, k, by_sort, best) ||
       sort_unmoved(ctx, op, &vo, &v, one, dim) || sort_unmoved(ctx, op, &io, &i, one, dim))
     goto cleanup;
-  if (t->ndim == 0) vo.ndim = io.ndim = 0;
+  if (t->ndim == 0 && k == 1) vo.ndim = io.ndim = 0;   /* topk(0) of a 0-d t: empty, (0) */
   if (values != NULL) {
     *values = vo;
     qt_tensor_init(&vo);

@@ -162,6 +162,12 @@ local function check_sort(dev)
   T.assert_shape(e2, { 3, 0 }, "3x0"); T.assert_shape(ei2, { 3, 0 }, "3x0")
   local s, si = qlua.tensor(2.5, { device = dev }):sort()
   T.assert_shape(s, {}, "0-d"); assert.are.equal(2.5, s:item()); assert.are.equal(1, si:item())
+  -- topk(0) of a 0-d tensor is empty, (0), not a 0-d view of no storage (read past its end)
+  local z0, zi0 = qlua.tensor(2.5, { device = dev }):topk(0)
+  T.assert_shape(z0, { 0 }, "topk(0) of 0-d"); T.assert_shape(zi0, { 0 }, "topk(0) of 0-d")
+  assert.are.same({}, z0:totable())
+  local o1 = qlua.tensor(2.5, { device = dev }):topk(1)
+  T.assert_shape(o1, {}, "topk(1) of 0-d"); assert.are.equal(2.5, o1:item())
 end
 
 local function check_sort_large(dev)
