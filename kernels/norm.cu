@@ -140,7 +140,7 @@ __global__ void nrm_rows_bwd(nrm_geom g, const T *__restrict__ x, const T *__res
 /* layer_norm and rms_norm (one group, inner 1) on rows whose 16-byte vectors a block
 ** holds in registers: NRM_VPT vectors a thread, so a row is read from memory once and up to
 ** NRM_VPT * 512 vectors long (8192 float32). Forward: load, block sums, y. Backward: load x
-** and dy, block sums, dx (the row again from L2), with the weight's and bias's gradients summed across the rows a
+** and dy, block sums, dx, with the weight's and bias's gradients summed across the rows a
 ** block walks (rows blockIdx.x, + gridDim.x, ...) in shared memory, each thread on its own
 ** columns (no races), written once at the end (partial[block][column]) for
 ** nrm_chan_finish to add. So each pass reads its inputs once. */
@@ -210,11 +210,9 @@ __global__ void __launch_bounds__(NRM_MAX_THREADS)
   }
 }
 
-/* p1/p2 NULL: no weight or bias gradient wanted (then one row a block). The second pass
-** reads the row again, from L2: holding it in registers would leave room for one block an
-** SM, whose loads then stop at every block-wide sum. */
+/* p1/p2 NULL: no weight or bias gradient wanted (then one row a block). */
 template <typename T, typename A, bool RMS>
-__global__ void __launch_bounds__(NRM_MAX_THREADS, 2)
+__global__ void __launch_bounds__(NRM_MAX_THREADS)
     nrm_vec_bwd(nrm_geom g, int64_t rows, const T *__restrict__ x, const T *__restrict__ w,
                 const T *__restrict__ dy, const A *mean, const A *rstd, T *__restrict__ dx,
                 A *p1, A *p2) {
@@ -231,31 +229,24 @@ __global__ void __launch_bounds__(NRM_MAX_THREADS, 2)
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const P *xr = (const P *)(x + r * g.len), *dr = (const P *)(dy + r * g.len);
     A mu = RMS ? (A)0 : mean[r], rs = rstd[r];
+    A xh[NRM_VPT][N], gv[NRM_VPT][N];
     A sg = 0, sgx = 0;
-    P px[NRM_VPT], pd[NRM_VPT];
-#pragma unroll
-    for (int k = 0; k < NRM_VPT; k++) {   /* every load of the row in flight at once */
-      int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-      if (i < nv) {
-        px[k] = xr[i];
-        pd[k] = dr[i];
-      }
-    }
 #pragma unroll
     for (int k = 0; k < NRM_VPT; k++) {
       int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
       if (i < nv) {
-        P pw;
+        P px = xr[i], pd = dr[i], pw;
         if (w != NULL) pw = ((const P *)w)[i];
 #pragma unroll
         for (int e = 0; e < N; e++) {
-          A d = nrm_in<T, A>(pd[k].v[e]), xh = (nrm_in<T, A>(px[k].v[e]) - mu) * rs;
-          A gj = w != NULL ? d * nrm_in<T, A>(pw.v[e]) : d;
-          sg += gj;
-          sgx += gj * xh;
+          A d = nrm_in<T, A>(pd.v[e]);
+          xh[k][e] = (nrm_in<T, A>(px.v[e]) - mu) * rs;
+          gv[k][e] = w != NULL ? d * nrm_in<T, A>(pw.v[e]) : d;
+          sg += gv[k][e];
+          sgx += gv[k][e] * xh[k][e];
           if (sums) {
             sb[i * N + e] += d;
-            sw[i * N + e] += d * xh;
+            sw[i * N + e] += d * xh[k][e];
           }
         }
       }
@@ -268,14 +259,9 @@ __global__ void __launch_bounds__(NRM_MAX_THREADS, 2)
     for (int k = 0; k < NRM_VPT; k++) {
       int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
       if (i < nv) {
-        P qx = xr[i], qd = dr[i], pw, o;
-        if (w != NULL) pw = ((const P *)w)[i];
+        P o;
 #pragma unroll
-        for (int e = 0; e < N; e++) {
-          A d = nrm_in<T, A>(qd.v[e]), xh = (nrm_in<T, A>(qx.v[e]) - mu) * rs;
-          A gj = w != NULL ? d * nrm_in<T, A>(pw.v[e]) : d;
-          o.v[e] = nrm_out<T, A>(rs * (gj - mg - xh * mgx));
-        }
+        for (int e = 0; e < N; e++) o.v[e] = nrm_out<T, A>(rs * (gv[k][e] - mg - xh[k][e] * mgx));
         dxr[i] = o;
       }
     }
