@@ -67,6 +67,24 @@ __device__ __forceinline__ void nrm_block_sum2(A &a, A &b) {
   }
 }
 
+/* The mean and 1 / sqrt(var + eps) of n values from s1 = sum(x - shift) and s2 = sum((x -
+** shift)^2) (RMS: shift 0, no mean, var = s2 / n), the variance clamped at 0 against
+** rounding. Every statistics pass (rows, batch channels) finishes here. */
+template <typename A, bool RMS>
+__device__ __forceinline__ void nrm_stats(A s1, A s2, A shift, A n, double eps, A &mu, A &rs) {
+  A inv = (A)1 / n, var;
+  mu = 0;
+  if (RMS) {
+    var = s2 * inv;
+  } else {
+    A m1 = s1 * inv;
+    mu = shift + m1;
+    var = s2 * inv - m1 * m1;
+    if (var < 0) var = 0;
+  }
+  rs = (A)1 / sqrt(var + (A)eps);
+}
+
 struct nrm_geom {
   int64_t n, c, inner, groups, cpg, len;   /* cpg: channels a group; len: a row's elements */
   double eps;
@@ -88,16 +106,8 @@ __global__ void nrm_rows_fwd(nrm_geom g, const T *__restrict__ x, const T *__res
     s2 += d * d;
   }
   nrm_block_sum2(s1, s2);
-  A inv = (A)1 / (A)g.len, mu = 0, var;
-  if (RMS) {
-    var = s2 * inv;
-  } else {
-    A m1 = s1 * inv;
-    mu = shift + m1;
-    var = s2 * inv - m1 * m1;
-    if (var < 0) var = 0;
-  }
-  A rs = (A)1 / sqrt(var + (A)g.eps);
+  A mu, rs;
+  nrm_stats<A, RMS>(s1, s2, shift, (A)g.len, g.eps, mu, rs);
   if (threadIdx.x == 0) {
     if (!RMS) mean[r] = mu;
     rstd[r] = rs;
@@ -176,16 +186,8 @@ __global__ void __launch_bounds__(NRM_MAX_THREADS)
     }
   }
   nrm_block_sum2(s1, s2);
-  A inv = (A)1 / (A)g.len, mu = 0, var;
-  if (RMS) {
-    var = s2 * inv;
-  } else {
-    A m1 = s1 * inv;
-    mu = shift + m1;
-    var = s2 * inv - m1 * m1;
-    if (var < 0) var = 0;
-  }
-  A rs = (A)1 / sqrt(var + (A)g.eps);
+  A mu, rs;
+  nrm_stats<A, RMS>(s1, s2, shift, (A)g.len, g.eps, mu, rs);
   if (threadIdx.x == 0) {
     if (!RMS) mean[r] = mu;
     rstd[r] = rs;
@@ -364,10 +366,7 @@ __global__ void nrm_chan_finish(nrm_geom g, int64_t chunks, int64_t per, const A
     }
   A m = (A)(g.n * g.inner);
   if (MODE == NRM_BSTATS) {
-    A a = q1 / m, var = q2 / m - a * a;
-    if (var < 0) var = 0;
-    mean[ch] = nrm_in<T, A>(x[ch * g.inner]) + a;
-    rstd[ch] = (A)1 / sqrt(var + (A)g.eps);
+    nrm_stats<A, false>(q1, q2, nrm_in<T, A>(x[ch * g.inner]), m, g.eps, mean[ch], rstd[ch]);
     return;
   }
   if (MODE == NRM_BGRAD) {
