@@ -24,7 +24,8 @@ static void p_opts(lua_State *L, int arg, const char *op, qt_pool_opts *o) {
   lua_getfield(L, arg, "divisor_override");
   if (!lua_isnil(L, -1)) {
     if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
-      luaL_error(L, "%s: divisor_override must be an integer >= 1", op);
+      luaL_error(L, "%s: divisor_override must be an integer >= 1, got %s", op,
+                 luaL_tolstring(L, -1, NULL));
     o->divisor_override = (int64_t)lua_tointeger(L, -1);
   }
   lua_pop(L, 3);

@@ -214,13 +214,9 @@ function F.avg_pool2d(x, kernel_size, opts)
   opts = opts or {}
   check_tensor("avg_pool2d", "input", x)
   local k, s, p = pool_opts("avg_pool2d", kernel_size, { stride = opts.stride, padding = opts.padding })
-  local dv = opts.divisor_override
-  if dv ~= nil and (math.type(dv) ~= "integer" or dv < 1) then
-    error("avg_pool2d: divisor_override must be an integer >= 1, got " .. tostring(dv), 0)
-  end
   return (qlua._pool2d("avg", x, { kernel_size = k, stride = s, padding = p, ceil_mode = opts.ceil_mode,
                                    count_include_pad = opts.count_include_pad ~= false,
-                                   divisor_override = dv }))
+                                   divisor_override = opts.divisor_override }))
 end
 
 -- adaptive_avg_pool2d(x, output_size): output cell (i, j) averages rows floor(i H / P) ..
