@@ -84,8 +84,8 @@ unsigned qt_cuda_blocks(qt_device *dev, int64_t n, unsigned threads);
 ** (sync), cuda_transfer.cu (upload, download), elementwise.cu (copy, fill, binary,
 ** binary_scalar, unary), reduce.cu, index.cu (gather ... index_copy), mask.cu (where,
 ** masked_select, nonzero), matmul.cu, random.cu, scan.cu (scan), scan_softmax.cu
-** (softmax), sort.cu (sort ... searchsorted), conv.cu (conv), optim.cu (optim_step), norm.cu (norm), pool2d.cu (pool2d) and
-** kernel.cu (native_stream ... launch). */
+** (softmax), sort.cu (sort ... searchsorted), conv.cu (conv), optim.cu (optim_step), norm.cu (norm), pool2d.cu (pool2d),
+** attention.cu (attention) and kernel.cu (native_stream ... launch). */
 QT_SLOT_PROTOTYPES(qt_cuda_)
 }
 

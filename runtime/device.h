@@ -203,6 +203,34 @@ typedef struct qt_pool_geom {
   bool count_include_pad;
 } qt_pool_geom;
 
+/* Scaled dot-product attention (the attention slot). Views by the QT_ATTN_ enum below:
+** q (b, hq, sq, d), k (b, hk, sk, d) and v (b, hk, sk, dv) of one float dtype, each with
+** its last stride 1 (the others free); query head h reads key/value head h / (hq / hk).
+** mask (when has): (b, hq, sq, sk), any strides (0 where broadcast), of q's dtype (added to
+** the scores) or bool (false: the key is masked). Score s_ij = scale q_i . k_j + mask_ij, -inf where causal and j > i (aligned
+** top-left, as PyTorch's is_causal); p_i = softmax(s_i). Dropout (dropout_p > 0): entry
+** (b, h, i, j) is kept when the float32 uniform draw (philox.h) of counter offset +
+** ((b hq + h) sq + i) sk + j under seed is >= dropout_p (the draw qlua.rand_like makes),
+** and kept ones are scaled by 1 / (1 - dropout_p). Forward writes o (b, hq, sq, dv) =
+** dropped(p) v and lse (b, hq, sq) = log sum_j exp(s_ij), float64 for float64 q, else
+** float32; a row whose keys are all masked has lse -inf and o 0 (PyTorch's safe softmax).
+** Backward reads q, k, v, mask, o, lse and do (o's shape) and writes dq, dk and dv (q's, k's
+** and v's shapes; dk and dv sum over the query heads that share a key head). o, lse, do,
+** dq, dk and dv are contiguous. path (when not NULL, QT_ATTN_PATH_LEN bytes) gets the name
+** of the kernels that run; plan_only: only that (nothing runs, no view is read). */
+enum {
+  QT_ATTN_Q, QT_ATTN_K, QT_ATTN_V, QT_ATTN_MASK, QT_ATTN_O, QT_ATTN_LSE, QT_ATTN_DO,
+  QT_ATTN_DQ, QT_ATTN_DK, QT_ATTN_DV, QT_ATTN_NVIEWS
+};
+#define QT_ATTN_PATH_LEN 64
+typedef struct qt_attn_opts {
+  bool backward, causal, plan_only;
+  int64_t b, hq, hk, sq, sk, d, dv;
+  double scale, dropout_p;
+  uint64_t seed, offset;
+  unsigned has;   /* bit QT_ATTN_<view> for each view that is there */
+} qt_attn_opts;
+
 /* One fused optimizer update (the optim_step slot; PyTorch's fused=True kernels): every
 ** tensor of the call gets the same step. Each tensor k comes as nviews views: its
 ** parameter, its gradient, then its state, as kind says. */
@@ -479,6 +507,10 @@ typedef struct qt_device qt_device;
   X(P, POOL2D, pool2d, ELEM, int,                                                                    \
     (qt_device *dev, qt_pool_mode mode, const qt_pool_geom *g, const qt_view *x,                 \
      const qt_view *y, const qt_view *idx, qt_err *err))                                         \
+  /* ---- attention (runtime/core/ops_attention.c; cpu_attention.c, kernels/attention.cu) --- \
+  ** v: QT_ATTN_NVIEWS views by the QT_ATTN_ enum, those not in o->has unset. ---- */         \
+  X(P, ATTENTION, attention, ELEM, int,                                                          \
+    (qt_device *dev, const qt_attn_opts *o, const qt_view *v, char *path, qt_err *err))          \
   /* ---- fused optimizer updates (runtime/core/ops_optim.c; cpu_optim.c, kernels/optim.cu) \
   ** For each k < n, step's update of parameter k: views[k * step->nviews + j], j = 0 the      \
   ** parameter, 1 its gradient, then its state in qt_optim_opts's order; all contiguous, of   \

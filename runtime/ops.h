@@ -466,6 +466,34 @@ int qt_avg_pool2d(qt_ctx *ctx, qt_tensor *y, const qt_tensor *x, const qt_pool_o
 int qt_avg_pool2d_backward(qt_ctx *ctx, qt_tensor *dx, const qt_tensor *dy,
                            const qt_tensor *x, const qt_pool_opts *o);
 
+/* ---------------------------------------------------------------- attention */
+
+/* ops_attention.c: torch.nn.functional.scaled_dot_product_attention (device.h's attention
+** slot, which says the formulas). q (..., hq, sq, d), k (..., hk, sk, d) and v (..., hk, sk,
+** dv) of one float dtype on one device, with equal leading dims (2-D: one head); hk != hq
+** needs enable_gqa and hq % hk == 0. mask: NULL, bool (true: the key takes part) or float
+** (added to the scores), broadcastable to (..., hq, sq, sk); it gets no gradient. scale:
+** NaN means 1 / sqrt(d). dropout_p in [0, 1]: forward takes b * hq * sq * sk counters of
+** ctx's generator and writes the seed and offset it used into a; backward takes them from
+** a. Forward gives o (..., hq, sq, dv) of q's dtype and lse (..., hq, sq), float64 for
+** float64 q, else float32; backward the wanted ones of dq, dk and dv (NULL: not wanted)
+** from dout (o's shape). qt_attention_path writes the name of the kernels a call would run
+** (QT_ATTN_PATH_LEN bytes) without running them. */
+typedef struct qt_attn_args {
+  double scale, dropout_p;
+  bool causal, enable_gqa;
+  uint64_t seed, offset;
+} qt_attn_args;
+int qt_attention(qt_ctx *ctx, qt_attn_args *a, const qt_tensor *q, const qt_tensor *k,
+                 const qt_tensor *v, const qt_tensor *mask, qt_tensor *o, qt_tensor *lse);
+int qt_attention_backward(qt_ctx *ctx, const qt_attn_args *a, const qt_tensor *dout,
+                          const qt_tensor *q, const qt_tensor *k, const qt_tensor *v,
+                          const qt_tensor *mask, const qt_tensor *o, const qt_tensor *lse,
+                          qt_tensor *dq, qt_tensor *dk, qt_tensor *dv);
+int qt_attention_path(qt_ctx *ctx, const qt_attn_args *a, bool backward, const qt_tensor *q,
+                      const qt_tensor *k, const qt_tensor *v, const qt_tensor *mask,
+                      char *buf);
+
 /* ---------------------------------------------------------------- fused optimizer updates */
 
 /* ops_optim.c: one update of n parameters at once, as device.h's qt_optim_opts says

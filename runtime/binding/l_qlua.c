@@ -939,6 +939,7 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   lq_setfuncs(L, lq_optim_functions, box, false, "qlua");  /* qlua._optim_step (l_optim.c) */
   lq_setfuncs(L, lq_norm_functions, box, false, "qlua");   /* qlua._norm ... (l_norm.c) */
   lq_setfuncs(L, lq_pool2d_functions, box, false, "qlua"); /* qlua._pool2d (l_pool2d.c) */
+  lq_setfuncs(L, lq_attention_functions, box, false, "qlua");  /* (l_attention.c) */
   lq_open_kernel(L, box, -1);                     /* also qlua.Kernel, qlua.Module */
   luaL_getmetatable(L, QLUA_TENSOR);              /* qlua.Tensor: the class (l_tensor.c) */
   lua_setfield(L, -2, "Tensor");

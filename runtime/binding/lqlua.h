@@ -259,6 +259,9 @@ extern const lq_Reg lq_optim_functions[];
 ** l_pool2d.c: qlua._pool2d, its pooling; both registered by l_qlua.c */
 extern const lq_Reg lq_norm_functions[];
 extern const lq_Reg lq_pool2d_functions[];
+/* l_attention.c: qlua._attention, _attention_backward and _attention_path, qlua.nn's
+** scaled dot-product attention; registered by l_qlua.c */
+extern const lq_Reg lq_attention_functions[];
 
 /* ---- l_print.c */
 int lq_tostring(lua_State *L);              /* __tostring */

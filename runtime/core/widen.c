@@ -240,33 +240,76 @@ static int wd_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, con
              dev->native->conv(dev, mode, g, V(0), V(1), V(2), err), PUT(out))
 }
 
-/* Every 16-bit view of the call in a float32 copy: the written ones (forward: y; backward:
-** dx, dweight, dbias) OUT, the rest IN. The statistics are float32 already. */
-static int wd_norm(qt_device *dev, const qt_norm_opts *o, const qt_view *v, qt_err *err) {
-  bool any = false;
-  for (int k = 0; k < QT_NORM_NVIEWS; k++) any = any || ((o->has >> k & 1u) && qt_is_half(v[k].dtype));
-  if (!any) return dev->native->norm(dev, o, v, err);
-  unsigned written = o->backward ? (1u << QT_NORM_DX | 1u << QT_NORM_DWEIGHT | 1u << QT_NORM_DBIAS)
-                                 : (1u << QT_NORM_Y);
-  wide w[QT_NORM_NVIEWS];
-  qt_view stand[QT_NORM_NVIEWS];
+/* A slot that takes its views as a table (norm, attention): every 16-bit view of v that
+** `has` names stands in as a float32 copy, the `written` ones rounded back after call(o, the
+** stand-ins). The statistics views are float32 already. */
+enum { WIDE_TABLE_MAX = 16 };
+_Static_assert((int)QT_NORM_NVIEWS <= (int)WIDE_TABLE_MAX && (int)QT_ATTN_NVIEWS <= (int)WIDE_TABLE_MAX,
+               "wide_table holds every view of a table slot");
+typedef int (*wide_table_call)(qt_device *dev, const void *o, const qt_view *v, void *extra,
+                               qt_err *err);
+static int wide_table(qt_device *dev, int nviews, unsigned has, unsigned written,
+                      const qt_view *v, wide_table_call call, const void *o, void *extra,
+                      qt_err *err) {
+  wide w[WIDE_TABLE_MAX];
+  qt_view stand[WIDE_TABLE_MAX];
   memset(w, 0, sizeof w);
   int rc = -1;
-  for (int k = 0; k < QT_NORM_NVIEWS; k++) {
-    if (!(o->has >> k & 1u)) {
+  for (int k = 0; k < nviews; k++) {
+    if (!(has >> k & 1u)) {
       memset(&stand[k], 0, sizeof stand[k]);
       continue;
     }
     if (wide_take(dev, &w[k], &v[k], !(written >> k & 1u), err)) goto done;
     stand[k] = *wide_view(&w[k]);
   }
-  if (dev->native->norm(dev, o, stand, err)) goto done;
-  for (int k = 0; k < QT_NORM_NVIEWS; k++)
-    if ((o->has >> k & 1u) && (written >> k & 1u) && wide_put(dev, &w[k], err)) goto done;
+  if (call(dev, o, stand, extra, err)) goto done;
+  for (int k = 0; k < nviews; k++)
+    if ((has >> k & 1u) && (written >> k & 1u) && wide_put(dev, &w[k], err)) goto done;
   rc = 0;
 done:
-  wide_drop(dev, w, QT_NORM_NVIEWS);
+  wide_drop(dev, w, nviews);
   return rc;
+}
+
+static bool wide_table_any(int nviews, unsigned has, const qt_view *v) {
+  for (int k = 0; k < nviews; k++)
+    if ((has >> k & 1u) && qt_is_half(v[k].dtype)) return true;
+  return false;
+}
+
+static int wd_norm_call(qt_device *dev, const void *o, const qt_view *v, void *extra, qt_err *err) {
+  (void)extra;
+  return dev->native->norm(dev, (const qt_norm_opts *)o, v, err);
+}
+
+/* Forward writes y; backward dx, dweight and dbias. */
+static int wd_norm(qt_device *dev, const qt_norm_opts *o, const qt_view *v, qt_err *err) {
+  if (!wide_table_any(QT_NORM_NVIEWS, o->has, v)) return dev->native->norm(dev, o, v, err);
+  unsigned written = o->backward ? (1u << QT_NORM_DX | 1u << QT_NORM_DWEIGHT | 1u << QT_NORM_DBIAS)
+                                 : (1u << QT_NORM_Y);
+  return wide_table(dev, QT_NORM_NVIEWS, o->has, written, v, wd_norm_call, o, NULL, err);
+}
+
+static int wd_attention_call(qt_device *dev, const void *o, const qt_view *v, void *path,
+                             qt_err *err) {
+  return dev->native->attention(dev, (const qt_attn_opts *)o, v, (char *)path, err);
+}
+
+/* Forward writes o (lse is float32); backward dq, dk and dv. A plan names the native path. */
+static int wd_attention(qt_device *dev, const qt_attn_opts *o, const qt_view *v, char *path,
+                        qt_err *err) {
+  if (!wide_table_any(QT_ATTN_NVIEWS, o->has, v)) return dev->native->attention(dev, o, v, path, err);
+  if (o->plan_only) {   /* the native slot names what it would run on the float32 copies */
+    qt_view as[QT_ATTN_NVIEWS];
+    memcpy(as, v, sizeof as);
+    for (int k = 0; k < QT_ATTN_NVIEWS; k++)
+      if ((o->has >> k & 1u) && qt_is_half(as[k].dtype)) as[k].dtype = QT_F32;
+    return dev->native->attention(dev, o, as, path, err);
+  }
+  unsigned written = o->backward ? (1u << QT_ATTN_DQ | 1u << QT_ATTN_DK | 1u << QT_ATTN_DV)
+                                 : (1u << QT_ATTN_O);
+  return wide_table(dev, QT_ATTN_NVIEWS, o->has, written, v, wd_attention_call, o, path, err);
 }
 
 /* AVG_BACKWARD writes x, the others y (and MAX's int64 idx, never widened). */

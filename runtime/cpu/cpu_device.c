@@ -371,6 +371,7 @@ static const qt_device_iface cpu_iface = {
   .optim_step = cpu_optim_step,
   .norm = cpu_norm,
   .pool2d = cpu_pool2d,
+  .attention = cpu_attention,
   /* code the user brings runs on GPUs only: its slots stay NULL, and the core says so */
   .half_native = CPU_HALF_NATIVE,
 };

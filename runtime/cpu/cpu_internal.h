@@ -18,6 +18,7 @@
 **   cpu_optim.c        the fused optimizer update (optim_step)
 **   cpu_norm.c         layer/rms/group/batch norm forward and backward (norm)
 **   cpu_pool2d.c       max and average pooling (pool2d)
+**   cpu_attention.c    scaled dot-product attention, forward and backward (attention)
 **   cpu_pool.c         the thread pool (cpu_parallel)
 **   cpu_half.c         float16/bfloat16 rows to and from float32 (F16C, AVX2, AVX-512)
 **   cpu_random.c       rand, randn, randint (Philox, the same numbers as the GPU)
