@@ -892,7 +892,8 @@ end
 
 -- module functions: the ones that take tensors record; creation takes requires_grad
 local MODULE_OPS = { "matmul", "where", "cat", "stack", "cross_entropy", "einsum", "addmm", "conv2d",
-                     "conv_transpose2d", "conv2d_input", "conv2d_weight", "_norm", "_pool2d" }
+                     "conv_transpose2d", "conv2d_input", "conv2d_weight", "_norm", "_pool2d",
+                     "_attention" }
 for _, name in ipairs(MODULE_OPS) do
   local fn = rawq[name]
   if fn then

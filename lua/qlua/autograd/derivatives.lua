@@ -861,6 +861,71 @@ D._norm = { multi = true, out = true, saves = { [2] = true, [3] = true }, backwa
   return { nil, dx, dw, db and db:reshape(b:shape()) }
 end }
 
+-- _attention(q, k, v, mask, opts) -> o, lse. The fused backward recomputes the probabilities
+-- from lse; under create_graph the same formulas run as recorded ops (the S x S scores per
+-- head are then made), so a second derivative closes. The mask gets no gradient.
+local function attention_backward_ops(g, q, k, v, mask, o)
+  if (o.dropout_p or 0) > 0 then
+    error("backward: create_graph through scaled_dot_product_attention with dropout is not "
+          .. "supported", 0)
+  end
+  local n = q:dim()
+  local group = n >= 3 and q:size(n - 2) // k:size(n - 2) or 1
+  local function widen(t)   -- (..., hk, s, e) -> (..., hk * group, s, e), head h reading h // group
+    if group == 1 then return t end
+    local shape = t:shape()
+    local wide = {}
+    for d = 1, n - 2 do wide[#wide + 1] = shape[d] end
+    wide[#wide + 1] = group
+    wide[#wide + 1], wide[#wide + 2] = shape[n - 1], shape[n]
+    local sh = {}
+    for d = 1, n - 3 do sh[#sh + 1] = shape[d] end
+    sh[#sh + 1] = shape[n - 2] * group
+    sh[#sh + 1], sh[#sh + 2] = shape[n - 1], shape[n]
+    return t:unsqueeze(n - 1):expand(wide):reshape(sh)
+  end
+  local function narrow_heads(t)   -- the sum over each group of query heads
+    if group == 1 then return t end
+    local shape = t:shape()
+    local sh = {}
+    for d = 1, n - 3 do sh[#sh + 1] = shape[d] end
+    sh[#sh + 1], sh[#sh + 2] = shape[n - 2] // group, group
+    sh[#sh + 1], sh[#sh + 2] = shape[n - 1], shape[n]
+    return t:reshape(sh):sum(n - 1)
+  end
+  local kw, vw = widen(k), widen(v)
+  local scale = o.scale or 1 / math.sqrt(q:size(n))
+  local s = q:matmul(last_two(kw)) * scale
+  local sq, sk = q:size(n - 1), k:size(n - 1)
+  if mask ~= nil then
+    if mask:dtype() == "bool" then s = s:masked_fill(mask:logical_not(), -math.huge)
+    else s = s + mask:to(s:dtype()) end
+  end
+  if o.is_causal then
+    local above = qlua.ones({ sq, sk }, { dtype = "bool", device = q:device() }):triu(1)
+    s = s:masked_fill(above, -math.huge)
+  end
+  local p = s:softmax(n)
+  p = qlua.where(p:isnan(), 0, p)   -- rows with every key masked
+  local dp = g:matmul(last_two(vw))
+  local ds = p * (dp - (dp * p):sum(n, true))
+  return ds:matmul(kw) * scale, narrow_heads(last_two(ds):matmul(q) * scale),
+         narrow_heads(last_two(p):matmul(g))
+end
+
+D._attention = { multi = true, out = true, saves = { true, true, true }, backward = function(gs, a, outs)
+  local g = gs[1]
+  if g == nil then return {} end
+  local q, k, v, mask, o = a[1], a[2], a[3], a[4], a[5]
+  local wq, wk, wv = requires(q), requires(k), requires(v)
+  if A.is_grad_enabled() then
+    local dq, dk, dv = attention_backward_ops(g, q, k, v, mask, o)
+    return { wq and dq or nil, wk and dk or nil, wv and dv or nil }
+  end
+  local dq, dk, dv = qlua._attention_backward(g, q, k, v, mask, outs[1], outs[2], o, wq, wk, wv)
+  return { dq, dk, dv }
+end }
+
 -- _pool2d(mode, ...): max's gradient goes to the maxima's positions (a scatter_add, which
 -- records under create_graph); avg's is the avg_backward mode, whose own gradient is avg
 D._pool2d = { multi = true, out = true, saves = false, backward = function(gs, a, outs)

@@ -3,9 +3,10 @@ lua/qlua/nn/functional.lua — qlua.nn.functional: PyTorch's torch.nn.functional
 qlua.nn's layers are made of, written with qlua's tensor ops (so autograd differentiates
 them, on every device and floating dtype). Dims are 1-based, as everywhere in qlua.
 
-The normalisations (layer_norm, rms_norm, group_norm, batch_norm) and max/avg pooling run
-as fused kernels of their own (qlua._norm and qlua._pool2d: runtime/core/ops_norm.c and
-ops_pool2d.c), forward and backward; the rest are compositions of qlua's ops.
+The normalisations (layer_norm, rms_norm, group_norm, batch_norm), max/avg pooling and
+scaled_dot_product_attention run as fused kernels of their own (qlua._norm, qlua._pool2d and
+qlua._attention: runtime/core/ops_norm.c, ops_pool2d.c and ops_attention.c), forward and
+backward; the rest are compositions of qlua's ops.
 ]]
 local qlua = rawget(_G, "qlua") or require("qlua")
 local is_tensor = qlua.is_tensor
@@ -387,6 +388,86 @@ function F.batch_norm(x, running_mean, running_var, weight, bias, training, mome
     end)
   end
   return y
+end
+
+-- ------------------------------------------------------------- attention
+
+-- the options scaled_dot_product_attention passes down: a fresh table per call, which
+-- _attention fills with the dropout counters it drew (its backward reads them there)
+local function attention_opts(who, q, opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error(who .. ": opts must be a table, got a " .. type(opts), 0) end
+  local mask = opts.attn_mask
+  if mask ~= nil then
+    check_tensor(who, "attn_mask", mask)
+    if opts.is_causal then error(who .. ": attn_mask and is_causal cannot both be given", 0) end
+    if qlua.is_grad_enabled() and mask:requires_grad() then
+      error(who .. ": attn_mask gets no gradient here; pass it detached (mask:detach())", 0)
+    end
+  end
+  local p = opts.dropout_p or 0
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    error(who .. ": dropout_p must be a number in [0, 1], got " .. tostring(p), 0)
+  end
+  if opts.scale ~= nil and type(opts.scale) ~= "number" then
+    error(who .. ": scale must be a number, got a " .. type(opts.scale), 0)
+  end
+  return mask, { dropout_p = p, is_causal = opts.is_causal and true or false, scale = opts.scale,
+                 enable_gqa = opts.enable_gqa and true or false }
+end
+
+-- PyTorch's scaled_dot_product_attention: softmax(q k^T * scale + mask) v over the last two
+-- dims, q (..., heads, L, E), k (..., kv_heads, S, E), v (..., kv_heads, S, Ev). opts:
+-- attn_mask (bool: true takes part; float: added), is_causal (top-left aligned), dropout_p,
+-- scale (default 1 / sqrt(E)), enable_gqa (kv_heads dividing heads). Fused kernels with an
+-- online softmax on every device (qlua._attention), forward and backward; a row whose keys
+-- are all masked gives 0
+function F.scaled_dot_product_attention(q, k, v, opts)
+  local who = "scaled_dot_product_attention"
+  check_tensor(who, "query", q)
+  check_tensor(who, "key", k)
+  check_tensor(who, "value", v)
+  local mask, o = attention_opts(who, q, opts)
+  return (qlua._attention(q, k, v, mask, o))
+end
+
+-- which kernels scaled_dot_product_attention runs for these operands and opts: the
+-- forward's name and the backward's
+function F.attention_path(q, k, v, opts)
+  local mask, o = attention_opts("attention_path", q, opts)
+  return qlua._attention_path(q, k, v, mask, o)
+end
+
+-- rotary position embedding (RoFormer; the rotate-half layout of GPT-NeoX and Hugging Face's
+-- Llama): x (..., seq, dim) with dim even; position offset + t of row t turns the pairs
+-- (x_i, x_(i + dim/2)) by angle pos * base^(-2i / dim). opts: base (10000), offset (0: the
+-- first position, for a KV cache's new rows)
+local rotary_tables = setmetatable({}, { __mode = "v" })
+function F.rotary(x, opts)
+  check_tensor("rotary", "input", x)
+  opts = opts or {}
+  local base, offset = opts.base or 10000, opts.offset or 0
+  local n = x:dim()
+  if n < 2 then error("rotary: an input of (..., seq, dim) expected, got " .. x:dim() .. "-D", 0) end
+  local seq, dim = x:size(n - 1), x:size(n)
+  if dim % 2 ~= 0 then error("rotary: the last dim must be even, got " .. dim, 0) end
+  if math.type(offset) ~= "integer" or offset < 0 then
+    error("rotary: offset must be an integer >= 0, got " .. tostring(offset), 0)
+  end
+  local key = table.concat({ seq, dim, base, offset, x:device(), x:dtype() }, ":")
+  local t = rotary_tables[key]
+  if t == nil then
+    local half = dim // 2
+    local inv = qlua.arange(0, half, { dtype = "float64" }):mul(-2 / dim):mul(math.log(base)):exp()
+    local pos = qlua.arange(offset, offset + seq, { dtype = "float64" })
+    local ang = pos:reshape({ seq, 1 }) * inv:reshape({ 1, half })
+    ang = qlua.cat({ ang, ang }, 2)
+    t = { cos = ang:cos():to(x:dtype()):to(x:device()), sin = ang:sin():to(x:dtype()):to(x:device()) }
+    rotary_tables[key] = t
+  end
+  local half = dim // 2
+  local x1, x2 = x:narrow(n, 1, half), x:narrow(n, half + 1, half)
+  return x * t.cos + qlua.cat({ -x2, x1 }, n) * t.sin
 end
 
 -- ------------------------------------------------------------- losses
