@@ -7,7 +7,8 @@
 --   R.print(rows, args.csv)
 --
 -- A row: {case, qlua = seconds, base = seconds or nil, value, unit, target, at_most, extra}:
--- met when value <= target (at_most) or >= target.
+-- met when value <= target (at_most) or >= target; raw = true when qlua and base are not
+-- seconds (printed as they are, not as microseconds).
 local R = {}
 
 function R.args(argv, csv)
@@ -58,7 +59,8 @@ function R.print(rows, csv_path)
       status = ok and "met" or "MISSED"
     elseif not r.value then status = "no baseline" end
     local target = r.target and ((r.at_most and "<= " or ">= ") .. r.target) or "-"
-    print(fmt:format(r.case, ("%.2f"):format(r.qlua * 1e6), r.base and ("%.2f"):format(r.base * 1e6) or "-",
+    local scale = r.raw and 1 or 1e6   -- raw: the numbers are not seconds (bytes, say)
+    print(fmt:format(r.case, ("%.2f"):format(r.qlua * scale), r.base and ("%.2f"):format(r.base * scale) or "-",
       r.value and ("%.3f"):format(r.value) or "-", r.unit, target, status .. (r.extra and ("  " .. r.extra) or "")))
     if csv then
       csv:write(("%s,%.9g,%s,%s,%q,%s,%s\n"):format(r.case, r.qlua, r.base and ("%.9g"):format(r.base) or "",

@@ -1,7 +1,8 @@
 --[[
 lua/qlua/nn.lua — qlua.nn: modules, PyTorch's torch.nn in qlua's style (docs/API.md
-"Neural networks"). The layers are in lua/qlua/nn/layers.lua, the ops they are made of in
-nn/functional.lua (qlua.nn.functional), the fills in nn/initializers.lua (qlua.nn.init).
+"Neural networks"). The layers are in lua/qlua/nn/layers.lua (the attention layers in
+nn/attention.lua), the ops they are made of in nn/functional.lua (qlua.nn.functional), the
+fills in nn/initializers.lua (qlua.nn.init).
 
   local nn = require "qlua.nn"
   local Net = nn.Module:extend("Net")
@@ -263,5 +264,6 @@ end
 nn.functional = require("qlua.nn.functional")
 nn.init = require("qlua.nn.initializers")
 require("qlua.nn.layers")(nn)
+require("qlua.nn.attention")(nn)
 nn.utils = require("qlua.nn.utils")
 return nn

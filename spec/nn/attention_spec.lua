@@ -354,3 +354,95 @@ both("errors name the op and the values", function(dev)
     assert.truthy(errmsg(sdpa, q, k:cpu(), v, { enable_gqa = true }):match("scaled_dot_product_attention: .*gpu:0.*cpu"))
   end
 end)
+
+-- MultiheadAttention written out with the layer's own parameters: softmax over heads of
+-- (x Wq^T + bq)(x Wk^T + bk)^T / sqrt(head_dim) + mask, times (x Wv^T + bv), then out_proj
+local function mha_ref(m, q, k, v, add)   -- q, k, v (N, L, E) batch-first; add (N, H, L, S) or nil
+  local e, h = m.embed_dim, m.num_heads
+  local w, b = m.in_proj_weight, m.in_proj_bias
+  local function proj(x, i)
+    local y = x:matmul(w:narrow(1, i * e + 1, e):t()) + b:narrow(1, i * e + 1, e)
+    return y:reshape({ x:size(1), x:size(2), h, e // h }):transpose(2, 3)
+  end
+  local s = proj(q, 0):matmul(proj(k, 1):transpose(3, 4)) / math.sqrt(e // h)
+  if add then s = s + add end
+  local p = s:softmax(4)
+  local o = p:matmul(proj(v, 2)):transpose(2, 3):reshape({ q:size(1), q:size(2), e })
+  return o:matmul(m.out_proj.weight:t()) + m.out_proj.bias, p:mean(2)
+end
+
+both("MultiheadAttention against the written-out formula: layouts, masks, need_weights", function(dev)
+  local m = nn.MultiheadAttention(8, 2, { dtype = F64, device = dev })
+  -- PyTorch's names and initialisation: biases zero, in_proj xavier
+  local names = {}
+  for _, kv in ipairs(m:named_parameters()) do names[#names + 1] = kv[1] end
+  table.sort(names)
+  assert.are.same({ "in_proj_bias", "in_proj_weight", "out_proj.bias", "out_proj.weight" }, names)
+  assert.are.equal(0, m.in_proj_bias:detach():abs():max())
+  for _, x in ipairs(numbers(m.in_proj_weight)) do assert.is_true(math.abs(x) <= math.sqrt(6 / (8 + 24)) + 1e-12) end
+  -- non-zero biases, so the test sees them
+  qlua.no_grad(function() m.in_proj_bias:normal_(); m.out_proj.bias:normal_() end)
+  local q, k, v = rnd({ 3, 4, 8 }, dev), rnd({ 6, 4, 8 }, dev), rnd({ 6, 4, 8 }, dev)   -- (L, N, E), (S, N, E)
+  local want, wts = mha_ref(m, q:transpose(1, 2), k:transpose(1, 2), v:transpose(1, 2))
+  local out, weights = m(q, k, v)
+  T.assert_close(numbers(out), numbers(want:transpose(1, 2)), 1e-12, "sequence-first")
+  T.assert_close(numbers(weights), numbers(wts), 1e-12, "averaged weights")
+  local fast = m(q, k, v, { need_weights = false })
+  T.assert_close(numbers(fast), numbers(out), 1e-12, "need_weights = false (the fused kernels)")
+  -- key_padding_mask (true: padding) and a bool attn_mask (true: not allowed)
+  local kpm = qlua.zeros({ 4, 6 }, { dtype = "bool", device = dev })
+  kpm[{ 2, { 5, 6 } }] = true
+  local am = qlua.zeros({ 3, 6 }, { dtype = "bool", device = dev })
+  am[{ 1, 1 }] = true
+  local add = qlua.zeros({ 4, 1, 3, 6 }, { dtype = F64, device = dev })
+  add = add:masked_fill(kpm:reshape({ 4, 1, 1, 6 }), -math.huge):masked_fill(am, -math.huge)
+  local want2 = mha_ref(m, q:transpose(1, 2), k:transpose(1, 2), v:transpose(1, 2), add)
+  local got = m(q, k, v, { key_padding_mask = kpm, attn_mask = am, need_weights = false })
+  T.assert_close(numbers(got), numbers(want2:transpose(1, 2)), 1e-12, "masks")
+  local float_am = rnd({ 3, 6 }, dev)
+  local want3 = mha_ref(m, q:transpose(1, 2), k:transpose(1, 2), v:transpose(1, 2), float_am)
+  T.assert_close(numbers(m(q, k, v, { attn_mask = float_am })), numbers(want3:transpose(1, 2)), 1e-12, "float attn_mask")
+  -- batch_first and unbatched
+  local mb = nn.MultiheadAttention(8, 2, { dtype = F64, device = dev, batch_first = true })
+  mb:load_state_dict(m:state_dict())
+  T.assert_close(numbers(mb(q:transpose(1, 2), k:transpose(1, 2), v:transpose(1, 2))), numbers(want), 1e-12, "batch_first")
+  local one = m(q:select(2, 1), k:select(2, 1), v:select(2, 1))
+  T.assert_close(numbers(one), numbers(want:select(1, 1)), 1e-12, "unbatched")
+  -- gradients reach every parameter through the fused path
+  m(q, k, v, { need_weights = false }):sum():backward()
+  for _, kv in ipairs(m:named_parameters()) do assert.is_true(kv[2].grad:abs():max() > 0, kv[1]) end
+  assert.truthy(errmsg(nn.MultiheadAttention, 10, 3):match("embed_dim %(10%) must be divisible by num_heads %(3%)"))
+  assert.truthy(errmsg(m, rnd({ 3, 4, 5 }, dev), k, v):match("embed dims 5, 8, 8 given, the layer takes 8, 8, 8"))
+end)
+
+both("TransformerBlock: token-by-token generation through a KVCache equals the causal forward", function(dev)
+  for _, dt in ipairs({ F64, "float32" }) do
+    local blk = nn.TransformerBlock(16, 4, { dtype = dt, device = dev })
+    blk:eval()
+    local names = {}
+    for _, kv in ipairs(blk:named_parameters()) do names[#names + 1] = kv[1] end
+    table.sort(names)
+    assert.are.same({ "attn.c_attn.bias", "attn.c_attn.weight", "attn.c_proj.bias", "attn.c_proj.weight",
+                      "ln_1.bias", "ln_1.weight", "ln_2.bias", "ln_2.weight", "mlp.c_fc.bias",
+                      "mlp.c_fc.weight", "mlp.c_proj.bias", "mlp.c_proj.weight" }, names)
+    local x = rnd({ 2, 7, 16 }, dev, dt)
+    local full = qlua.no_grad(function() return blk(x) end)
+    local cache = nn.KVCache(2, 4, 10, 4, { dtype = dt, device = dev })
+    local rows = {}
+    qlua.no_grad(function()
+      rows[1] = blk(x:narrow(2, 1, 3), cache)        -- a prompt of 3, then one at a time
+      for t = 4, 7 do rows[#rows + 1] = blk(x:narrow(2, t, 1), cache) end
+    end)
+    assert.are.equal(7, cache.len)
+    local tol = dt == F64 and 1e-12 or 1e-5
+    T.assert_close(numbers(qlua.cat(rows, 2)), numbers(full), tol, "cached " .. dt)
+    -- append fills the cache's own storage and hands back views of it (no copy, no new cache)
+    local k0 = cache.k
+    local kall = cache:append(rnd({ 2, 4, 1, 4 }, dev, dt), rnd({ 2, 4, 1, 4 }, dev, dt))
+    assert.is_true(rawequal(k0, cache.k))
+    cache.k[{ 1, 1, 8, 1 }] = 42
+    assert.are.equal(42, kall[{ 1, 1, 8, 1 }]:item())
+    assert.truthy(errmsg(function() qlua.no_grad(function() blk(x:narrow(2, 1, 3), cache) end) end)
+                    :match("KVCache: 8 rows and 3 new ones pass max_len 10"))
+  end
+end)
