@@ -1,6 +1,6 @@
 -- qlua.fuzz.entries.nn — the fuzzer's entries for the runtime ops under qlua.nn and
 -- qlua.optim: qlua.conv2d, conv_transpose2d, conv2d_input, conv2d_weight, qlua._norm,
--- _norm_backward, _pool2d and _optim_step, with shapes and options mostly near the valid
+-- _norm_backward, _pool2d, _attention, _attention_backward and _optim_step, with shapes and options mostly near the valid
 -- ones (a channel count, a stride, a padding or a list off by one) and now and then junk;
 -- each must succeed or raise, whatever it is given.
 
@@ -151,6 +151,63 @@ return function(ctx)
             else
               a.n = 4; a[1], a[2], a[3], a[4] = mode, x, R:chance(0.95) and o or g_junk(), R:chance(0.5)
             end
+          end }
+  -- qlua._attention and _attention_backward: q, k, v of 2..4 dims with head, sequence and
+  -- feature sizes near agreeing (grouped heads, a dim off by one), masks bool, float, of
+  -- another dtype or of a shape that does not broadcast, options in and out of range
+  local function g_attention()
+    local dt, dev = g_dtype(), tdevice(pool_pick())
+    local nd = R:int(2, 4)
+    local hk = R:int(1, 2)
+    local hq = hk * R:pick({ 1, 1, 2 }) + (R:chance(0.1) and 1 or 0)
+    local sq, sk, d, dv = R:int(0, 5), R:int(0, 6), R:int(1, 5), R:int(1, 5)
+    local function shape(h, s, e)
+      local t = { s, e }
+      if nd >= 3 then table.insert(t, 1, h) end
+      if nd >= 4 then table.insert(t, 1, 2) end
+      return t
+    end
+    local q = make_tensor_shaped(shape(hq, sq, d), dt, dev)
+    local k = make_tensor_shaped(shape(hk, sk, R:chance(0.9) and d or d + 1), R:chance(0.95) and dt or R:pick(DTYPES), dev)
+    local v = make_tensor_shaped(shape(hk, R:chance(0.9) and sk or sk + 1, dv), dt, dev)
+    if not (q and k and v) then return nil end
+    local mask
+    if R:chance(0.4) then
+      mask = make_tensor_shaped(R:chance(0.8) and { sq, sk } or { R:int(0, 3), sk },
+                                R:pick({ "bool", "bool", dt, "float32", "int32" }), dev)
+    end
+    local o = { is_causal = R:chance(0.3), enable_gqa = R:chance(0.7),
+                dropout_p = R:pick({ 0, 0, 0.3, 1, -0.5, 2 }) }
+    if R:chance(0.2) then o.scale = R:pick({ 0.5, 0, -1, 1 / 0, "x" }) end
+    if R:chance(0.05) then o = g_junk() end
+    return q, k, v, mask, o
+  end
+  entry { name = "_attention", kind = "module", ret = "tensor",
+          names = { "_attention", "scaled_dot_product_attention" }, weight = 0.5,
+          gen = function(a)
+            local q, k, v, mask, o = g_attention()
+            if not q then return false end
+            a.n = 5; a[1], a[2], a[3], a[4], a[5] = q, k, v, mask, o
+          end }
+  entry { name = "_attention_backward", kind = "module", ret = "any",
+          names = { "_attention_backward", "scaled_dot_product_attention",
+                    "scaled_dot_product_attention_backward" }, weight = 0.5,
+          gen = function(a)
+            local q, k, v, mask, o = g_attention()
+            if not q then return false end
+            local ok, out, lse = pcall(qlua._attention, q, k, v, mask, o)
+            if not ok or R:chance(0.1) then
+              out = make_tensor_shaped({ small(), small() }, q:dtype(), tdevice(q))
+              lse = make_tensor_shaped({ small() }, R:pick({ "float32", "float64", "int32" }), tdevice(q))
+            end
+            if not (out and lse) then return false end
+            local dout = R:chance(0.9) and make_tensor_shaped(out:shape(), out:dtype(), tdevice(q))
+                         or make_tensor_shaped({ small(), small() }, q:dtype(), tdevice(q))
+            if not dout then return false end
+            a.n = 11
+            a[1], a[2], a[3], a[4], a[5], a[6], a[7] = dout, q, k, v, mask, out, lse
+            a[8] = type(o) == "table" and o or {}
+            a[9], a[10], a[11] = R:chance(0.8), R:chance(0.6), R:chance(0.6)
           end }
   -- qlua._optim_step over tensors of one shape most of the time (it writes them in place:
   -- fresh ones, so the pool's own are not changed under the other entries)
