@@ -555,6 +555,9 @@ local function run(roots, retain, create, capture)
             if is_tensor(gi) and (r_numel(gi) ~= r_numel(t) or r_dim(gi) ~= r_dim(t)) then
               gi = sum_to(gi, r_shape(t))
             end
+            -- in t's dtype (an op whose operands promoted gives the wider type back, as
+            -- PyTorch's engine casts it)
+            if is_tensor(gi) and is_tensor(t) and r_dtype(gi) ~= r_dtype(t) then gi = gi:to(r_dtype(t)) end
             if type(target) == "table" then
               local b = bufs[target]
               if b == nil then b = {}; bufs[target] = b end

@@ -20,6 +20,7 @@ state_dict(), which are PyTorch's dotted ones ("fc1.weight").
 ]]
 local qlua = rawget(_G, "qlua") or require("qlua")
 require("qlua.autograd")
+require("qlua.amp")   -- qlua.autocast, qlua.amp.GradScaler
 local is_tensor = qlua.is_tensor
 
 local nn = {}

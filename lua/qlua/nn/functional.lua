@@ -470,6 +470,46 @@ function F.rotary(x, opts)
   return x * t.cos + qlua.cat({ -x2, x1 }, n) * t.sin
 end
 
+-- ------------------------------------------------------------- sampling
+
+-- next tokens from logits (..., vocab): a 1-based int64 index per row, drawn on the logits'
+-- device from qlua's generator (so a seed repeats a generation). opts: temperature (1; 0
+-- means greedy), greedy (argmax), top_k (keep the k largest), top_p (keep the smallest set
+-- of the largest whose probabilities sum to at least p: nucleus sampling)
+function F.sample(logits, opts)
+  check_tensor("sample", "logits", logits)
+  opts = opts or {}
+  local n = logits:dim()
+  if n < 1 then error("sample: logits of (..., vocab) expected, got a 0-d tensor", 0) end
+  local vocab = logits:size(n)
+  local shape = logits:shape()
+  shape[n] = nil
+  local rows = qlua.no_grad(function() return logits:detach():reshape({ -1, vocab }):float() end)
+  local t = opts.temperature or 1
+  if type(t) ~= "number" or t < 0 then error("sample: temperature must be a number >= 0, got " .. tostring(t), 0) end
+  if opts.greedy or t == 0 then return rows:argmax(2):reshape(shape) end
+  rows = rows / t
+  local pick   -- row r's choice maps through pick's indices when the row was cut down
+  local k = opts.top_k
+  if k ~= nil then
+    if math.type(k) ~= "integer" or k < 1 then error("sample: top_k must be an integer >= 1, got " .. tostring(k), 0) end
+    if k < vocab then rows, pick = rows:topk(k, 2) end
+  end
+  local p = opts.top_p
+  if p ~= nil then
+    if type(p) ~= "number" or not (p > 0 and p <= 1) then error("sample: top_p must be in (0, 1], got " .. tostring(p), 0) end
+    local sorted, order = rows:sort(2, true)
+    local probs = sorted:softmax(2)
+    -- drop a token when the ones above it already reach p (the first always stays)
+    local drop = (probs:cumsum(2) - probs):ge(p)
+    rows = sorted:masked_fill(drop, -math.huge)
+    pick = pick and pick:gather(2, order) or order
+  end
+  local choice = qlua.multinomial(rows:softmax(2), 1)
+  if pick then choice = pick:gather(2, choice) end
+  return choice:reshape(shape)
+end
+
 -- ------------------------------------------------------------- losses
 function F.mse_loss(x, y, opts)
   return reduce((x - y) ^ 2, opts and opts.reduction, "mse_loss")
