@@ -121,3 +121,42 @@ both("GradScaler: scale, unscale, skip on inf or NaN, back off, and grow after g
   assert.are.equal(1, off:get_scale())
   assert.truthy(errmsg(qlua.amp.GradScaler, { backoff_factor = 2 }):match("GradScaler: .*backoff_factor in %(0, 1%)"))
 end)
+
+both("sample: greedy is the argmax; top_k and top_p keep only their tokens, in proportion; a seed repeats", function(dev)
+  local logits = qlua.tensor({ { 0, 5, 1, 4 }, { 3, 0, 0, 0 } }, { dtype = "float32", device = dev })
+  assert.are.same({ 2, 1 }, numbers(F.sample(logits, { greedy = true })))
+  assert.are.same({ 2, 1 }, numbers(F.sample(logits, { temperature = 0 })))
+  local n = 4000
+  local rows = logits:reshape({ 2, 1, 4 }):expand({ 2, n, 4 }):reshape({ 2 * n, 4 })
+  local function counts(opts)
+    local c = { 0, 0, 0, 0 }
+    for _, t in ipairs(numbers(F.sample(rows:narrow(1, 1, n), opts))) do c[t] = c[t] + 1 end
+    return c
+  end
+  -- top_k = 2: tokens 2 and 4 only, as e^5 : e^4
+  local c = counts({ top_k = 2 })
+  assert.are.equal(0, c[1] + c[3])
+  local want = math.exp(5) / (math.exp(5) + math.exp(4))
+  assert.is_true(math.abs(c[2] / n - want) < 0.03, "top_k share " .. c[2] / n)
+  -- top_p = 0.5: token 2 alone reaches it (0.70 of the mass)
+  c = counts({ top_p = 0.5 })
+  assert.are.equal(n, c[2])
+  -- top_p = 0.9: tokens 2 and 4 (0.70 + 0.26), renormalised
+  c = counts({ top_p = 0.9 })
+  assert.are.equal(0, c[1] + c[3])
+  -- temperature 2 flattens: token 1 (logit 0) appears
+  c = counts({ temperature = 2 })
+  local p = {}
+  local z = 0
+  for i, l in ipairs({ 0, 5, 1, 4 }) do p[i] = math.exp(l / 2); z = z + p[i] end
+  for i = 1, 4 do assert.is_true(math.abs(c[i] / n - p[i] / z) < 0.03, "temperature share " .. i) end
+  -- a seed repeats the draws; shapes (..., vocab) give (...)
+  qlua.seed(77)
+  local a = numbers(F.sample(rows, { top_k = 3 }))
+  qlua.seed(77)
+  assert.are.same(a, numbers(F.sample(rows, { top_k = 3 })))
+  assert.are.same({ 3, 2 }, F.sample(qlua.randn({ 3, 2, 10 }, { device = dev })):shape())
+  assert.truthy(errmsg(F.sample, logits, { top_p = 0 }):match("sample: top_p must be in %(0, 1%], got 0"))
+  assert.truthy(errmsg(F.sample, logits, { top_k = 0 }):match("sample: top_k must be an integer >= 1, got 0"))
+  assert.truthy(errmsg(F.sample, logits, { temperature = -1 }):match("sample: temperature must be a number >= 0"))
+end)
