@@ -4,11 +4,9 @@
 ** float16 and bfloat16 (those two on the tensor cores, accumulating in float32). The CPU
 ** twin is runtime/cpu/cpu_conv.c (im2col and OpenBLAS).
 **
-** cuDNN is loaded on the first convolution (dlopen of libcudnn.so.9, as matmul.cu loads
-** cuBLAS), not linked: its start-up would cost every qlua process. Only entry points that
-** cuDNN 9.0 has are used (the convolution API of cudnn_cnn.h, with tensor and filter
-** descriptors), so the 9.19 headers here and the GPU host's 9.14 library agree, and the
-** loaded library's cudnnGetVersion must be 9.x. Each GPU gets a handle bound to its stream.
+** cuDNN is loaded on the first convolution (cudnn.cuh: dlopen, the 9.0 entry points, a
+** handle per GPU bound to its stream, one lock); this file uses its convolution API
+** (cudnn_cnn.h, with tensor and filter descriptors).
 **
 ** Plans: a convolution's descriptors and its algorithm, cached per device by mode, dtype
 ** and geometry (CONV_PLANS of them, the oldest replaced first), so a training step after
@@ -26,50 +24,16 @@
 ** the filters' gradient accumulates one GEMM per image. qlua.backend("conv") says which
 ** path runs.
 */
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include <cudnn.h>
-
 #include <type_traits>
 
+#include "cudnn.cuh"
 #include "dispatch.cuh"
-#include "kernels.h"
 
-/* ------------------------------------------------------------------ cuDNN, loaded on use */
+/* ------------------------------------------------------------------ plans */
 
-typedef struct conv_api {
-  decltype(&cudnnGetVersion) get_version;
-  decltype(&cudnnGetErrorString) error_string;
-  decltype(&cudnnCreate) create;
-  decltype(&cudnnSetStream) set_stream;
-  decltype(&cudnnCreateTensorDescriptor) create_tensor;
-  decltype(&cudnnSetTensor4dDescriptor) set_tensor;
-  decltype(&cudnnDestroyTensorDescriptor) destroy_tensor;
-  decltype(&cudnnCreateFilterDescriptor) create_filter;
-  decltype(&cudnnSetFilter4dDescriptor) set_filter;
-  decltype(&cudnnDestroyFilterDescriptor) destroy_filter;
-  decltype(&cudnnCreateConvolutionDescriptor) create_conv;
-  decltype(&cudnnSetConvolution2dDescriptor) set_conv;
-  decltype(&cudnnSetConvolutionGroupCount) set_groups;
-  decltype(&cudnnSetConvolutionMathType) set_math;
-  decltype(&cudnnDestroyConvolutionDescriptor) destroy_conv;
-  decltype(&cudnnGetConvolutionForwardAlgorithm_v7) fwd_algos;
-  decltype(&cudnnGetConvolutionForwardWorkspaceSize) fwd_ws;
-  decltype(&cudnnConvolutionForward) fwd;
-  decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) bwd_data_algos;
-  decltype(&cudnnGetConvolutionBackwardDataWorkspaceSize) bwd_data_ws;
-  decltype(&cudnnConvolutionBackwardData) bwd_data;
-  decltype(&cudnnGetConvolutionBackwardFilterAlgorithm_v7) bwd_filter_algos;
-  decltype(&cudnnGetConvolutionBackwardFilterWorkspaceSize) bwd_filter_ws;
-  decltype(&cudnnConvolutionBackwardFilter) bwd_filter;
-} conv_api;
-
-#define CONV_STR_(x) #x
-#define CONV_STR(x) CONV_STR_(x)
-#define CONV_SONAME "libcudnn.so." CONV_STR(CUDNN_MAJOR)
 #define CONV_PLANS 64
 #define CONV_CANDIDATES 6
 #define CONV_MAX_GPUS 64
@@ -99,82 +63,13 @@ typedef struct conv_device {
   int next;          /* the slot the next new plan takes */
 } conv_device;
 
-static conv_api conv_lib;
-static bool conv_loaded = false;
-static char conv_load_error[320];
-static conv_device *conv_devices[CONV_MAX_GPUS];
-/* Loading, handles, plans and every cuDNN call: one convolution at a time per process
-** (a handle is not to be used from two threads at once, and the GPU runs them in order). */
-static pthread_mutex_t conv_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* Caller holds conv_lock. */
-static int conv_load(qt_err *err) {
-  if (conv_loaded) return 0;
-  if (conv_load_error[0] != '\0') return qt_errorf(err, "%s", conv_load_error);
-  void *lib = dlopen(CONV_SONAME, RTLD_NOW | RTLD_LOCAL);
-  char first[256];
-  snprintf(first, sizeof first, "%s", lib == NULL ? dlerror() : "");
-#ifdef QLUA_CUDA_LIBDIR
-  if (lib == NULL) lib = dlopen(QLUA_CUDA_LIBDIR "/" CONV_SONAME, RTLD_NOW | RTLD_LOCAL);
-#endif
-  if (lib == NULL) {
-    snprintf(conv_load_error, sizeof conv_load_error, "cannot load cuDNN (%s): %s", CONV_SONAME, first);
-    return qt_errorf(err, "%s", conv_load_error);
-  }
-  conv_api api;
-  struct { void **slot; const char *name; } entries[] = {
-    {(void **)&api.get_version, "cudnnGetVersion"},
-    {(void **)&api.error_string, "cudnnGetErrorString"},
-    {(void **)&api.create, "cudnnCreate"},
-    {(void **)&api.set_stream, "cudnnSetStream"},
-    {(void **)&api.create_tensor, "cudnnCreateTensorDescriptor"},
-    {(void **)&api.set_tensor, "cudnnSetTensor4dDescriptor"},
-    {(void **)&api.destroy_tensor, "cudnnDestroyTensorDescriptor"},
-    {(void **)&api.create_filter, "cudnnCreateFilterDescriptor"},
-    {(void **)&api.set_filter, "cudnnSetFilter4dDescriptor"},
-    {(void **)&api.destroy_filter, "cudnnDestroyFilterDescriptor"},
-    {(void **)&api.create_conv, "cudnnCreateConvolutionDescriptor"},
-    {(void **)&api.set_conv, "cudnnSetConvolution2dDescriptor"},
-    {(void **)&api.set_groups, "cudnnSetConvolutionGroupCount"},
-    {(void **)&api.set_math, "cudnnSetConvolutionMathType"},
-    {(void **)&api.destroy_conv, "cudnnDestroyConvolutionDescriptor"},
-    {(void **)&api.fwd_algos, "cudnnGetConvolutionForwardAlgorithm_v7"},
-    {(void **)&api.fwd_ws, "cudnnGetConvolutionForwardWorkspaceSize"},
-    {(void **)&api.fwd, "cudnnConvolutionForward"},
-    {(void **)&api.bwd_data_algos, "cudnnGetConvolutionBackwardDataAlgorithm_v7"},
-    {(void **)&api.bwd_data_ws, "cudnnGetConvolutionBackwardDataWorkspaceSize"},
-    {(void **)&api.bwd_data, "cudnnConvolutionBackwardData"},
-    {(void **)&api.bwd_filter_algos, "cudnnGetConvolutionBackwardFilterAlgorithm_v7"},
-    {(void **)&api.bwd_filter_ws, "cudnnGetConvolutionBackwardFilterWorkspaceSize"},
-    {(void **)&api.bwd_filter, "cudnnConvolutionBackwardFilter"},
-  };
-  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
-    *entries[i].slot = dlsym(lib, entries[i].name);
-    if (*entries[i].slot == NULL) {
-      snprintf(conv_load_error, sizeof conv_load_error, "cuDNN (%s) lacks %s", CONV_SONAME,
-               entries[i].name);
-      dlclose(lib);
-      return qt_errorf(err, "%s", conv_load_error);
-    }
-  }
-  size_t version = api.get_version();
-  if (version / 10000 != CUDNN_MAJOR) {
-    snprintf(conv_load_error, sizeof conv_load_error, "cuDNN %zu.%zu is loaded (%s); qlua needs %d.x",
-             version / 10000, version / 100 % 100, CONV_SONAME, CUDNN_MAJOR);
-    dlclose(lib);
-    return qt_errorf(err, "%s", conv_load_error);
-  }
-  conv_lib = api;
-  conv_loaded = true;
-  return 0;
-}
+static conv_device *conv_devices[CONV_MAX_GPUS];   /* under qt_cudnn_lock, as every cuDNN call */
 
 static int conv_check(cudnnStatus_t s, const char *what, qt_err *err) {
-  if (s == CUDNN_STATUS_SUCCESS) return 0;
-  return qt_errorf(err, "conv: cuDNN %s: %s", what, conv_lib.error_string(s));
+  return qt_cudnn_check(s, "conv", what, err);
 }
 
-/* The device's cuDNN state, made on first use (conv_lock held). */
+/* The device's plans and handle, made on first use (qt_cudnn_lock held). */
 static conv_device *conv_device_of(qt_device *dev, qt_err *err) {
   int o = dev->ordinal;
   if (o < 0 || o >= CONV_MAX_GPUS) {
@@ -187,8 +82,7 @@ static conv_device *conv_device_of(qt_device *dev, qt_err *err) {
     qt_errorf(err, "conv: out of host memory");
     return NULL;
   }
-  if (conv_check(conv_lib.create(&d->handle), "create", err) ||
-      conv_check(conv_lib.set_stream(d->handle, qt_cuda_context(dev)->stream), "set stream", err)) {
+  if (qt_cudnn_handle(dev, &d->handle, err) != 0) {
     free(d);
     return NULL;
   }
@@ -215,10 +109,10 @@ static bool conv_same_geom(const qt_conv_geom *a, const qt_conv_geom *b) {
 
 static void conv_plan_drop(conv_plan *p) {
   if (!p->used) return;
-  conv_lib.destroy_tensor(p->x);
-  conv_lib.destroy_tensor(p->y);
-  conv_lib.destroy_filter(p->w);
-  conv_lib.destroy_conv(p->conv);
+  qt_cudnn.destroy_tensor(p->x);
+  qt_cudnn.destroy_tensor(p->y);
+  qt_cudnn.destroy_filter(p->w);
+  qt_cudnn.destroy_conv(p->conv);
   p->used = false;
 }
 
@@ -249,7 +143,7 @@ static int conv_pick(const Perf *perf, int n, qt_device *dev, conv_plan *p, qt_e
   return 0;
 }
 
-/* The plan for (mode, dtype, g), from the cache or made now (conv_lock held). */
+/* The plan for (mode, dtype, g), from the cache or made now (qt_cudnn_lock held). */
 static conv_plan *conv_plan_for(qt_device *dev, conv_device *d, qt_conv_mode mode, qt_dtype dt,
                                 const qt_conv_geom *g, qt_err *err) {
   for (int i = 0; i < CONV_PLANS; i++) {
@@ -267,38 +161,38 @@ static conv_plan *conv_plan_for(qt_device *dev, conv_device *d, qt_conv_mode mod
   cudnnMathType_t math = qt_is_half(dt) ? CUDNN_TENSOR_OP_MATH
                          : dt == QT_F32 && g->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   bool made_x = false, made_y = false, made_w = false, made_c = false;
-  if (conv_check(conv_lib.create_tensor(&p->x), "descriptor", err)) goto fail;
+  if (conv_check(qt_cudnn.create_tensor(&p->x), "descriptor", err)) goto fail;
   made_x = true;
-  if (conv_check(conv_lib.create_tensor(&p->y), "descriptor", err)) goto fail;
+  if (conv_check(qt_cudnn.create_tensor(&p->y), "descriptor", err)) goto fail;
   made_y = true;
-  if (conv_check(conv_lib.create_filter(&p->w), "descriptor", err)) goto fail;
+  if (conv_check(qt_cudnn.create_filter(&p->w), "descriptor", err)) goto fail;
   made_w = true;
-  if (conv_check(conv_lib.create_conv(&p->conv), "descriptor", err)) goto fail;
+  if (conv_check(qt_cudnn.create_conv(&p->conv), "descriptor", err)) goto fail;
   made_c = true;
-  if (conv_check(conv_lib.set_tensor(p->x, CUDNN_TENSOR_NCHW, data, (int)g->n, (int)g->c, (int)g->h, (int)g->w), "input descriptor", err) ||
-      conv_check(conv_lib.set_tensor(p->y, CUDNN_TENSOR_NCHW, data, (int)g->n, (int)g->k, (int)g->p, (int)g->q), "output descriptor", err) ||
-      conv_check(conv_lib.set_filter(p->w, data, CUDNN_TENSOR_NCHW, (int)g->k, (int)(g->c / g->groups), (int)g->r, (int)g->s), "filter descriptor", err) ||
-      conv_check(conv_lib.set_conv(p->conv, (int)g->pad[0], (int)g->pad[1], (int)g->stride[0], (int)g->stride[1],
+  if (conv_check(qt_cudnn.set_tensor(p->x, CUDNN_TENSOR_NCHW, data, (int)g->n, (int)g->c, (int)g->h, (int)g->w), "input descriptor", err) ||
+      conv_check(qt_cudnn.set_tensor(p->y, CUDNN_TENSOR_NCHW, data, (int)g->n, (int)g->k, (int)g->p, (int)g->q), "output descriptor", err) ||
+      conv_check(qt_cudnn.set_filter(p->w, data, CUDNN_TENSOR_NCHW, (int)g->k, (int)(g->c / g->groups), (int)g->r, (int)g->s), "filter descriptor", err) ||
+      conv_check(qt_cudnn.set_conv(p->conv, (int)g->pad[0], (int)g->pad[1], (int)g->stride[0], (int)g->stride[1],
                                    (int)g->dilation[0], (int)g->dilation[1], CUDNN_CROSS_CORRELATION, compute), "convolution descriptor", err) ||
-      conv_check(conv_lib.set_groups(p->conv, (int)g->groups), "groups", err) ||
-      conv_check(conv_lib.set_math(p->conv, math), "math type", err))
+      conv_check(qt_cudnn.set_groups(p->conv, (int)g->groups), "groups", err) ||
+      conv_check(qt_cudnn.set_math(p->conv, math), "math type", err))
     goto fail;
   p->math = math;
   {
     int n = 0;
     if (mode == QT_CONV_FORWARD) {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      if (conv_check(conv_lib.fwd_algos(d->handle, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf), "heuristics", err) ||
+      if (conv_check(qt_cudnn.fwd_algos(d->handle, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf), "heuristics", err) ||
           conv_pick(perf, n, dev, p, err))
         goto fail;
     } else if (mode == QT_CONV_BACKWARD_DATA) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      if (conv_check(conv_lib.bwd_data_algos(d->handle, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf), "heuristics", err) ||
+      if (conv_check(qt_cudnn.bwd_data_algos(d->handle, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf), "heuristics", err) ||
           conv_pick(perf, n, dev, p, err))
         goto fail;
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      if (conv_check(conv_lib.bwd_filter_algos(d->handle, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf), "heuristics", err) ||
+      if (conv_check(qt_cudnn.bwd_filter_algos(d->handle, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf), "heuristics", err) ||
           conv_pick(perf, n, dev, p, err))
         goto fail;
     }
@@ -306,10 +200,10 @@ static conv_plan *conv_plan_for(qt_device *dev, conv_device *d, qt_conv_mode mod
   p->used = true;
   return p;
 fail:
-  if (made_x) conv_lib.destroy_tensor(p->x);
-  if (made_y) conv_lib.destroy_tensor(p->y);
-  if (made_w) conv_lib.destroy_filter(p->w);
-  if (made_c) conv_lib.destroy_conv(p->conv);
+  if (made_x) qt_cudnn.destroy_tensor(p->x);
+  if (made_y) qt_cudnn.destroy_tensor(p->y);
+  if (made_w) qt_cudnn.destroy_filter(p->w);
+  if (made_c) qt_cudnn.destroy_conv(p->conv);
   return NULL;
 }
 
@@ -318,7 +212,7 @@ static int conv_once(qt_device *dev, conv_device *d, conv_plan *p, int algo, siz
                      cudnnMathType_t math, const qt_view *x, const qt_view *w, const qt_view *y,
                      qt_err *err) {
   if (math != p->math) {   /* an algorithm runs as cuDNN ranked it: with its math type */
-    if (conv_check(conv_lib.set_math(p->conv, math), "math type", err)) return -1;
+    if (conv_check(qt_cudnn.set_math(p->conv, math), "math type", err)) return -1;
     p->math = math;
   }
   void *ws = NULL;
@@ -329,13 +223,13 @@ static int conv_once(qt_device *dev, conv_device *d, conv_plan *p, int algo, siz
   const void *zero = p->dtype == QT_F64 ? (const void *)&zero64 : (const void *)&zero32;
   cudnnStatus_t s;
   if (p->mode == QT_CONV_FORWARD)
-    s = conv_lib.fwd(d->handle, one, p->x, x->data, p->w, w->data, p->conv,
+    s = qt_cudnn.fwd(d->handle, one, p->x, x->data, p->w, w->data, p->conv,
                      (cudnnConvolutionFwdAlgo_t)algo, ws, wsize, zero, p->y, y->data);
   else if (p->mode == QT_CONV_BACKWARD_DATA)
-    s = conv_lib.bwd_data(d->handle, one, p->w, w->data, p->y, y->data, p->conv,
+    s = qt_cudnn.bwd_data(d->handle, one, p->w, w->data, p->y, y->data, p->conv,
                           (cudnnConvolutionBwdDataAlgo_t)algo, ws, wsize, zero, p->x, x->data);
   else
-    s = conv_lib.bwd_filter(d->handle, one, p->x, x->data, p->y, y->data, p->conv,
+    s = qt_cudnn.bwd_filter(d->handle, one, p->x, x->data, p->y, y->data, p->conv,
                             (cudnnConvolutionBwdFilterAlgo_t)algo, ws, wsize, zero, p->w, w->data);
   if (ws != NULL) qt_cuda_scratch_free(dev, ws, wsize);
   if (conv_check(s, p->mode == QT_CONV_FORWARD ? "forward" : p->mode == QT_CONV_BACKWARD_DATA ? "backward data" : "backward filter", err))
@@ -557,10 +451,10 @@ extern "C" int qt_cuda_describe(qt_device *dev, const char *family, bool use_cud
   }
   qt_err why;
   why.msg[0] = '\0';
-  pthread_mutex_lock(&conv_lock);
-  int rc = conv_load(&why);
-  size_t v = rc == 0 ? conv_lib.get_version() : 0;
-  pthread_mutex_unlock(&conv_lock);
+  pthread_mutex_lock(&qt_cudnn_lock);
+  int rc = qt_cudnn_load(&why);
+  size_t v = rc == 0 ? qt_cudnn.get_version() : 0;
+  pthread_mutex_unlock(&qt_cudnn_lock);
   if (rc == 0) snprintf(buf, len, "cuDNN %zu.%zu.%zu", v / 10000, v / 100 % 100, v % 100);
   else snprintf(buf, len, "im2col + cuBLAS (%s)", why.msg);
   return 0;
@@ -583,12 +477,12 @@ extern "C" int qt_cuda_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geo
     return qt_cuda_check(dev, e, "conv", err);
   }
   if (g->use_cudnn) {
-    pthread_mutex_lock(&conv_lock);
+    pthread_mutex_lock(&qt_cudnn_lock);
     qt_err why;
-    int rc = conv_load(&why);
+    int rc = qt_cudnn_load(&why);
     if (rc == 0) rc = conv_run(dev, mode, g, x, w, y, err);
-    pthread_mutex_unlock(&conv_lock);
-    if (rc == 0 || conv_loaded) return rc;   /* cuDNN ran, or failed after loading */
+    pthread_mutex_unlock(&qt_cudnn_lock);
+    if (rc == 0 || qt_cudnn_loaded()) return rc;   /* cuDNN ran, or failed after loading */
   }
   return gemm_run(dev, mode, g, x, w, y, err);
 }
