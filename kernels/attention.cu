@@ -3,8 +3,9 @@
 ** attention forward and backward with an online softmax, so no S x S matrix is ever in
 ** memory. The CPU twin is runtime/cpu/cpu_attention.c, the same formulas.
 **
-** Hand-written: these are the memory-efficient paths, for what cuDNN's fused attention does
-** not take (float32, float64, head dims past its limits, any mask or stride).
+** float16 and bfloat16 go to cuDNN's fused flash attention first (attention_cudnn.cu), where
+** it takes the call. Hand-written here: the memory-efficient paths, for what cuDNN does not
+** take (float32, float64, masks, dropout, head dims past its limits, odd strides).
 **   tiled (float32, float16, bfloat16 with head dims <= 128): a block of 256 threads takes
 **     64 query rows and walks the keys 64 at a time through shared memory, scores and
 **     products as 4 x 4 register tiles per thread, in float32. Forward keeps each row's
@@ -22,8 +23,8 @@
 
 #include <type_traits>
 
+#include "cudnn.cuh"
 #include "dispatch.cuh"
-#include "kernels.h"
 #include "philox.h"
 
 #define ATN_B 64          /* query rows and keys per tile */
@@ -40,7 +41,8 @@ struct atn_geom {
   int64_t qs[3], ks[3], vs[3], ms[4];
   double scale;
   float scale_log2;   /* scale * log2 e, for the tiles' exp2 */
-  float p, zscale;    /* dropout probability; 1 / (1 - p) (0 for p = 1) */
+  float p;            /* dropout probability */
+  double zscale;      /* 1 / (1 - p) (0 for p = 1) */
   uint64_t seed, offset;
   int causal, mask_kind;   /* 0 no mask, 1 bool, 2 added (q's dtype) */
 };
@@ -56,11 +58,13 @@ __device__ __forceinline__ T atn_out(A x) {
   else return (T)x;
 }
 
-/* The dropout factor of score (bh, i, j): 0 dropped, zscale kept, 1 without dropout. */
-__device__ __forceinline__ float atn_keep(const atn_geom &g, int64_t bh, int64_t i, int64_t j) {
-  if (g.p <= 0.0f) return 1.0f;
+/* The dropout factor of score (bh, i, j): 0 dropped, zscale kept, 1 without dropout, in the
+** accumulation type A (the draw is float32 for every dtype, as the CPU's). */
+template <typename A>
+__device__ __forceinline__ A atn_keep(const atn_geom &g, int64_t bh, int64_t i, int64_t j) {
+  if (g.p <= 0.0f) return (A)1;
   uint64_t k = (uint64_t)((bh * g.sq + i) * g.sk + j);
-  return qt_philox_uniform_f32(qt_philox(g.seed, g.offset + k)) < g.p ? 0.0f : g.zscale;
+  return qt_philox_uniform_f32(qt_philox(g.seed, g.offset + k)) < g.p ? (A)0 : (A)g.zscale;
 }
 
 /* The mask's term for score (b, h, i, j) in natural units: 0, the added number, or -inf. */
@@ -188,7 +192,7 @@ atn_fwd_tile(atn_geom g, const T *__restrict__ q, const T *__restrict__ k, const
       for (int j = 0; j < 4; j++) {
         float p = exp2f(s[i][j] - ref);
         sum += p;
-        s[i][j] = p * atn_keep(g, bh, q0 + ra + i, k0 + tx + 16 * j);
+        s[i][j] = p * atn_keep<float>(g, bh, q0 + ra + i, k0 + tx + 16 * j);
       }
       l[i] = l[i] * alpha + sum;
       m[i] = mnew;
@@ -277,7 +281,7 @@ atn_dq_tile(atn_geom g, const T *__restrict__ q, const T *__restrict__ k, const 
         int64_t qi = q0 + ra + i, kj = k0 + tx + 16 * j;
         float x = atn_score2<T>(g, mask, s[i][j], b, h, qi, kj);
         float p = x == -INFINITY || l2[i] == -INFINITY ? 0.0f : exp2f(x - l2[i]);
-        float ds = p * (dp[i][j] * atn_keep(g, bh, qi, kj) - di[i]);
+        float ds = p * (dp[i][j] * atn_keep<float>(g, bh, qi, kj) - di[i]);
         Ps[(ra + i) * ATN_PLD + tx + 16 * j] = ds;
       }
     __syncthreads();
@@ -346,7 +350,7 @@ atn_dkv_tile(atn_geom g, const T *__restrict__ q, const T *__restrict__ k, const
           float l2 = L2s[tx + 16 * j];
           float x = atn_score2<T>(g, mask, s[i][j], b, h, qi, kj);
           float p = x == -INFINITY || l2 == -INFINITY ? 0.0f : exp2f(x - l2);
-          float z = atn_keep(g, bh, qi, kj);
+          float z = atn_keep<float>(g, bh, qi, kj);
           ds[i][j] = p * (dp[i][j] * z - Ds[tx + 16 * j]);
           Ps[(ra + i) * ATN_PLD + tx + 16 * j] = p * z;
         }
@@ -423,7 +427,7 @@ __global__ void atn_fwd_rows(atn_geom g, const T *__restrict__ q, const T *__res
     A mnew = s > m ? s : m, alpha = exp(m - mnew), p = exp(s - mnew);
     l = l * alpha + p;
     m = mnew;
-    A pd = p * (A)atn_keep(g, bh, i, j);
+    A pd = p * atn_keep<A>(g, bh, i, j);
     const T *vj = vb + j * g.vs[2];
 #pragma unroll
     for (int t = 0; t < DCH; t++) {
@@ -473,7 +477,7 @@ __global__ void atn_dq_rows(atn_geom g, const T *__restrict__ q, const T *__rest
     }
     A s = atn_row_score<T, A>(g, mask, part, b, h, i, j), dp = atn_warp_sum(dpart);
     if (s == (A)-INFINITY) continue;
-    A ds = exp(s - lrow) * (dp * (A)atn_keep(g, bh, i, j) - di) * (A)g.scale;
+    A ds = exp(s - lrow) * (dp * atn_keep<A>(g, bh, i, j) - di) * (A)g.scale;
 #pragma unroll
     for (int t = 0; t < DCH; t++) {
       int64_t c = lane + 32 * t;
@@ -523,7 +527,7 @@ __global__ void atn_dkv_rows(atn_geom g, const T *__restrict__ q, const T *__res
       }
       A s = atn_row_score<T, A>(g, mask, part, b, h, i, j), dp = atn_warp_sum(dpart);
       if (s == (A)-INFINITY) continue;
-      A p = exp(s - lrow), z = (A)atn_keep(g, bh, i, j);
+      A p = exp(s - lrow), z = atn_keep<A>(g, bh, i, j);
       A ds = p * (dp * z - dsum[r]) * (A)g.scale, pz = p * z;
 #pragma unroll
       for (int t = 0; t < DCH; t++) {
@@ -561,7 +565,7 @@ static atn_geom atn_geometry(const qt_attn_opts *o, const qt_view *v) {
   g.scale = o->scale;
   g.scale_log2 = (float)(o->scale * 1.4426950408889634);
   g.p = (float)o->dropout_p;
-  g.zscale = o->dropout_p < 1 ? (float)(1 / (1 - o->dropout_p)) : 0.0f;
+  g.zscale = o->dropout_p < 1 ? 1 / (1 - o->dropout_p) : 0.0;
   g.seed = o->seed;
   g.offset = o->offset;
   g.causal = o->causal;
@@ -666,9 +670,19 @@ static int atn_run(qt_device *dev, const qt_attn_opts *o, const qt_view *v, char
   bool tile = !std::is_same<T, double>::value && dmax <= 128;
   if (!tile && dmax > ATN_ROW_MAX)
     return qt_errorf(err, "attention: head dims up to %d on the GPU, got %lld", ATN_ROW_MAX, (long long)dmax);
+  char why[160] = "";
+  if constexpr (qt_is_half_v<T>) {   /* cuDNN's fused attention first, where it takes the call */
+    int r = qt_cuda_attention_cudnn(dev, o, v, why, sizeof why, err);
+    if (r <= 0) {
+      if (r == 0 && path != NULL) snprintf(path, QT_ATTN_PATH_LEN, "cuDNN fused attention");
+      return r;
+    }
+  }
   if (path != NULL) {
-    if (tile) snprintf(path, QT_ATTN_PATH_LEN, "gpu tiled (float32 accumulate, head_dim <= %d)", dmax <= 64 ? 64 : 128);
-    else snprintf(path, QT_ATTN_PATH_LEN, "gpu rows (%s accumulate)", sizeof(A) == 8 ? "float64" : "float32");
+    int n = tile ? snprintf(path, QT_ATTN_PATH_LEN, "gpu tiled (float32 accumulate, head_dim <= %d)", dmax <= 64 ? 64 : 128)
+                 : snprintf(path, QT_ATTN_PATH_LEN, "gpu rows (%s accumulate)", sizeof(A) == 8 ? "float64" : "float32");
+    if (why[0] != '\0' && n > 0 && n < QT_ATTN_PATH_LEN)
+      snprintf(path + n, QT_ATTN_PATH_LEN - (size_t)n, "; cuDNN not taken: %s", why);
   }
   if (o->plan_only) return 0;
   atn_geom g = atn_geometry(o, v);

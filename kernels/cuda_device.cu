@@ -76,7 +76,7 @@ extern "C" int qt_cuda_device_name(int ordinal, char *buf, size_t len, qt_err *e
    QT_SLOT_BIT(QT_SLOT_SCATTER) | QT_SLOT_BIT(QT_SLOT_INDEX_FILL) |                   \
    QT_SLOT_BIT(QT_SLOT_INDEX_COPY) | QT_SLOT_BIT(QT_SLOT_WHERE) |                     \
    QT_SLOT_BIT(QT_SLOT_MASKED_SELECT) | QT_SLOT_BIT(QT_SLOT_CONV) |                  \
-   QT_SLOT_BIT(QT_SLOT_NORM) | QT_SLOT_BIT(QT_SLOT_POOL2D))
+   QT_SLOT_BIT(QT_SLOT_NORM) | QT_SLOT_BIT(QT_SLOT_POOL2D) | QT_SLOT_BIT(QT_SLOT_ATTENTION))
 
 /* The table: every slot is qt_cuda_<slot> (kernels.h's prototypes come from the same list),
 ** so it is generated from device.h's QT_SLOT_LIST, in its order, and cannot drift from it; a

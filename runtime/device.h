@@ -217,14 +217,16 @@ typedef struct qt_pool_geom {
 ** Backward reads q, k, v, mask, o, lse and do (o's shape) and writes dq, dk and dv (q's, k's
 ** and v's shapes; dk and dv sum over the query heads that share a key head). o, lse, do,
 ** dq, dk and dv are contiguous. path (when not NULL, QT_ATTN_PATH_LEN bytes) gets the name
-** of the kernels that run; plan_only: only that (nothing runs, no view is read). */
+** of the kernels that run (and why a faster path did not take the call); plan_only: only
+** that (nothing runs, no view is read). */
 enum {
   QT_ATTN_Q, QT_ATTN_K, QT_ATTN_V, QT_ATTN_MASK, QT_ATTN_O, QT_ATTN_LSE, QT_ATTN_DO,
   QT_ATTN_DQ, QT_ATTN_DK, QT_ATTN_DV, QT_ATTN_NVIEWS
 };
-#define QT_ATTN_PATH_LEN 64
+#define QT_ATTN_PATH_LEN 256
 typedef struct qt_attn_opts {
   bool backward, causal, plan_only;
+  bool use_cudnn;   /* a GPU may run it on cuDNN's fused attention (qlua.set_cudnn_enabled) */
   int64_t b, hq, hk, sq, sk, d, dv;
   double scale, dropout_p;
   uint64_t seed, offset;

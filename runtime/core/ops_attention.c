@@ -109,6 +109,7 @@ static int attn_prepare(qt_ctx *ctx, const char *op, const qt_attn_args *a, bool
   qt_attn_opts *o = &c->o;
   o->backward = backward;
   o->causal = a->causal;
+  o->use_cudnn = ctx->cudnn_enabled;
   o->b = b, o->hq = hq, o->hk = hk, o->sq = sq, o->sk = sk, o->d = d, o->dv = dv;
   o->scale = scale;
   o->dropout_p = a->dropout_p;

@@ -21,6 +21,18 @@ local function errmsg(f, ...)
   return tostring(e)
 end
 
+-- fn on both devices, and on the GPU a second time with cuDNN disabled: float16 and bfloat16
+-- calls cuDNN's fused attention takes then run on the tiled kernels instead
+local function both_paths(name, fn)
+  both(name, fn)
+  gtest(name .. " (gpu, without cuDNN: the tiled kernels)", function()
+    qlua.set_cudnn_enabled(false)
+    local ok, e = pcall(fn, "gpu")
+    qlua.set_cudnn_enabled(true)
+    if not ok then error(e, 0) end
+  end)
+end
+
 -- The reference over flat row-major lists. q (b, hq, sq, d), k (b, hk, sk, d), v (b, hk, sk,
 -- dv); o: scale, causal, mask(b, h, i, j) -> nil (masked) or an added number, drop (p, seed,
 -- offset). Returns o (b, hq, sq, dv) and lse (b, hq, sq).
@@ -100,11 +112,15 @@ local function cases(dev)
     { "odd lengths across tiles, head_dim 80", geom(1, 2, 2, 67, 130, 80), { is_causal = true }, { causal = true } },
     { "head_dim 64", geom(1, 2, 1, 70, 65, 64), { enable_gqa = true }, {} },
     { "head_dim 128", geom(1, 1, 1, 66, 70, 128), {}, {} },
-    { "head_dim 200 (the GPU's rows kernel)", geom(1, 2, 2, 9, 11, 200, 136), {}, {} },
+    { "head_dim 200, value dim 136", geom(1, 2, 2, 9, 11, 200, 136), {}, {} },
+    { "head_dim 300 (the GPU's rows kernel)", geom(1, 1, 1, 5, 6, 300, 20), {}, {} },
+    { "keys a multiple of 128 (cuDNN's backward), causal, grouped", geom(1, 4, 2, 40, 128, 64),
+      { is_causal = true, enable_gqa = true }, { causal = true } },
+    { "keys 128 of head_dim 128", geom(1, 1, 1, 70, 128, 128), {}, {} },
   }
 end
 
-both("scaled_dot_product_attention against the plain-Lua reference, in every float dtype", function(dev)
+both_paths("scaled_dot_product_attention against the plain-Lua reference, in every float dtype", function(dev)
   for _, c in ipairs(cases(dev)) do
     local g = c[2]
     for _, dt in ipairs(DTYPES) do
@@ -228,11 +244,11 @@ local function naive(q, k, v, o, drop)
   return p:matmul(v)
 end
 
-both("the fused backward against autograd through the naive form, in every float dtype", function(dev)
+both_paths("the fused backward against autograd through the naive form, in every float dtype", function(dev)
   for _, c in ipairs(cases(dev)) do
     local g = c[2]
     for _, dt in ipairs(DTYPES) do
-      if not (c[1]:match("head_dim 200") and dt ~= F64) then
+      if not (c[1]:match("head_dim 300") and dt ~= F64) then
         local q, k, v = qkv(g, dev, dt)
         local gout = rnd({ g.b, g.hq, g.sq, g.dv }, dev, dt)
         local opts = {}
@@ -305,10 +321,25 @@ both("attention_path names the kernels a call takes", function(dev)
     assert.are.equal("cpu rows (float32)", (path(8, "bfloat16")))
   else
     assert.are.equal("gpu tiled (float32 accumulate, head_dim <= 64)", path(64, "float32"))
-    assert.are.equal("gpu tiled (float32 accumulate, head_dim <= 128)", path(80, "bfloat16"))
     assert.are.equal("gpu rows (float64 accumulate)", path(64, F64))
-    local f, b = path(200, "float16")
-    assert.are.equal("gpu rows (float32 accumulate)", f)
+    -- cuDNN's fused attention forward; its backward wants keys in multiples of 128
+    local f, b = path(80, "bfloat16")
+    assert.are.equal("cuDNN fused attention", f)
+    assert.are.equal("gpu tiled (float32 accumulate, head_dim <= 128); cuDNN not taken: cuDNN 9.14 backward: key "
+                     .. "length a multiple of 128", b)
+    local q = rnd({ 1, 2, 128, 64 }, dev, "float16")
+    f, b = F.attention_path(q, q, q, { is_causal = true })
+    assert.are.equal("cuDNN fused attention", f)
+    assert.are.equal("cuDNN fused attention", b)
+    assert.truthy(F.attention_path(q, q, q, { attn_mask = qlua.ones({ 128, 128 }, { dtype = "bool", device = dev }) })
+                    :match("^gpu tiled .*; cuDNN not taken: cuDNN path: no attn_mask$"))
+    qlua.set_cudnn_enabled(false)
+    f = F.attention_path(q, q, q)
+    qlua.set_cudnn_enabled(true)
+    assert.are.equal("gpu tiled (float32 accumulate, head_dim <= 64); cuDNN not taken: cuDNN disabled by "
+                     .. "qlua.set_cudnn_enabled", f)
+    f, b = path(300, "float16")
+    assert.are.equal("gpu rows (float32 accumulate); cuDNN not taken: cuDNN path: head dims multiples of 8 up to 256", f)
     assert.are.equal(f, b)
   end
 end)
