@@ -15,8 +15,9 @@
 **            query head, summed over the group by a reduction.
 ** The plans are cached per GPU by shape, strides, dtype and causality (a miss costs the NVRTC
 ** compilation once); a shape cuDNN refuses is remembered with its reason, and the slot runs
-** its own kernels (attention.cu) for it, as for what this path does not take: masks, dropout
-** (cuDNN's generator is not qlua's, whose draws every device shares), float32 and float64,
+** its own kernels (attention.cu) for it, as for what this path does not take: fewer than 64
+** query rows (a generation's steps: each new key length would compile a plan), masks,
+** dropout (cuDNN's generator is not qlua's, whose draws every device shares), float32 and float64,
 ** head dims that are not multiples of 8 or past 256, and a backward whose key length is not
 ** a multiple of 128 (cuDNN 9.14's backward reads out of bounds there, fixed in 9.15.1).
 ** The backward accumulates dQ with atomics, so it is not bitwise repeatable.
@@ -404,6 +405,9 @@ static const char *sd_refuses(const qt_attn_opts *o, const qt_view *v) {
   if (o->dropout_p > 0) return "cuDNN path: no dropout (qlua's draws are its own)";
   if (o->d % 8 != 0 || o->dv % 8 != 0 || o->d > 256 || o->dv > 256)
     return "cuDNN path: head dims multiples of 8 up to 256";
+  /* a new shape compiles a plan (tens of ms): not for a generation's one-row steps, whose key
+  ** length grows by one each time */
+  if (o->sq < 64) return "cuDNN path: 64 query rows or more (each new shape compiles a plan)";
   if (o->backward && (o->sk % 128 != 0 || (o->sq == 1 && o->sk == 1)))
     return "cuDNN 9.14 backward: key length a multiple of 128";
   for (int t = QT_ATTN_Q; t <= QT_ATTN_V; t++) {

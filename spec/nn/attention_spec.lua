@@ -114,7 +114,7 @@ local function cases(dev)
     { "head_dim 128", geom(1, 1, 1, 66, 70, 128), {}, {} },
     { "head_dim 200, value dim 136", geom(1, 2, 2, 9, 11, 200, 136), {}, {} },
     { "head_dim 300 (the GPU's rows kernel)", geom(1, 1, 1, 5, 6, 300, 20), {}, {} },
-    { "keys a multiple of 128 (cuDNN's backward), causal, grouped", geom(1, 4, 2, 40, 128, 64),
+    { "keys a multiple of 128 (cuDNN's backward), causal, grouped", geom(1, 4, 2, 64, 128, 64),
       { is_causal = true, enable_gqa = true }, { causal = true } },
     { "keys 128 of head_dim 128", geom(1, 1, 1, 70, 128, 128), {}, {} },
   }
@@ -323,10 +323,14 @@ both("attention_path names the kernels a call takes", function(dev)
     assert.are.equal("gpu tiled (float32 accumulate, head_dim <= 64)", path(64, "float32"))
     assert.are.equal("gpu rows (float64 accumulate)", path(64, F64))
     -- cuDNN's fused attention forward; its backward wants keys in multiples of 128
-    local f, b = path(80, "bfloat16")
+    local q80 = rnd({ 1, 1, 64, 80 }, dev, "bfloat16")
+    local f, b = F.attention_path(q80, q80, q80)
     assert.are.equal("cuDNN fused attention", f)
     assert.are.equal("gpu tiled (float32 accumulate, head_dim <= 128); cuDNN not taken: cuDNN 9.14 backward: key "
                      .. "length a multiple of 128", b)
+    -- a generation's one-row steps stay off cuDNN (a plan per key length)
+    assert.are.equal("gpu tiled (float32 accumulate, head_dim <= 128); cuDNN not taken: cuDNN path: 64 query rows "
+                     .. "or more (each new shape compiles a plan)", (path(80, "bfloat16")))
     local q = rnd({ 1, 2, 128, 64 }, dev, "float16")
     f, b = F.attention_path(q, q, q, { is_causal = true })
     assert.are.equal("cuDNN fused attention", f)
