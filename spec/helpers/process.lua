@@ -173,6 +173,17 @@ function P.run(argv, opts)
   return result
 end
 
+-- P.run that must succeed quietly: status 0 and nothing on stderr, else an error naming
+-- what ran with both outputs; returns stdout.
+function P.run_ok(argv, what, opts)
+  local r = P.run(argv, opts)
+  if r.status ~= 0 then
+    error(("%s exited with %s\nstdout:\n%s\nstderr:\n%s"):format(what, tostring(r.status), r.stdout, r.stderr), 2)
+  end
+  if r.stderr ~= "" then error(("%s wrote to stderr:\n%s"):format(what, r.stderr), 2) end
+  return r.stdout
+end
+
 --[[
 Runs argv on a pseudo-terminal with util-linux `script`, typing the keystrokes of
 `keys` (strings, with numbers between them meaning "wait that many seconds"). Each

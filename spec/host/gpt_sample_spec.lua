@@ -15,11 +15,7 @@ local PROMPT = "Permission is hereby granted"
 local function run_ok(args, what, timeout)
   local argv = { P.qlua(), SAMPLE }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local r = P.run(argv, { timeout = timeout or 60 })
-  assert(r.status == 0, ("%s exited with %s\nstdout:\n%s\nstderr:\n%s"):format(
-    what, tostring(r.status), r.stdout, r.stderr))
-  assert.are.equal("", r.stderr, what .. " wrote to stderr")
-  return r.stdout
+  return P.run_ok(argv, what, { timeout = timeout or 60 })
 end
 
 -- the output without its tokens/s figures (the only part that changes from run to run)

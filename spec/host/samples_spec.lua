@@ -13,13 +13,7 @@ local function lua_blocks(path)
   return blocks
 end
 
-local function run_ok(argv, what, env)
-  local r = P.run(argv, {timeout = 120, env = env})
-  assert(r.status == 0, ("%s exited with %s\nstdout:\n%s\nstderr:\n%s"):format(
-    what, tostring(r.status), r.stdout, r.stderr))
-  assert.are.equal("", r.stderr, what .. " wrote to stderr")
-  return r.stdout
-end
+local function run_ok(argv, what, env) return P.run_ok(argv, what, {timeout = 120, env = env}) end
 
 -- one test per ```lua block of path, run with the checkout's lua/ on the path (the qlua
 -- under test may be built outside it, where it would not find qlua.nn next to itself)
