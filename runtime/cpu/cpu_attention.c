@@ -1,9 +1,12 @@
 /*
 ** cpu_attention.c — the CPU device's attention slot (device.h): scaled dot-product
-** attention forward and backward in float32 and float64 (16-bit through widen.c), on the
-** pool, never holding more than one score row per query row in flight.
+** attention forward and backward in float32 and float64 (16-bit through widen.c), never
+** holding the scores of more than a block of query rows of one head.
 **
-** Forward takes query rows (b, h, i) in chunks: a row's scores go to a scratch row of sk
+** Blocked (where BLAS is there and the rows are at least as long as they are apart): per
+** head and block of query rows, the scores from one BLAS product, the softmax's rows on the
+** pool, the output from a second product (cpu_attn_blocked says the backward's order).
+** Otherwise by rows, on the pool: forward takes query rows (b, h, i) in chunks: a row's scores go to a scratch row of sk
 ** numbers, then their maximum, the exponentials' sum (lse = max + log sum) and o = the
 ** weighted sum of v's rows. Backward first makes D_i = do_i . o_i for every row, then dq
 ** row by row (each recomputes its scores and probabilities from lse), then dk and dv key
@@ -211,6 +214,187 @@ static inline double cpu_attn_bias(const qt_view *m, int64_t b, int64_t h, int64
 CPU_ATTN_FUNCS(f32, float)
 CPU_ATTN_FUNCS(f64, double)
 
+/* ---------------------------------------------------------------- the blocked path
+** Per head and block of query rows, the block's scores S (qn x kn) come from one BLAS
+** product, the row pass (on the pool) makes them probabilities in place, and a second
+** product gives the block's output. Backward per block: S again, dP = dO V^T, the row pass
+** makes S the dropped probabilities and dP the scores' gradient dS, then dV += S^T dO,
+** dK += scale dS^T Q (the blocks in order, so the sums are the same every run) and dQ =
+** scale dS K. A block holds at most CPU_ATTN_BLOCK scores. */
+enum { CPU_ATTN_BLOCK = 1 << 22 };
+
+typedef struct cpu_attn_blk {
+  const qt_attn_opts *o;
+  const qt_view *v;
+  int64_t b, h, bh, i0, qn, kn, rows_per_chunk;
+  void *s, *dp;          /* qn x kn each, rows kn apart */
+  const void *dsum;      /* backward: D of the block's rows */
+} cpu_attn_blk;
+
+#define CPU_ATTN_BLK_FUNCS(SFX, T)                                                              \
+  /* forward rows: S += mask, causal -inf, then p = exp(s - max) / sum (dropped), lse */      \
+  static void cpu_attn_blk_fwd_##SFX(void *arg, int64_t chunk) {                                \
+    const cpu_attn_blk *k = arg;                                                                \
+    const qt_attn_opts *o = k->o;                                                               \
+    int64_t r1 = (chunk + 1) * k->rows_per_chunk;                                               \
+    if (r1 > k->qn) r1 = k->qn;                                                                 \
+    for (int64_t r = chunk * k->rows_per_chunk; r < r1; r++) {                                  \
+      int64_t i = k->i0 + r;                                                                    \
+      T *s = (T *)k->s + r * k->kn, m = (T)-INFINITY;                                           \
+      for (int64_t j = 0; j < k->kn; j++) {                                                     \
+        T x = s[j];                                                                             \
+        if (o->causal && j > i) x = (T)-INFINITY;                                               \
+        else if ((o->has >> QT_ATTN_MASK) & 1u) x += (T)cpu_attn_bias(&k->v[QT_ATTN_MASK], k->b, k->h, i, j); \
+        s[j] = x;                                                                               \
+        if (x > m) m = x;                                                                       \
+      }                                                                                         \
+      T *lse = (T *)k->v[QT_ATTN_LSE].data + k->bh * o->sq + i;                                 \
+      if (m == (T)-INFINITY) {                                                                  \
+        for (int64_t j = 0; j < k->kn; j++) s[j] = 0;                                           \
+        *lse = (T)-INFINITY;                                                                    \
+        continue;                                                                               \
+      }                                                                                         \
+      T l = 0;                                                                                  \
+      for (int64_t j = 0; j < k->kn; j++) l += s[j] = (T)exp(s[j] - m);                         \
+      *lse = m + (T)log(l);                                                                     \
+      T inv = (T)1 / l;                                                                         \
+      for (int64_t j = 0; j < k->kn; j++) s[j] = s[j] * inv * (T)cpu_attn_keep(o, k->bh, i, j); \
+    }                                                                                           \
+  }                                                                                             \
+  /* backward rows: p = exp(s + mask - lse) (0 where masked), z its dropout factor;          \
+  ** s becomes z p, dp becomes dS = p (z dp - D) */                                          \
+  static void cpu_attn_blk_bwd_##SFX(void *arg, int64_t chunk) {                                \
+    const cpu_attn_blk *k = arg;                                                                \
+    const qt_attn_opts *o = k->o;                                                               \
+    int64_t r1 = (chunk + 1) * k->rows_per_chunk;                                               \
+    if (r1 > k->qn) r1 = k->qn;                                                                 \
+    for (int64_t r = chunk * k->rows_per_chunk; r < r1; r++) {                                  \
+      int64_t i = k->i0 + r;                                                                    \
+      T *s = (T *)k->s + r * k->kn, *dp = (T *)k->dp + r * k->kn;                               \
+      T lse = ((const T *)k->v[QT_ATTN_LSE].data)[k->bh * o->sq + i], di = ((const T *)k->dsum)[r]; \
+      for (int64_t j = 0; j < k->kn; j++) {                                                     \
+        T x = s[j];                                                                             \
+        bool masked = lse == (T)-INFINITY || (o->causal && j > i);                              \
+        if (!masked && ((o->has >> QT_ATTN_MASK) & 1u))                                         \
+          x += (T)cpu_attn_bias(&k->v[QT_ATTN_MASK], k->b, k->h, i, j);                         \
+        T p = masked || x == (T)-INFINITY ? (T)0 : (T)exp(x - lse);                             \
+        T z = (T)cpu_attn_keep(o, k->bh, i, j);                                                 \
+        s[j] = p * z;                                                                           \
+        dp[j] = p * (dp[j] * z - di);                                                           \
+      }                                                                                         \
+    }                                                                                           \
+  }
+
+CPU_ATTN_BLK_FUNCS(f32, float)
+CPU_ATTN_BLK_FUNCS(f64, double)
+
+/* c (m x n, ldc) = alpha a (m x k or k x m: ta) b (k x n or n x k: tb) + beta c, row-major. */
+static void cpu_attn_gemm(const cpu_blas_api *blas, bool f64, bool ta, bool tb, int64_t m, int64_t n,
+                          int64_t k, double alpha, const void *a, int64_t lda, const void *b,
+                          int64_t ldb, double beta, void *c, int64_t ldc) {
+  int oa = ta ? CPU_CBLAS_TRANS : CPU_CBLAS_NO_TRANS, ob = tb ? CPU_CBLAS_TRANS : CPU_CBLAS_NO_TRANS;
+  if (f64)
+    blas->dgemm(CPU_CBLAS_ROW_MAJOR, oa, ob, (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb,
+                beta, c, (int)ldc);
+  else
+    blas->sgemm(CPU_CBLAS_ROW_MAJOR, oa, ob, (int)m, (int)n, (int)k, (float)alpha, a, (int)lda, b,
+                (int)ldb, (float)beta, c, (int)ldc);
+}
+
+/* Whether the blocked path takes these views: rows at least as long as they are apart (BLAS's
+** leading dimensions), and sizes within int. */
+static bool cpu_attn_blockable(const qt_attn_opts *o, const qt_view *v) {
+  const qt_view *q = &v[QT_ATTN_Q], *k = &v[QT_ATTN_K], *val = &v[QT_ATTN_V];
+  if ((q->size[2] > 1 && q->stride[2] < o->d) || (k->size[2] > 1 && k->stride[2] < o->d) ||
+      (val->size[2] > 1 && val->stride[2] < o->dv))
+    return false;
+  int64_t lim = 1 << 30;
+  return o->sq < lim && o->sk < lim && o->d < lim && o->dv < lim && q->stride[2] < lim &&
+         k->stride[2] < lim && val->stride[2] < lim;
+}
+
+/* The blocked forward or backward; -1 (err set) when memory is short. */
+static int cpu_attn_blocked(const cpu_blas_api *blas, const qt_attn_opts *o, const qt_view *v,
+                            const void *dsum, qt_err *err) {
+  bool f64 = v[QT_ATTN_Q].dtype == QT_F64;
+  size_t es = f64 ? sizeof(double) : sizeof(float);
+  int64_t qb = CPU_ATTN_BLOCK / (o->sk > 0 ? o->sk : 1);
+  if (qb < 1) qb = 1;
+  if (qb > o->sq) qb = o->sq;
+  void *s = malloc((size_t)(qb * o->sk) * es), *dp = o->backward ? malloc((size_t)(qb * o->sk) * es) : NULL;
+  if (s == NULL || (o->backward && dp == NULL)) {
+    free(s);
+    free(dp);
+    return qt_errorf(err, "attention: out of host memory for %lld x %lld scores", (long long)qb,
+                     (long long)o->sk);
+  }
+  const qt_view *qv = &v[QT_ATTN_Q], *kv = &v[QT_ATTN_K], *vv = &v[QT_ATTN_V];
+  bool want_q = (o->has >> QT_ATTN_DQ) & 1u, want_kv = (o->has >> QT_ATTN_DK) & 1u;
+  if (o->backward && want_kv) {
+    memset(v[QT_ATTN_DK].data, 0, (size_t)v[QT_ATTN_DK].numel * es);
+    memset(v[QT_ATTN_DV].data, 0, (size_t)v[QT_ATTN_DV].numel * es);
+  }
+  double mnk = (double)o->b * o->hq * o->sq * o->sk * (o->d + o->dv);
+  int restore = cpu_blas_enter(mnk / (double)(o->b * o->hq * ((o->sq + qb - 1) / qb)));
+  for (int64_t b = 0; b < o->b; b++)
+    for (int64_t h = 0; h < o->hq; h++) {
+      int64_t kh = h / (o->hq / o->hk), bh = b * o->hq + h;
+      const char *q0 = (const char *)qv->data + (size_t)(b * qv->stride[0] + h * qv->stride[1]) * es;
+      const char *k0 = (const char *)kv->data + (size_t)(b * kv->stride[0] + kh * kv->stride[1]) * es;
+      const char *v0 = (const char *)vv->data + (size_t)(b * vv->stride[0] + kh * vv->stride[1]) * es;
+      for (int64_t i0 = 0; i0 < o->sq; i0 += qb) {
+        int64_t qn = o->sq - i0 < qb ? o->sq - i0 : qb;
+        int64_t kn = o->causal && i0 + qn < o->sk ? i0 + qn : o->sk;
+        cpu_attn_blk blk = {.o = o, .v = v, .b = b, .h = h, .bh = bh, .i0 = i0, .qn = qn, .kn = kn,
+                            .s = s, .dp = dp};
+        int64_t rpc = CPU_ATTN_GRAIN / (kn > 0 ? kn : 1);
+        blk.rows_per_chunk = rpc < 1 ? 1 : rpc;
+        int64_t chunks = (qn + blk.rows_per_chunk - 1) / blk.rows_per_chunk;
+        const char *qi = q0 + (size_t)(i0 * qv->stride[2]) * es;
+        /* S = scale Q K^T */
+        if (kn > 0)
+          cpu_attn_gemm(blas, f64, false, true, qn, kn, o->d, o->scale, qi, qv->stride[2], k0,
+                        kv->stride[2], 0.0, s, kn);
+        if (!o->backward) {
+          if (kn > 0) cpu_parallel(chunks, f64 ? cpu_attn_blk_fwd_f64 : cpu_attn_blk_fwd_f32, &blk);
+          char *out = (char *)v[QT_ATTN_O].data + (size_t)((bh * o->sq + i0) * o->dv) * es;
+          if (kn > 0)
+            cpu_attn_gemm(blas, f64, false, false, qn, o->dv, kn, 1.0, s, kn, v0, vv->stride[2], 0.0, out, o->dv);
+          else {   /* causal with no keys: every row is masked */
+            memset(out, 0, (size_t)(qn * o->dv) * es);
+            for (int64_t r = 0; r < qn; r++) {
+              if (f64) ((double *)v[QT_ATTN_LSE].data)[bh * o->sq + i0 + r] = -INFINITY;
+              else ((float *)v[QT_ATTN_LSE].data)[bh * o->sq + i0 + r] = -INFINITY;
+            }
+          }
+          continue;
+        }
+        const char *dout = (const char *)v[QT_ATTN_DO].data + (size_t)((bh * o->sq + i0) * o->dv) * es;
+        blk.dsum = (const char *)dsum + (size_t)(bh * o->sq + i0) * es;
+        char *dq = want_q ? (char *)v[QT_ATTN_DQ].data + (size_t)((bh * o->sq + i0) * o->d) * es : NULL;
+        if (kn == 0) {
+          if (dq != NULL) memset(dq, 0, (size_t)(qn * o->d) * es);
+          continue;
+        }
+        /* dP = dO V^T, then the rows make s = z p and dp = dS */
+        cpu_attn_gemm(blas, f64, false, true, qn, kn, o->dv, 1.0, dout, o->dv, v0, vv->stride[2], 0.0, dp, kn);
+        cpu_parallel(chunks, f64 ? cpu_attn_blk_bwd_f64 : cpu_attn_blk_bwd_f32, &blk);
+        if (want_kv) {
+          char *dk = (char *)v[QT_ATTN_DK].data + (size_t)((b * o->hk + kh) * o->sk * o->d) * es;
+          char *dv = (char *)v[QT_ATTN_DV].data + (size_t)((b * o->hk + kh) * o->sk * o->dv) * es;
+          cpu_attn_gemm(blas, f64, true, false, kn, o->dv, qn, 1.0, s, kn, dout, o->dv, 1.0, dv, o->dv);
+          cpu_attn_gemm(blas, f64, true, false, kn, o->d, qn, o->scale, dp, kn, qi, qv->stride[2], 1.0, dk, o->d);
+        }
+        if (dq != NULL)
+          cpu_attn_gemm(blas, f64, false, false, qn, o->d, kn, o->scale, dp, kn, k0, kv->stride[2], 0.0, dq, o->d);
+      }
+    }
+  cpu_blas_leave(restore);
+  free(s);
+  free(dp);
+  return 0;
+}
+
 /* Runs fn over nrows rows of `work` multiply-adds each, in chunks of about CPU_ATTN_GRAIN. */
 static void cpu_attn_run(cpu_attn_job *job, int64_t nrows, int64_t work,
                          void (*fn)(void *, int64_t)) {
@@ -228,18 +412,27 @@ int cpu_attention(qt_device *dev, const qt_attn_opts *o, const qt_view *v, char 
   if (dt != QT_F32 && dt != QT_F64)
     return qt_errorf(err, "attention: the CPU takes float32 and float64 here, got %s",
                      qt_dtypes[dt].name);
+  qt_err no_blas;
+  const cpu_blas_api *blas = cpu_attn_blockable(o, v) ? cpu_blas_get(&no_blas) : NULL;
   if (path != NULL)
-    snprintf(path, QT_ATTN_PATH_LEN, "cpu rows (%s)", dt == QT_F64 ? "float64" : "float32");
+    snprintf(path, QT_ATTN_PATH_LEN, "cpu %s (%s)", blas != NULL ? "blocked" : "rows",
+             dt == QT_F64 ? "float64" : "float32");
   if (o->plan_only) return 0;
   cpu_attn_job job = {.o = o, .v = v};
   bool f64 = dt == QT_F64;
   int64_t rows = o->b * o->hq * o->sq, keys = o->sk * (o->d + o->dv);
+  if (blas != NULL && !o->backward) return cpu_attn_blocked(blas, o, v, NULL, err);
   if (!o->backward) {
     cpu_attn_run(&job, rows, keys, f64 ? cpu_attn_fwd_f64 : cpu_attn_fwd_f32);
   } else {
     job.dsum = malloc((size_t)(rows > 0 ? rows : 1) * (f64 ? sizeof(double) : sizeof(float)));
     if (job.dsum == NULL) return qt_errorf(err, "attention: out of host memory");
     cpu_attn_run(&job, rows, o->dv, f64 ? cpu_attn_dsum_f64 : cpu_attn_dsum_f32);
+    if (blas != NULL) {
+      int rc = cpu_attn_blocked(blas, o, v, job.dsum, err);
+      free(job.dsum);
+      return rc;
+    }
     if ((o->has >> QT_ATTN_DQ) & 1u)
       cpu_attn_run(&job, rows, 2 * keys, f64 ? cpu_attn_dq_f64 : cpu_attn_dq_f32);
     if ((o->has >> QT_ATTN_DK) & 1u)

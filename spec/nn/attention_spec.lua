@@ -316,9 +316,25 @@ both("attention_path names the kernels a call takes", function(dev)
     return F.attention_path(q, q, q)
   end
   if dev == "cpu" then
-    assert.are.equal("cpu rows (float32)", path(8, "float32"))
-    assert.are.equal("cpu rows (float64)", path(8, F64))
-    assert.are.equal("cpu rows (float32)", (path(8, "bfloat16")))
+    assert.are.equal("cpu blocked (float32)", path(8, "float32"))
+    assert.are.equal("cpu blocked (float64)", path(8, F64))
+    assert.are.equal("cpu blocked (float32)", (path(8, "bfloat16")))
+    -- rows closer than their length (a query broadcast along the sequence) go by rows
+    local q = rnd({ 1, 2, 1, 8 }, dev):expand({ 1, 2, 5, 8 })
+    local k, v = rnd({ 1, 2, 6, 8 }, dev), rnd({ 1, 2, 6, 8 }, dev)
+    local f, b = F.attention_path(q, k, v)
+    assert.are.equal("cpu rows (float64)", f)
+    assert.are.equal(f, b)
+    T.assert_close(numbers(F.scaled_dot_product_attention(q, k, v, { is_causal = true })),
+                   numbers(F.scaled_dot_product_attention(q:contiguous(), k, v, { is_causal = true })), 1e-12)
+    -- the rows' backward against the blocked one: the same gradients
+    local gout = rnd({ 1, 2, 5, 8 }, dev)
+    k:requires_grad_(); v:requires_grad_()
+    local rows = A.grad(F.scaled_dot_product_attention(q, k, v, { is_causal = true }), { k, v }, { grad_outputs = { gout } })
+    local blocked = A.grad(F.scaled_dot_product_attention(q:contiguous(), k, v, { is_causal = true }), { k, v },
+                           { grad_outputs = { gout } })
+    T.assert_close(numbers(rows[1]), numbers(blocked[1]), 1e-12, "dk")
+    T.assert_close(numbers(rows[2]), numbers(blocked[2]), 1e-12, "dv")
   else
     assert.are.equal("gpu tiled (float32 accumulate, head_dim <= 64)", path(64, "float32"))
     assert.are.equal("gpu rows (float64 accumulate)", path(64, F64))
