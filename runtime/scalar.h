@@ -371,6 +371,9 @@ QT_HD int64_t qt_histc_bin(double x, double lo, double hi, int64_t bins) {
     AUTO, "log(1 + e ^ t) (t itself above 20)")                                                 \
   X(P, QT_GELU, "gelu", 0, SAME, (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)), 0,   \
     AUTO, "0.5 t (1 + erf(t / sqrt 2))")                                                        \
+  X(P, QT_GELU_TANH, "gelu_tanh", 0, SAME,                                                      \
+    (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))), 0,   \
+    AUTO, "gelu's tanh approximation, 0.5 t (1 + tanh(sqrt(2 / pi) (t + 0.044715 t^3)))")      \
   X(P, QT_SILU, "silu", 0, SAME, x / ((T)1 + exp(-x)), 0, AUTO, "t * sigmoid(t)")               \
   X(P, QT_ISNAN, "isnan", 1, BOOL, x != x, 0, AUTO, "a bool tensor: true where t is NaN")       \
   X(P, QT_ISINF, "isinf", 1, BOOL, fabs(x) == (T)INFINITY, 0,                                   \

@@ -39,7 +39,7 @@ local CASES = {
   { "hyperbolic", function(a)
       return a:sinh() + a:cosh() + a:tanh() + a:asinh() + (a * a + 1.5):acosh() + (a:tanh() * 0.5):atanh() end, { { 5 } } },
   { "sigmoid reciprocal", function(a) return a:sigmoid() + a:reciprocal() end, { { 4 } }, { true } },
-  { "relu gelu silu softplus", function(a) return a:relu() + a:gelu() + a:silu() + a:softplus() end, { { 8 } } },
+  { "relu gelu gelu_tanh silu softplus", function(a) return a:relu() + a:gelu() + a:gelu_tanh() + a:silu() + a:softplus() end, { { 8 } } },
   { "erf erfc", function(a) return a:erf() + a:erfc() end, { { 5 } } },
   { "clamp", function(a) return a:clamp(-0.5, 0.5) + a:clamp(nil, 0.2) end, { { 9 } } },
   { "maximum minimum", function(a, b) return a:maximum(b) + a:minimum(b) end, { { 3, 4 }, { 4 } } },

@@ -463,7 +463,7 @@ local trunc, rint, floor = T.ref.trunc, T.ref.rint, T.ref.floor
 -- input range and steps allowed, from T.ref.unary's `half`
 local UNARY = {}
 for _, name in ipairs({ "neg", "abs", "relu", "square", "sqrt", "floor", "ceil", "trunc", "round",
-                        "frac", "reciprocal", "exp", "log", "sin", "cos", "tanh", "sigmoid", "gelu",
+                        "frac", "reciprocal", "exp", "log", "sin", "cos", "tanh", "sigmoid", "gelu", "gelu_tanh",
                         "silu", "softplus", "erf", "atan", "log1p", "expm1", "log2", "exp2",
                         "rsqrt" }) do
   local u = T.ref.unary[name]

@@ -111,6 +111,12 @@ D.gelu = unary(function(g, x)
   local pdf = (x * x * -0.5):exp() * (1 / math.sqrt(2 * math.pi))
   return g * (cdf + x * pdf)
 end)
+-- d/dx 0.5 x (1 + tanh(u)), u = c (x + a x^3): 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)
+D.gelu_tanh = unary(function(g, x)
+  local c, a = math.sqrt(2 / math.pi), 0.044715
+  local t = ((x + x * x * x * a) * c):tanh()
+  return g * ((t + 1) * 0.5 + x * (-(t * t) + 1) * (x * x * (3 * a * c) + c) * 0.5)
+end)
 local function zero_grad(g) return g * 0 end
 for _, name in ipairs({ "floor", "ceil", "round", "trunc", "sign" }) do D[name] = unary(zero_grad, true) end
 D.frac = unary(function(g) return g end, true)

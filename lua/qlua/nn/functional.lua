@@ -64,7 +64,7 @@ function F.gelu(x, opts)
   if approximate ~= "tanh" then
     error("gelu: approximate must be \"none\" or \"tanh\", got " .. tostring(approximate), 0)
   end
-  return x * 0.5 * (((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)):tanh() + 1)
+  return x:gelu_tanh()
 end
 function F.softmax(x, dim) return x:softmax(dim) end
 function F.log_softmax(x, dim) return x:log_softmax(dim) end

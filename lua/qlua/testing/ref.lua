@@ -452,6 +452,10 @@ return function(T)
                  half = { -8, 8, 1 } },
     gelu = { f = function(x) return 0.5 * x * (1 + erf(x / sqrt(2))) end, data = { -3, 3 },
              half = { -4, 4, 1 } },
+    gelu_tanh = { f = function(x)   -- tanh(z) as (e^2z - 1) / (e^2z + 1) (math.tanh is a 5.1 relic)
+                    local u = exp(2 * sqrt(2 / math.pi) * (x + 0.044715 * x ^ 3))
+                    return 0.5 * x * (1 + (u == math.huge and 1 or (u - 1) / (u + 1)))
+                  end, data = { -3, 3 }, half = { -4, 4, 1 } },
     silu = { f = function(x) return x / (1 + exp(-x)) end, data = { -4, 4 }, half = { -8, 8, 1 } },
     -- erf's inverse, by bisection on erf (60 halvings of (-6, 6): below double's resolution)
     erfinv = { f = function(y)
