@@ -35,13 +35,21 @@ describe("samples/gpt.lua", function()
   local trained = false
 
   it("trains the CPU configuration to its validation-loss target, saves it and writes text", function()
-    -- the whole CPU configuration (about 50 s on a 2-core machine)
-    local out = run_ok({ "--cpu", "--save", ckpt, "--tokens", "120" }, "gpt.lua training", 300)
+    -- the whole CPU configuration (about 50 s on a 2-core machine); under a sanitizer (make
+    -- asan sets ASAN_OPTIONS), where it runs ten times slower, 40 steps and no target
+    local sanitized = os.getenv("ASAN_OPTIONS") ~= nil
+    local args = { "--cpu", "--save", ckpt, "--tokens", "120" }
+    if sanitized then args[#args + 1], args[#args + 2] = "--steps", "40" end
+    local out = run_ok(args, "gpt.lua training", 300)
     assert.matches("gpt: on cpu, 2 layers, 2 heads, d 64, context 64, batch 32", out, 1, true)
-    assert.matches("validation loss target 2.00 by the last step", out, 1, true)
-    assert.matches("step +600 +validation loss %d%.%d+", out)
-    assert.matches("step +%d+ +loss %d%.%d+ +lr [%d.e+-]+ +%d+ tokens/s", out)
-    assert.matches("gpt: final validation loss [%d.]+ %(target 2.00 met%)", out)
+    if sanitized then
+      assert.matches("gpt: final validation loss [%d.]+ %(no target for this step count%)", out)
+    else
+      assert.matches("validation loss target 2.00 by the last step", out, 1, true)
+      assert.matches("step +600 +validation loss %d%.%d+", out)
+      assert.matches("step +%d+ +loss %d%.%d+ +lr [%d.e+-]+ +%d+ tokens/s", out)
+      assert.matches("gpt: final validation loss [%d.]+ %(target 2.00 met%)", out)
+    end
     assert.matches("gpt: saved " .. ckpt, out, 1, true)
     assert.matches('gpt: generated 120 tokens %(%d+ tokens/s%), prompt "' .. PROMPT .. '":', out)
     local text = out:match('prompt "' .. PROMPT .. '":\n(.*)$')
