@@ -52,6 +52,7 @@ build = {
       lib = { qlua = "build/rock/qlua.so" },
       -- qlua's Lua libraries (spec/host/rock_spec.lua checks this list against lua/)
       lua = {
+         ["qlua.amp"] = "lua/qlua/amp.lua",
          ["qlua.autograd"] = "lua/qlua/autograd.lua",
          ["qlua.autograd.derivatives"] = "lua/qlua/autograd/derivatives.lua",
          ["qlua.fuzz"] = "lua/qlua/fuzz.lua",
@@ -76,6 +77,7 @@ build = {
          ["qlua.fuzz.gen"] = "lua/qlua/fuzz/gen.lua",
          ["qlua.fuzz.record"] = "lua/qlua/fuzz/record.lua",
          ["qlua.nn"] = "lua/qlua/nn.lua",
+         ["qlua.nn.attention"] = "lua/qlua/nn/attention.lua",
          ["qlua.nn.functional"] = "lua/qlua/nn/functional.lua",
          ["qlua.nn.initializers"] = "lua/qlua/nn/initializers.lua",
          ["qlua.nn.layers"] = "lua/qlua/nn/layers.lua",
