@@ -57,6 +57,15 @@ static int attn_shape(const attn_call *c, const qt_tensor *q, int ntail, const i
   return n;
 }
 
+/* The shapes of o (..., hq, sq, dv) and lse (..., hq, sq) for the call (2-D q: (sq, dv), (sq)). */
+static void attn_out_shapes(const attn_call *c, const qt_tensor *q, int64_t *osize, int *on,
+                            int64_t *lsize, int *ln) {
+  int64_t otail[3] = {c->o.hq, c->o.sq, c->o.dv}, ltail[2] = {c->o.hq, c->o.sq};
+  *on = attn_shape(c, q, 3, otail, osize);
+  *ln = attn_shape(c, q, 2, ltail, lsize);
+  if (q->ndim == 2) *on = 2, osize[0] = c->o.sq, osize[1] = c->o.dv, *ln = 1, lsize[0] = c->o.sq;
+}
+
 static int attn_prepare(qt_ctx *ctx, const char *op, const qt_attn_args *a, bool backward,
                         const qt_tensor *q, const qt_tensor *k, const qt_tensor *v,
                         const qt_tensor *mask, attn_call *c) {
@@ -155,9 +164,12 @@ static int attn_prepare(qt_ctx *ctx, const char *op, const qt_attn_args *a, bool
   return 0;
 }
 
-/* The slot call: views t[k] (NULL: absent) of the QT_ATTN_ enum. */
-static int attn_call_slot(qt_ctx *ctx, const char *op, attn_call *c, const qt_tensor *const *t,
+/* The slot call: c's operands (q, k, v, the mask when there is one), and the views t[k]
+** (NULL: absent) of the QT_ATTN_ enum's results and gradients. */
+static int attn_call_slot(qt_ctx *ctx, const char *op, attn_call *c, const qt_tensor **t,
                           char *path) {
+  t[QT_ATTN_Q] = &c->q, t[QT_ATTN_K] = &c->k, t[QT_ATTN_V] = &c->v;
+  t[QT_ATTN_MASK] = c->has_mask ? &c->mask : NULL;
   qt_device *dev = ops_device(&c->q);
   if (dev->iface->attention == NULL) return ops_unsupported(ctx, op, dev);
   qt_view views[QT_ATTN_NVIEWS];
@@ -184,9 +196,8 @@ int qt_attention(qt_ctx *ctx, qt_attn_args *a, const qt_tensor *q, const qt_tens
   }
   qt_device *dev = ops_device(q);
   int64_t osize[QT_MAXDIM], lsize[QT_MAXDIM];
-  int64_t otail[3] = {c.o.hq, c.o.sq, c.o.dv}, ltail[2] = {c.o.hq, c.o.sq};
-  int on = attn_shape(&c, q, 3, otail, osize), ln = attn_shape(&c, q, 2, ltail, lsize);
-  if (q->ndim == 2) on = 2, osize[0] = c.o.sq, osize[1] = c.o.dv, ln = 1, lsize[0] = c.o.sq;
+  int on, ln;
+  attn_out_shapes(&c, q, osize, &on, lsize, &ln);
   qt_tensor ot, lt;
   qt_tensor_init(&ot);
   qt_tensor_init(&lt);
@@ -203,8 +214,6 @@ int qt_attention(qt_ctx *ctx, qt_attn_args *a, const qt_tensor *q, const qt_tens
          qt_fill_(ctx, &lt, qt_scalar_from_double(-INFINITY));
   } else if (rc == 0 && rows > 0) {
     const qt_tensor *t[QT_ATTN_NVIEWS] = {0};
-    t[QT_ATTN_Q] = &c.q, t[QT_ATTN_K] = &c.k, t[QT_ATTN_V] = &c.v;
-    t[QT_ATTN_MASK] = c.has_mask ? &c.mask : NULL;
     t[QT_ATTN_O] = &ot, t[QT_ATTN_LSE] = &lt;
     rc = attn_call_slot(ctx, op, &c, t, NULL);
   }
@@ -254,10 +263,7 @@ int qt_attention_backward(qt_ctx *ctx, const qt_attn_args *a, const qt_tensor *d
   int64_t osize[QT_MAXDIM], lsize[QT_MAXDIM];
   int on = 0, ln = 0;
   if (rc == 0) {
-    int64_t otail[3] = {c.o.hq, c.o.sq, c.o.dv}, ltail[2] = {c.o.hq, c.o.sq};
-    on = attn_shape(&c, q, 3, otail, osize);
-    ln = attn_shape(&c, q, 2, ltail, lsize);
-    if (q->ndim == 2) on = 2, osize[0] = c.o.sq, osize[1] = c.o.dv, ln = 1, lsize[0] = c.o.sq;
+    attn_out_shapes(&c, q, osize, &on, lsize, &ln);
     rc = attn_take(ctx, op, "output gradient", dout, q, q->dtype, on, osize, &dt) ||
          attn_take(ctx, op, "output", o, q, q->dtype, on, osize, &ot) ||
          attn_take(ctx, op, "logsumexp", lse, q, attn_lse_dtype(q->dtype), ln, lsize, &lt);
@@ -285,8 +291,6 @@ int qt_attention_backward(qt_ctx *ctx, const qt_attn_args *a, const qt_tensor *d
         rc = ops_prefix_error(ctx, op);
       if (rc == 0) {
         const qt_tensor *t[QT_ATTN_NVIEWS] = {0};
-        t[QT_ATTN_Q] = &c.q, t[QT_ATTN_K] = &c.k, t[QT_ATTN_V] = &c.v;
-        t[QT_ATTN_MASK] = c.has_mask ? &c.mask : NULL;
         t[QT_ATTN_O] = &ot4, t[QT_ATTN_LSE] = &lt, t[QT_ATTN_DO] = &dt4;
         t[QT_ATTN_DQ] = want_q ? &g4[0] : NULL;
         t[QT_ATTN_DK] = want_kv ? &g4[1] : NULL;
@@ -323,8 +327,6 @@ int qt_attention_path(qt_ctx *ctx, const qt_attn_args *a, bool backward, const q
   if (rc == 0) {
     c.o.plan_only = true;
     const qt_tensor *t[QT_ATTN_NVIEWS] = {0};
-    t[QT_ATTN_Q] = &c.q, t[QT_ATTN_K] = &c.k, t[QT_ATTN_V] = &c.v;
-    t[QT_ATTN_MASK] = c.has_mask ? &c.mask : NULL;
     buf[0] = '\0';
     rc = attn_call_slot(ctx, op, &c, t, buf);
   }
