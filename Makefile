@@ -201,6 +201,11 @@ BENCH_BASELINE := $(if $(filter 1,$(CUDA)),$(BUILD)/bench-baseline)
 $(BUILD)/bench-baseline: bench/baseline.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 $(CUDA_ARCH) -O3 -o $@ $< -lcublas
+# bench/kprof.c: a CUPTI kernel profiler loaded by benchmark scripts (package.loadlib)
+$(BUILD)/kprof.so: bench/kprof.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -Wall -Wextra -shared -fPIC -I$(CUDA_HOME)/include $(LUA_CFLAGS) -o $@ $< \
+	  -L$(CUDA_HOME)/lib64 -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 -lcupti
 bench: all $(BENCH_BASELINE)
 	$(QLUA) bench/bench.lua --baseline $(BUILD)/bench-baseline --csv $(BUILD)/bench.csv \
 	  $(if $(PYTHON),--python $(PYTHON)) $(CASES)
