@@ -349,21 +349,34 @@ __global__ void nrm_chan_col(nrm_geom g, int64_t rows_per_chunk, const T *x, con
   }
 }
 
-/* Pass 2, a thread a channel: the partials (chunks x per, per = 1 or inner) summed in order.
-** DW: dweight = q2, dbias = q1. BSTATS: mean and rstd. BGRAD: dweight = q2 rstd, dbias = q1,
-** and for dx m1 = q1 / m, m2 = q2 rstd / m. */
+/* Pass 2: the partials (chunks x per, per = 1 or inner) of NRM_COLS channels a block, summed
+** by NRM_FIN_ROWS lanes per channel (lane r takes chunks r, r + NRM_FIN_ROWS, ...), then the
+** lanes in order: a fixed order, so the result does not depend on timing. A thread per
+** channel walking every chunk alone was latency-bound (0.53 ms for a 768-wide LayerNorm's
+** weight gradient on the H200, bench/kprof.c). DW: dweight = q2, dbias = q1. BSTATS: mean
+** and rstd. BGRAD: dweight = q2 rstd, dbias = q1, and for dx m1 = q1 / m, m2 = q2 rstd / m. */
+#define NRM_FIN_ROWS 16
 template <typename T, typename A, int MODE>
-__global__ void nrm_chan_finish(nrm_geom g, int64_t chunks, int64_t per, const A *p1,
-                                const A *p2, const T *x, T *dw, T *db, A *mean, A *rstd,
-                                A *m1, A *m2) {
-  int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= g.c) return;
+__global__ void __launch_bounds__(NRM_COLS * NRM_FIN_ROWS)
+nrm_chan_finish(nrm_geom g, int64_t chunks, int64_t per, const A *p1, const A *p2, const T *x,
+                T *dw, T *db, A *mean, A *rstd, A *m1, A *m2) {
+  __shared__ A s1[NRM_FIN_ROWS][NRM_COLS], s2[NRM_FIN_ROWS][NRM_COLS];
+  int64_t ch = (int64_t)blockIdx.x * NRM_COLS + threadIdx.x;
   A q1 = 0, q2 = 0;
-  for (int64_t k = 0; k < chunks; k++)
-    for (int64_t e = 0; e < per; e++) {
-      q1 += p1[(k * g.c + ch) * per + e];
-      q2 += p2[(k * g.c + ch) * per + e];
-    }
+  if (ch < g.c)
+    for (int64_t k = threadIdx.y; k < chunks; k += NRM_FIN_ROWS)
+      for (int64_t e = 0; e < per; e++) {
+        q1 += p1[(k * g.c + ch) * per + e];
+        q2 += p2[(k * g.c + ch) * per + e];
+      }
+  s1[threadIdx.y][threadIdx.x] = q1;
+  s2[threadIdx.y][threadIdx.x] = q2;
+  __syncthreads();
+  if (threadIdx.y != 0 || ch >= g.c) return;
+  for (int r = 1; r < NRM_FIN_ROWS; r++) {
+    q1 += s1[r][threadIdx.x];
+    q2 += s2[r][threadIdx.x];
+  }
   A m = (A)(g.n * g.inner);
   if (MODE == NRM_BSTATS) {
     nrm_stats<A, false>(q1, q2, nrm_in<T, A>(x[ch * g.inner]), m, g.eps, mean[ch], rstd[ch]);
@@ -450,7 +463,7 @@ static int nrm_channel_sums(qt_device *dev, const nrm_geom &g, const qt_norm_opt
   else
     nrm_chan_col<T, A, MODE><<<grid, dim3(NRM_COLS, NRM_COL_ROWS), 0, c->stream>>>(
         g, rows_per_chunk, x, dy, mn, rs, p1, p2);
-  nrm_chan_finish<T, A, MODE><<<(unsigned)((g.c + 127) / 128), 128, 0, c->stream>>>(
+  nrm_chan_finish<T, A, MODE><<<(unsigned)((g.c + NRM_COLS - 1) / NRM_COLS), dim3(NRM_COLS, NRM_FIN_ROWS), 0, c->stream>>>(
       g, chunks, per, p1, p2, x, dw, db, mean, rstd, m1, m2);
   qt_cuda_scratch_free(dev, ws, nbytes);
   return qt_cuda_check_launch(dev, "norm", err);
@@ -504,7 +517,7 @@ static int nrm_vec_backward_launch(qt_device *dev, const nrm_geom &g, int64_t ro
   nrm_vec_bwd<T, A, RMS><<<(unsigned)blocks, threads, smem, c->stream>>>(g, rows, x, w, dy, mean, rstd, dx, p1, p2);
   nrm_geom cols = g;   /* the finisher's channels are the row's columns */
   cols.c = g.len;
-  nrm_chan_finish<T, A, NRM_DW><<<(unsigned)((g.len + 127) / 128), 128, 0, c->stream>>>(
+  nrm_chan_finish<T, A, NRM_DW><<<(unsigned)((g.len + NRM_COLS - 1) / NRM_COLS), dim3(NRM_COLS, NRM_FIN_ROWS), 0, c->stream>>>(
       cols, blocks, 1, p1, p2, x, dw, db, NULL, NULL, NULL, NULL);
   qt_cuda_scratch_free(dev, ws, nbytes);
   return qt_cuda_check_launch(dev, "norm", err);
