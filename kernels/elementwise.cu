@@ -403,6 +403,60 @@ __global__ void ew_copy_rows16(uint4 *dst, int64_t dpitch16, const uint4 *src, i
   }
 })
 
+/* The same for rows under up to EW_ROWS_OUTER outer dims (merging attention's heads,
+** (b, h, l, d) -> (b, l, h, d): rows of d elements that no collapse makes 2-D): a thread
+** moves 16 bytes and finds its row's two offsets with one division per outer dim, where
+** the strided kernel divides per element. */
+#define EW_ROWS_OUTER 4
+typedef struct ew_rows_geometry {
+  int nd;                                   /* outer dims, 1 .. EW_ROWS_OUTER */
+  int64_t size[EW_ROWS_OUTER];
+  int64_t dstride16[EW_ROWS_OUTER], sstride16[EW_ROWS_OUTER];  /* in 16-byte units */
+  int64_t width16, rows;
+} ew_rows_geometry;
+
+QT_IF_ENTRY(
+__global__ void ew_copy_rows16_nd(uint4 *dst, const uint4 *src, ew_rows_geometry g) {
+  int64_t n = g.rows * g.width16;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / g.width16, c = i - r * g.width16, d = 0, s = 0;
+    for (int k = g.nd - 1; k >= 0; k--) {
+      int64_t q = r / g.size[k];
+      int64_t x = r - q * g.size[k];
+      d += x * g.dstride16[k];
+      s += x * g.sstride16[k];
+      r = q;
+    }
+    dst[d + c] = src[s + c];
+  }
+})
+
+/* Whether a same-dtype copy (collapsed, 3 to EW_ROWS_OUTER + 1 dims) is rows for
+** ew_copy_rows16_nd: the last dim dense in both and a whole number of 16-byte units, every
+** other stride a multiple of 16 bytes (the source's may be 0), both pointers aligned. */
+inline bool ew_rows_plan(const ew_plan<2> &p, int64_t es, ew_rows_geometry *g) {
+  const qt_view &dv = p.view[0], &sv = p.view[1];
+  int nd = dv.ndim;
+  if (nd < 3 || nd > EW_ROWS_OUTER + 1) return false;
+  if (dv.stride[nd - 1] != 1 || sv.stride[nd - 1] != 1 || (dv.size[nd - 1] * es) % 16 != 0 ||
+      ((uintptr_t)dv.data & 15) != 0 || ((uintptr_t)sv.data & 15) != 0)
+    return false;
+  g->nd = nd - 1;
+  g->rows = 1;
+  for (int k = 0; k < nd - 1; k++) {
+    if ((dv.stride[k] * es) % 16 != 0 || (sv.stride[k] * es) % 16 != 0 || dv.stride[k] < 0 ||
+        sv.stride[k] < 0)
+      return false;
+    g->size[k] = dv.size[k];
+    g->dstride16[k] = dv.stride[k] * es / 16;
+    g->sstride16[k] = sv.stride[k] * es / 16;
+    g->rows *= dv.size[k];
+  }
+  g->width16 = dv.size[nd - 1] * es / 16;
+  return true;
+}
+
 /* Transposing copies (x:t():contiguous() and friends): src is dense along dim P, dst along
 ** another dim Q, so a plain walk reads or writes one element per 32-byte sector. A 32x32
 ** tile goes through shared memory instead: loaded with threadIdx.x along P, stored with
@@ -805,11 +859,12 @@ extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *s
                                               qt_cuda_context(dev)->stream),
                          "copy", err);
   }
-  /* same dtype, dense 16-byte-aligned rows apart from each other: ew_copy_rows16 */
+  /* same dtype, dense 16-byte-aligned rows apart from each other (the source's may also be
+  ** one row read again: a broadcast, as addmm's bias): ew_copy_rows16 */
   const qt_view &dv = plan.view[0], &sv = plan.view[1];
   const int64_t es = (int64_t)qt_elsize(dst->dtype);
   if (dst->dtype == src->dtype && dv.ndim == 2 && dv.stride[1] == 1 && sv.stride[1] == 1 &&
-      dv.stride[0] >= dv.size[1] && sv.stride[0] >= dv.size[1] &&
+      dv.stride[0] >= dv.size[1] && (sv.stride[0] >= dv.size[1] || sv.stride[0] == 0) &&
       (dv.size[1] * es) % 16 == 0 && (dv.stride[0] * es) % 16 == 0 &&
       (sv.stride[0] * es) % 16 == 0 && ((uintptr_t)dv.data & 15) == 0 &&
       ((uintptr_t)sv.data & 15) == 0) {
@@ -819,6 +874,13 @@ extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *s
     ew_copy_rows16<<<grid, EW_THREADS, 0, qt_cuda_context(dev)->stream>>>(
         (uint4 *)dv.data, dv.stride[0] * es / 16, (const uint4 *)sv.data, sv.stride[0] * es / 16,
         width16, rows);
+    return qt_cuda_check_launch(dev, "copy", err);
+  }
+  ew_rows_geometry rg;
+  if (dst->dtype == src->dtype && ew_rows_plan(plan, es, &rg)) {
+    unsigned blocks = qt_cuda_blocks(dev, rg.rows * rg.width16, EW_THREADS);
+    ew_copy_rows16_nd<<<blocks, EW_THREADS, 0, qt_cuda_context(dev)->stream>>>(
+        (uint4 *)dv.data, (const uint4 *)sv.data, rg);
     return qt_cuda_check_launch(dev, "copy", err);
   }
   qt_dtype_switch_all(dst->dtype, [&](auto dst_zero) {
