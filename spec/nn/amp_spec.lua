@@ -27,6 +27,11 @@ both("autocast follows PyTorch's lists: lower precision, float32, and the rest a
       T.assert_close(numbers(p), numbers(a:to(dt):matmul(b:to(dt))), 0, "matmul is the 16-bit product")
       assert.are.equal(dt, qlua.matmul(a, b):dtype())
       assert.are.equal(dt, F.linear(a, b:t()):dtype())
+      -- a float32 bias is lowered with the operands (PyTorch's linear), not promoted
+      local bias = qlua.randn({ 3 }, { device = dev })
+      local lin = F.linear(a, b:t(), bias)
+      assert.are.equal(dt, lin:dtype())
+      T.assert_close(numbers(lin), numbers(a:to(dt):matmul(b:to(dt)) + bias:to(dt)), 2e-2, "linear with a bias")
       assert.are.equal(dt, qlua.conv2d(x, w, nil, { padding = 1 }):dtype())
       assert.are.equal(dt, F.scaled_dot_product_attention(q, q, q):dtype())
       -- the float32 list: 16-bit in, float32 out

@@ -73,6 +73,35 @@ both("Linear: x W^T + b against plain Lua, PyTorch's init bounds, gradients by g
   assert.truthy(errmsg(lin, rnd({ 4, 5 }, dev)):match("^linear: input has 5 features"))
 end)
 
+both("F.linear with a bias (one addmm over the rows) on 1-D to 4-D and strided inputs, with gradients", function(dev)
+  local w, b = rnd({ 7, 5 }, dev), rnd({ 7 }, dev)
+  local W, B = w:cpu():totable(), b:cpu():totable()
+  for _, shape in ipairs({ { 5 }, { 4, 5 }, { 2, 3, 5 }, { 2, 2, 3, 5 }, { 0, 5 } }) do
+    local x = rnd(shape, dev)
+    local y = F.linear(x, w, b)
+    local ys = y:shape()
+    assert.are.equal(#shape, #ys)
+    assert.are.equal(7, ys[#ys])
+    local rows = x:reshape({ -1, 5 }):cpu():totable()
+    local want = {}
+    for i, r in ipairs(rows) do
+      want[i] = {}
+      for o = 1, 7 do
+        local s = B[o]
+        for k = 1, 5 do s = s + r[k] * W[o][k] end
+        want[i][o] = s
+      end
+    end
+    if #rows > 0 then close(y:reshape({ -1, 7 }), want) end
+  end
+  local xt = rnd({ 5, 3, 4 }, dev):transpose(1, 2)   -- not contiguous: the rows are copied
+  local w2, b2 = rnd({ 6, 4 }, dev), rnd({ 6 }, dev)
+  close(F.linear(xt, w2, b2), (xt:matmul(w2:t()) + b2):cpu():totable())
+  local x3 = rnd({ 2, 3, 5 }, dev):requires_grad_()
+  assert.is_true(A.gradcheck(function(a, ww, c) return F.linear(a, ww, c) end,
+                             { x3, w:clone():requires_grad_(), b:clone():requires_grad_() }))
+end)
+
 both("LayerNorm, RMSNorm and GroupNorm against plain-Lua means and variances", function(dev)
   local x = rnd({ 2, 4, 3 }, dev)
   local X = x:cpu():totable()

@@ -41,9 +41,17 @@ function F.linear(x, weight, bias)
   if n ~= weight:size(2) then
     error(string.format("linear: input has %d features (last dim), the weight takes %d", n, weight:size(2)), 0)
   end
-  local y = x:matmul(weight:t())
-  if bias ~= nil then y = y + bias end
-  return y
+  if bias == nil then return x:matmul(weight:t()) end
+  -- with a bias, one addmm over the rows (x flattened to 2-D): the bias is written into the
+  -- result and the GEMM adds the product to it (beta = 1), which costs no pass of its own,
+  -- and autocast lowers the bias with the operands (PyTorch's linear), so a 16-bit product
+  -- stays 16-bit rather than promoting to the bias's float32
+  local d = x:dim()
+  if d == 2 then return qlua.addmm(bias, x, weight:t()) end
+  local shape = x:shape()
+  local rows = x:reshape({ -1, n })
+  shape[d] = weight:size(1)
+  return qlua.addmm(bias, rows, weight:t()):reshape(shape)
 end
 
 -- x1^T A x2 per output: weight (out, in1, in2)
