@@ -246,6 +246,26 @@ QT_HD int qt_is_negative(int64_t x) { return x < 0; }
 #define QT_CLAMP(x, lo, hi) \
   ((x) < (lo) ? ((lo) > (hi) ? (hi) : (lo)) : ((x) > (hi) ? (hi) : (x)))
 
+/* ------------------------------------------------------------------ gelu's derivatives */
+
+/* The derivative of gelu_tanh, 0.5 t (1 + tanh(u)) with u = c (t + a t^3):
+** 0.5 (1 + tanh u) + 0.5 t (1 - tanh^2 u) c (1 + 3 a t^2), in float (qt_gelu_tanh_gradf)
+** or double; the binary op gelu_tanh_backward multiplies it into the gradient. */
+#define QT_GELU_TANH_C 0.79788456080286535588
+#define QT_GELU_TANH_A 0.044715
+QT_HD float qt_gelu_tanh_gradf(float t) {
+  float h = tanhf((float)QT_GELU_TANH_C * (t + (float)QT_GELU_TANH_A * t * t * t));
+  return 0.5f * (1.0f + h) +
+         0.5f * t * (1.0f - h * h) * (float)QT_GELU_TANH_C * (1.0f + 3.0f * (float)QT_GELU_TANH_A * t * t);
+}
+QT_HD double qt_gelu_tanh_grad(double t) {
+  double h = tanh(QT_GELU_TANH_C * (t + QT_GELU_TANH_A * t * t * t));
+  return 0.5 * (1.0 + h) + 0.5 * t * (1.0 - h * h) * QT_GELU_TANH_C * (1.0 + 3.0 * QT_GELU_TANH_A * t * t);
+}
+/* The float expression's helper by T's size (T is float or double where it is used). */
+#define QT_GELU_TANH_GRAD(T, t) \
+  (sizeof(T) == sizeof(double) ? (T)qt_gelu_tanh_grad((double)(t)) : (T)qt_gelu_tanh_gradf((float)(t)))
+
 /* ------------------------------------------------------------------ histc's bins */
 
 /* The bin of x for histc (device.h): floor((x - lo) / (hi - lo) * bins), at most bins - 1,
@@ -304,7 +324,13 @@ QT_HD int64_t qt_histc_bin(double x, double lo, double hi, int64_t bins) {
   X(P, QT_REMAINDER, "remainder", 1, SAME, QT_FLOORMOD(T, x, y), (U)(uint64_t)qt_intfloormod(x, y), \
     "Lua's t % x: floor modulo, the sign of x")                                                     \
   X(P, QT_FLOOR_DIVIDE, "floor_divide", 1, SAME, floor(x / y), (U)(uint64_t)qt_intfloordiv(x, y),   \
-    "Lua's t // x: floor division")
+    "Lua's t // x: floor division")                                                                 \
+  X(P, QT_GELU_BACKWARD, "gelu_backward", 0, SAME,                                                  \
+    x * ((T)0.5 * ((T)1 + erf(y * (T)0.70710678118654752440)) +                                     \
+         y * exp((T)-0.5 * y * y) * (T)0.39894228040143267794), 0,                                  \
+    "g:gelu_backward(x): g times gelu's derivative at x (autograd's, fused)")                       \
+  X(P, QT_GELU_TANH_BACKWARD, "gelu_tanh_backward", 0, SAME, x * QT_GELU_TANH_GRAD(T, y), 0,        \
+    "g:gelu_tanh_backward(x): g times gelu_tanh's derivative at x (autograd's, fused)")
 
 /* The C type of a binary op's result, by its result column, for operands of type T. */
 #define QT_BINOP_TYPE_SAME(T) T

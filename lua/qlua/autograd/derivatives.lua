@@ -106,13 +106,17 @@ D.silu = unary(function(g, x)
   return g * s * (x * (-s + 1) + 1)
 end)
 D.softplus = unary(function(g, x) return g * x:sigmoid() end)
+-- gelu's: one fused pass (g:gelu_backward(x), g:gelu_tanh_backward(x)) unless the backward
+-- itself is recorded (create_graph), which differentiates the composed form
 D.gelu = unary(function(g, x)
+  if not A.is_grad_enabled() then return g:gelu_backward(x) end
   local cdf = ((x * (1 / math.sqrt(2))):erf() + 1) * 0.5
   local pdf = (x * x * -0.5):exp() * (1 / math.sqrt(2 * math.pi))
   return g * (cdf + x * pdf)
 end)
 -- d/dx 0.5 x (1 + tanh(u)), u = c (x + a x^3): 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)
 D.gelu_tanh = unary(function(g, x)
+  if not A.is_grad_enabled() then return g:gelu_tanh_backward(x) end
   local c, a = math.sqrt(2 / math.pi), 0.044715
   local t = ((x + x * x * x * a) * c):tanh()
   return g * ((t + 1) * 0.5 + x * (-(t * t) + 1) * (x * x * (3 * a * c) + c) * 0.5)
@@ -195,9 +199,13 @@ D.cross_entropy = { saves = false, backward = function(g, a)
   local C = logits:size(cdim)
   local eps = opts.label_smoothing or 0
   local p = logits:softmax(cdim)
-  local want, keep, count
+  -- without create_graph the gradient is built in place in p, a tensor of its own: a class
+  -- target's -1 scattered in and the scale multiplied in, with no one-hot tensor and no
+  -- further pass over (N, C) (a language model's logits are gigabytes)
+  local in_place = not A.is_grad_enabled()
+  local grad, keep, count
   if is_tensor(target) and FLOAT[target:dtype()] then
-    want = eps ~= 0 and target * (1 - eps) + eps / C or target
+    grad = p - (eps ~= 0 and target * (1 - eps) + eps / C or target)
   else
     local t = class_targets(target, logits)
     if opts.ignore_index ~= nil then
@@ -207,10 +215,14 @@ D.cross_entropy = { saves = false, backward = function(g, a)
       if cdim == 2 then keep = keep:unsqueeze(2) end
     end
     local idx = cdim == 2 and t:unsqueeze(2) or t:reshape({ 1 })
-    want = A.no_grad(function() return qlua.zeros_like(logits):scatter_(cdim, idx, 1) end)
-    if eps ~= 0 then want = want * (1 - eps) + eps / C end
+    if in_place and eps == 0 then
+      grad = p:scatter_add_(cdim, idx, qlua.full(idx:shape(), -1, { dtype = p:dtype(), device = p:device() }))
+    else
+      local want = A.no_grad(function() return qlua.zeros_like(logits):scatter_(cdim, idx, 1) end)
+      if eps ~= 0 then want = want * (1 - eps) + eps / C end
+      grad = p - want
+    end
   end
-  local grad = p - want
   if keep then grad = qlua.where(keep, grad, 0) end
   -- probabilities that require grad get -log_softmax (times 1 - eps)
   local gt = requires(target) and logits:log_softmax(cdim) * -(1 - eps) or nil
@@ -222,7 +234,7 @@ D.cross_entropy = { saves = false, backward = function(g, a)
     if count then scale = g / count
     elseif cdim == 2 then scale = g / logits:size(1) end
   end
-  return { grad * scale, gt and gt * scale or nil }
+  return { in_place and grad:mul_(scale) or grad * scale, gt and gt * scale or nil }
 end }
 
 -- products
@@ -668,8 +680,9 @@ local function addmm_opts(o) o = o or {}; return o.beta or 1, o.alpha or 1 end
 D.addmm = { saves = { [2] = true, [3] = true }, backward = function(g, a)
   local x, y = a[2], a[3]
   local beta, alpha = addmm_opts(a[4])
-  return { g * beta, requires(x) and g:matmul(y:t()) * alpha or nil,
-           requires(y) and x:t():matmul(g) * alpha or nil }
+  local function scaled(t, s) if s == 1 then return t end return t * s end   -- no pass for 1
+  return { scaled(g, beta), requires(x) and scaled(g:matmul(y:t()), alpha) or nil,
+           requires(y) and scaled(x:t():matmul(g), alpha) or nil }
 end }
 D.addmm_ = { self_free = true, saves = D.addmm.saves, backward = D.addmm.backward }
 

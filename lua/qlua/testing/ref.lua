@@ -515,5 +515,15 @@ return function(T)
     fmod = { f = function(a, b) return math.fmod(a, b) end, nonzero = true },
     remainder = { f = function(a, b) return a % b end, nonzero = true },
     floor_divide = { f = function(a, b) return a // b end, nonzero = true },
+    -- g times the derivative at x (autograd's fused backward ops)
+    gelu_backward = { f = function(g, x)
+                        return g * (0.5 * (1 + ref.erf(x / math.sqrt(2))) + x * math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+                      end },
+    gelu_tanh_backward = { f = function(g, x)
+                             local c, a = math.sqrt(2 / math.pi), 0.044715
+                             local u = math.exp(2 * c * (x + a * x ^ 3))
+                             local h = u == math.huge and 1 or (u - 1) / (u + 1)
+                             return g * (0.5 * (1 + h) + 0.5 * x * (1 - h * h) * c * (1 + 3 * a * x * x))
+                           end },
   }
 end
