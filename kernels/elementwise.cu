@@ -198,10 +198,14 @@ __device__ __forceinline__ int64_t ew_thread_count() {
 /* ------------------------------------------------------------------ kernels */
 
 /* PACKED: all pointers are 16-byte aligned; the packs, then the tail one by one. R is
-** the result type (ew_out_t). */
-template <typename T, bool BOOLOUT, bool PACKED>
-__global__ void ew_binary_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T *a, const T *b,
+** the result type (ew_out_t). FIX >= 0: the op is FIX, known at compile time (the hot ops,
+** ew_fixed_op), so the op list's switch folds away; unswitched, it ran per element, eight
+** or sixteen times a loop iteration for 16-bit dtypes (a bf16 add at half of PyTorch's
+** bandwidth, gelu_tanh at a third). FIX < 0: op, read at run time. */
+template <typename T, bool BOOLOUT, bool PACKED, int FIX = -1>
+__global__ void ew_binary_contiguous(int op_, ew_out_t<T, BOOLOUT> *dst, const T *a, const T *b,
                                      int64_t n) {
+  const int op = FIX >= 0 ? FIX : op_;
   typedef ew_out_t<T, BOOLOUT> R;
   int64_t start = ew_thread_index(), step = ew_thread_count();
   int64_t done = 0;
@@ -248,9 +252,10 @@ __global__ void ew_binary_strided(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
 }
 
 /* dst = a op s, or s op a (scalar_first). */
-template <typename T, bool BOOLOUT, bool PACKED>
-__global__ void ew_scalar_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
+template <typename T, bool BOOLOUT, bool PACKED, int FIX = -1>
+__global__ void ew_scalar_contiguous(int op_, ew_out_t<T, BOOLOUT> *dst, const T *a,
                                      ew_calc_t<T> s, bool scalar_first, int64_t n) {
+  const int op = FIX >= 0 ? FIX : op_;
   typedef ew_out_t<T, BOOLOUT> R;
   int64_t start = ew_thread_index(), step = ew_thread_count();
   int64_t done = 0;
@@ -286,9 +291,10 @@ __global__ void ew_scalar_strided(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
   }
 }
 
-template <typename T, bool BOOLOUT, bool PACKED>
-__global__ void ew_unary_contiguous(int op, ew_out_t<T, BOOLOUT> *dst, const T *a,
+template <typename T, bool BOOLOUT, bool PACKED, int FIX = -1>
+__global__ void ew_unary_contiguous(int op_, ew_out_t<T, BOOLOUT> *dst, const T *a,
                                     ew_unary_params<ew_calc_t<T>> p, int64_t n) {
+  const int op = FIX >= 0 ? FIX : op_;
   typedef ew_out_t<T, BOOLOUT> R;
   int64_t start = ew_thread_index(), step = ew_thread_count();
   int64_t done = 0;
@@ -432,31 +438,6 @@ __global__ void ew_copy_rows16_nd(uint4 *dst, const uint4 *src, ew_rows_geometry
   }
 })
 
-/* Whether a same-dtype copy (collapsed, 3 to EW_ROWS_OUTER + 1 dims) is rows for
-** ew_copy_rows16_nd: the last dim dense in both and a whole number of 16-byte units, every
-** other stride a multiple of 16 bytes (the source's may be 0), both pointers aligned. */
-inline bool ew_rows_plan(const ew_plan<2> &p, int64_t es, ew_rows_geometry *g) {
-  const qt_view &dv = p.view[0], &sv = p.view[1];
-  int nd = dv.ndim;
-  if (nd < 3 || nd > EW_ROWS_OUTER + 1) return false;
-  if (dv.stride[nd - 1] != 1 || sv.stride[nd - 1] != 1 || (dv.size[nd - 1] * es) % 16 != 0 ||
-      ((uintptr_t)dv.data & 15) != 0 || ((uintptr_t)sv.data & 15) != 0)
-    return false;
-  g->nd = nd - 1;
-  g->rows = 1;
-  for (int k = 0; k < nd - 1; k++) {
-    if ((dv.stride[k] * es) % 16 != 0 || (sv.stride[k] * es) % 16 != 0 || dv.stride[k] < 0 ||
-        sv.stride[k] < 0)
-      return false;
-    g->size[k] = dv.size[k];
-    g->dstride16[k] = dv.stride[k] * es / 16;
-    g->sstride16[k] = sv.stride[k] * es / 16;
-    g->rows *= dv.size[k];
-  }
-  g->width16 = dv.size[nd - 1] * es / 16;
-  return true;
-}
-
 /* Transposing copies (x:t():contiguous() and friends): src is dense along dim P, dst along
 ** another dim Q, so a plain walk reads or writes one element per 32-byte sector. A 32x32
 ** tile goes through shared memory instead: loaded with threadIdx.x along P, stored with
@@ -573,6 +554,40 @@ static void ew_with_bool_out(bool bool_out, F f) {
   else f(std::false_type());
 }
 
+/* f(std::integral_constant<int, K>): K = op for the hot ops of packed float kernels (the
+** adds and products of every layer, the activations), -1 (the op at run time) for the
+** rest, so that only a few kernels per float dtype are compiled twice. */
+template <int K>
+using ew_op_c = std::integral_constant<int, K>;
+template <typename T, bool BOOLOUT, bool PACKED, typename F>
+static void ew_fixed_binop(int op, F f) {
+  if constexpr (PACKED && !BOOLOUT && qt_is_float_v<T>) {
+    switch (op) {
+      case QT_ADD: f(ew_op_c<QT_ADD>()); return;
+      case QT_SUB: f(ew_op_c<QT_SUB>()); return;
+      case QT_MUL: f(ew_op_c<QT_MUL>()); return;
+      case QT_DIV: f(ew_op_c<QT_DIV>()); return;
+      case QT_GELU_BACKWARD: f(ew_op_c<QT_GELU_BACKWARD>()); return;
+      case QT_GELU_TANH_BACKWARD: f(ew_op_c<QT_GELU_TANH_BACKWARD>()); return;
+      default: break;
+    }
+  }
+  f(ew_op_c<-1>());
+}
+template <typename T, bool BOOLOUT, bool PACKED, typename F>
+static void ew_fixed_unop(int op, F f) {
+  if constexpr (PACKED && !BOOLOUT && qt_is_float_v<T>) {
+    switch (op) {
+      case QT_GELU_TANH: f(ew_op_c<QT_GELU_TANH>()); return;
+      case QT_GELU: f(ew_op_c<QT_GELU>()); return;
+      case QT_SILU: f(ew_op_c<QT_SILU>()); return;
+      case QT_RELU: f(ew_op_c<QT_RELU>()); return;
+      default: break;
+    }
+  }
+  f(ew_op_c<-1>());
+}
+
 /* ---- binary */
 
 template <typename T, bool BOOLOUT>
@@ -581,8 +596,11 @@ static void ew_binary_launch(qt_device *dev, int op, const ew_plan<3> &p) {
   const T *a = (const T *)p.view[1].data, *b = (const T *)p.view[2].data;
   ew_launch(dev, p, sizeof(T),
       [&](auto packed, unsigned blocks, cudaStream_t stream) {
-        ew_binary_contiguous<T, BOOLOUT, decltype(packed)::value>
-            <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
+        constexpr bool PK = decltype(packed)::value;
+        ew_fixed_binop<T, BOOLOUT, PK>(op, [&](auto fix) {
+          ew_binary_contiguous<T, BOOLOUT, PK, decltype(fix)::value>
+              <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
+        });
       },
       [&](auto index, unsigned blocks, cudaStream_t stream) {
         ew_binary_strided<T, BOOLOUT, decltype(index)><<<blocks, EW_THREADS, 0, stream>>>(
@@ -639,8 +657,11 @@ static void ew_scalar_launch(qt_device *dev, int op, const ew_plan<2> &p, ew_cal
   const T *a = (const T *)p.view[1].data;
   ew_launch(dev, p, sizeof(T),
       [&](auto packed, unsigned blocks, cudaStream_t stream) {
-        ew_scalar_contiguous<T, BOOLOUT, decltype(packed)::value>
-            <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.n);
+        constexpr bool PK = decltype(packed)::value;
+        ew_fixed_binop<T, BOOLOUT, PK>(op, [&](auto fix) {
+          ew_scalar_contiguous<T, BOOLOUT, PK, decltype(fix)::value>
+              <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.n);
+        });
       },
       [&](auto index, unsigned blocks, cudaStream_t stream) {
         ew_scalar_strided<T, BOOLOUT, decltype(index)><<<blocks, EW_THREADS, 0, stream>>>(
@@ -697,8 +718,11 @@ static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p,
   const T *a = (const T *)p.view[1].data;
   ew_launch(dev, p, sizeof(T),
       [&](auto packed, unsigned blocks, cudaStream_t stream) {
-        ew_unary_contiguous<T, BOOLOUT, decltype(packed)::value>
-            <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
+        constexpr bool PK = decltype(packed)::value;
+        ew_fixed_unop<T, BOOLOUT, PK>(op, [&](auto fix) {
+          ew_unary_contiguous<T, BOOLOUT, PK, decltype(fix)::value>
+              <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
+        });
       },
       [&](auto index, unsigned blocks, cudaStream_t stream) {
         ew_unary_strided<T, BOOLOUT, decltype(index)><<<blocks, EW_THREADS, 0, stream>>>(
@@ -780,6 +804,31 @@ extern "C" int qt_cuda_fill(qt_device *dev, const qt_view *dst, qt_scalar value,
 #endif
 
 /* ---- copy */
+
+/* Whether a same-dtype copy (collapsed, 3 to EW_ROWS_OUTER + 1 dims) is rows for
+** ew_copy_rows16_nd: the last dim dense in both and a whole number of 16-byte units, every
+** other stride a multiple of 16 bytes (the source's may be 0), both pointers aligned. */
+inline bool ew_rows_plan(const ew_plan<2> &p, int64_t es, ew_rows_geometry *g) {
+  const qt_view &dv = p.view[0], &sv = p.view[1];
+  int nd = dv.ndim;
+  if (nd < 3 || nd > EW_ROWS_OUTER + 1) return false;
+  if (dv.stride[nd - 1] != 1 || sv.stride[nd - 1] != 1 || (dv.size[nd - 1] * es) % 16 != 0 ||
+      ((uintptr_t)dv.data & 15) != 0 || ((uintptr_t)sv.data & 15) != 0)
+    return false;
+  g->nd = nd - 1;
+  g->rows = 1;
+  for (int k = 0; k < nd - 1; k++) {
+    if ((dv.stride[k] * es) % 16 != 0 || (sv.stride[k] * es) % 16 != 0 || dv.stride[k] < 0 ||
+        sv.stride[k] < 0)
+      return false;
+    g->size[k] = dv.size[k];
+    g->dstride16[k] = dv.stride[k] * es / 16;
+    g->sstride16[k] = sv.stride[k] * es / 16;
+    g->rows *= dv.size[k];
+  }
+  g->width16 = dv.size[nd - 1] * es / 16;
+  return true;
+}
 
 /* Whether the collapsed copy is a (batched) transpose worth tiling: 2 or 3 dims, src
 ** dense along one of the last two, dst dense along the other, both at least a tile wide. */
