@@ -246,6 +246,34 @@ describe("gpu", function()
       end
     end)
 
+    -- the row copies (kernels/elementwise.cu): dense rows of whole 16-byte units under up
+    -- to four outer dims (heads merged: (b, h, l, d) -> (b, l, h, d)), a broadcast row
+    -- (stride 0: addmm's bias), and rows that miss 16 bytes (the per-element kernel)
+    gtest("copies of rows under outer dims and of a broadcast row match the CPU's", function()
+      for _, dtype in ipairs({ "float32", "float64", "bfloat16", "float16", "int32", "uint8" }) do
+        for _, d in ipairs({ 8, 16, 64, 13 }) do
+          local data = T.random_table({ 2, 3, 4, d }, "float64", { lo = 0, hi = 100 })   -- fits every dtype here
+          parity(("merge heads %s d=%d"):format(dtype, d), function(dev)
+            return qlua.tensor(data, { device = dev }):to(dtype):transpose(2, 3):contiguous()
+          end)
+          parity(("5-D permute %s d=%d"):format(dtype, d), function(dev)
+            local t = qlua.tensor(data, { device = dev }):to(dtype):reshape({ 2, 3, 2, 2, d })
+            return t:permute({ 3, 1, 4, 2, 5 }):contiguous()
+          end)
+          parity(("broadcast row %s d=%d"):format(dtype, d), function(dev)
+            local row = qlua.tensor(data[1][1][1], { device = dev }):to(dtype)
+            return T.poison(qlua.empty({ 5, 7, d }, { dtype = dtype, device = dev })):copy_(row)
+          end)
+          parity(("addmm bias %s d=%d"):format(dtype, d), function(dev)
+            if dtype ~= "float32" and dtype ~= "float64" then return qlua.zeros({ 1 }, { device = dev }) end
+            local a = qlua.tensor(data[1][1], { device = dev }):to(dtype):t()
+            local bias = qlua.tensor(data[2][1][1], { device = dev }):to(dtype)
+            return qlua.addmm(bias, a, qlua.tensor(data[1][2], { device = dev }):to(dtype))
+          end, 1e-5)
+        end
+      end
+    end)
+
     gtest("copy_ between devices, both ways, into views", function()
       for _, dtype in ipairs(T.dtypes) do
         local data = T.random_table({ 4, 3 }, dtype)
