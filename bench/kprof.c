@@ -11,7 +11,9 @@
  *
  * A tool for finding where time goes, not a timer: CUPTI's tracing adds a little to each
  * launch, so the benchmarks' numbers come from the bench scripts without it. */
+#define _GNU_SOURCE
 #include <cupti.h>
+#include <dlfcn.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <stdint.h>
@@ -156,6 +158,11 @@ static int kp_start(lua_State *L) {
     for (size_t i = 0; i < sizeof kp_kinds / sizeof kp_kinds[0]; i++)
       kp_check(L, cuptiActivityEnable(kp_kinds[i]), "enable");
     kp_registered = 1;
+    /* CUPTI calls back into this library until the process ends, after Lua's state has
+    ** closed and unloaded it (package.loadlib's libraries go at lua_close): keep it mapped */
+    Dl_info self;
+    if (dladdr((void *)kp_start, &self) != 0 && self.dli_fname != NULL)
+      (void)dlopen(self.dli_fname, RTLD_LAZY | RTLD_NODELETE);
   }
   kp_on = 0;
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
