@@ -890,8 +890,11 @@ void ew_copy_run(qt_device *dev, const ew_plan<2> &p, qt_dtype src) {
 QT_PARTS(void, ew_copy_run, (qt_device *, const ew_plan<2> &, qt_dtype))
 
 #ifndef QT_PART
-/* Same dtype and both dense: the copy engine's device-to-device memcpy (~4 TB/s
-** counting both ways). A copy onto itself does nothing. */
+/* Same dtype and both dense: ew_copy_oct, a kernel like every other copy, not the copy
+** engine's cudaMemcpyAsync: on the H200 the kernel moves as much (about 4 TB/s counting
+** both ways), and a GPT-2 training step's hundred small device-to-device memcpys each held
+** the host about 100 us in the driver (bench/kprof.c), time the GPU then waited for. A copy
+** onto itself does nothing. */
 extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *src, qt_err *err) {
   if ((unsigned)dst->dtype >= (unsigned)QT_NDTYPES || (unsigned)src->dtype >= (unsigned)QT_NDTYPES)
     return qt_errorf(err, "copy: unsupported dtype");
@@ -900,14 +903,7 @@ extern "C" int qt_cuda_copy(qt_device *dev, const qt_view *dst, const qt_view *s
   const qt_view *views[2] = {dst, src};
   ew_plan<2> plan;
   ew_plan_make<2>(&plan, views);
-  if (dst->dtype == src->dtype && plan.contiguous) {
-    if (plan.view[0].data == plan.view[1].data) return 0;
-    size_t bytes = (size_t)plan.n * qt_elsize(dst->dtype);
-    return qt_cuda_check(dev, cudaMemcpyAsync(plan.view[0].data, plan.view[1].data, bytes,
-                                              cudaMemcpyDeviceToDevice,
-                                              qt_cuda_context(dev)->stream),
-                         "copy", err);
-  }
+  if (dst->dtype == src->dtype && plan.contiguous && plan.view[0].data == plan.view[1].data) return 0;
   /* same dtype, dense 16-byte-aligned rows apart from each other (the source's may also be
   ** one row read again: a broadcast, as addmm's bias): ew_copy_rows16 */
   const qt_view &dv = plan.view[0], &sv = plan.view[1];
