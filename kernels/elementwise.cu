@@ -199,7 +199,7 @@ __device__ __forceinline__ int64_t ew_thread_count() {
 
 /* PACKED: all pointers are 16-byte aligned; the packs, then the tail one by one. R is
 ** the result type (ew_out_t). FIX >= 0: the op is FIX, known at compile time (the hot ops,
-** ew_fixed_op), so the op list's switch folds away; unswitched, it ran per element, eight
+** ew_fixed_binop, ew_fixed_unop), so the op list's switch folds away; unswitched, it ran per element, eight
 ** or sixteen times a loop iteration for 16-bit dtypes (a bf16 add at half of PyTorch's
 ** bandwidth, gelu_tanh at a third). FIX < 0: op, read at run time. */
 template <typename T, bool BOOLOUT, bool PACKED, int FIX = -1>
