@@ -44,6 +44,7 @@ struct atn_geom {
   float p;            /* dropout probability */
   double zscale;      /* 1 / (1 - p) (0 for p = 1) */
   uint64_t seed, offset;
+  const uint64_t *rng;     /* captured in a CUDA graph: (seed, base offset) read at replay */
   int causal, mask_kind;   /* 0 no mask, 1 bool, 2 added (q's dtype) */
 };
 
@@ -64,7 +65,9 @@ template <typename A>
 __device__ __forceinline__ A atn_keep(const atn_geom &g, int64_t bh, int64_t i, int64_t j) {
   if (g.p <= 0.0f) return (A)1;
   uint64_t k = (uint64_t)((bh * g.sq + i) * g.sk + j);
-  return qt_philox_uniform_f32(qt_philox(g.seed, g.offset + k)) < g.p ? (A)0 : (A)g.zscale;
+  uint64_t seed = g.rng != NULL ? g.rng[0] : g.seed;
+  uint64_t offset = g.rng != NULL ? g.rng[1] + g.offset : g.offset;
+  return qt_philox_uniform_f32(qt_philox(seed, offset + k)) < g.p ? (A)0 : (A)g.zscale;
 }
 
 /* The mask's term for score (b, h, i, j) in natural units: 0, the added number, or -inf. */
@@ -686,6 +689,7 @@ static int atn_run(qt_device *dev, const qt_attn_opts *o, const qt_view *v, char
   }
   if (o->plan_only) return 0;
   atn_geom g = atn_geometry(o, v);
+  g.rng = qt_cuda_context(dev)->capture_rng;
   if (tile) return dmax <= 64 ? atn_tile_run<T, 64>(dev, o, v, g, err) : atn_tile_run<T, 128>(dev, o, v, g, err);
   if constexpr (std::is_same<T, double>::value) {   /* the others reach rows past 128 only */
     if (dmax <= 32) return atn_rows_run<T, A, 1>(dev, o, v, g, err);

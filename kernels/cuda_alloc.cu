@@ -3,7 +3,9 @@
 ** alloc and free slots), scratch memory for kernels (qt_cuda_scratch), empty_cache and the
 ** memory stats.
 **
-** One allocator per device (ctx->allocator, made by qt_cuda_device_open). Every op of a
+** One allocator per device (ctx->allocator, made by qt_cuda_device_open), and one per CUDA
+** graph pool (cuda_graph.cu): while a capture is under way, alloc serves from the capturing
+** graph's pool, and free holds back the device's own blocks (the graph may use them). Every op of a
 ** device is queued on that device's one stream (cuda_device.cu), which is what makes the
 ** allocator simple: a block freed while kernels that use it are still queued can be handed
 ** to the next op at once, because that op is queued behind them on the same stream.
@@ -144,6 +146,10 @@ struct qt_cuda_allocator {
   int64_t window_peak[2];
   uint64_t window_start_ns;
   uint32_t period;  /* periods so far (stamps whole free segments; see alloc_is_stale) */
+  /* A CUDA graph's pool (cuda_graph.cu): no bound and no trim (its blocks must stay while
+  ** the graph lives), no cache given back on a miss (that would wait on a capturing
+  ** stream), and its cudaMalloc runs in relaxed capture mode, which a capture allows. */
+  bool graph_pool;
 };
 
 static cuda_block *alloc_block_new(qt_cuda_allocator *a) {
@@ -490,6 +496,19 @@ static int alloc_oom(qt_device *dev, qt_cuda_allocator *a, size_t nbytes, int *o
                    dev->name, asked, nbytes, allocated, reserved, cached, free_str, total_str);
 }
 
+/* cudaMalloc; for a graph's pool in relaxed capture mode (a capture under way on this
+** thread refuses cudaMalloc in its own mode, and the new segment is not part of the
+** graph: it is memory the graph's kernels will use). */
+static cudaError_t alloc_driver_malloc(qt_cuda_allocator *a, void **mem, size_t bytes) {
+  if (!a->graph_pool) return cudaMalloc(mem, bytes);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaError_t status = cudaThreadExchangeStreamCaptureMode(&mode);
+  if (status != cudaSuccess) return status;
+  status = cudaMalloc(mem, bytes);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  return status;
+}
+
 /* A block for a request that no cached block serves (a->lock held, device current); it is
 ** in no free list. Under the bound, a new segment. Over it: stale segments go back first;
 ** if that is not enough, a free block that the pools' rules keep from this request (see
@@ -501,7 +520,7 @@ static int alloc_grow(qt_device *dev, qt_cuda_allocator *a, int pool, size_t siz
                       size_t nbytes, cuda_block **out, int *oom, qt_err *err) {
   size_t segment = pool == CUDA_POOL_SMALL ? CUDA_SMALL_SEGMENT
                    : pool == CUDA_POOL_MID ? CUDA_MID_SEGMENT : size;
-  int64_t excess = a->reserved + (int64_t)segment - alloc_bound(a, size);
+  int64_t excess = a->graph_pool ? 0 : a->reserved + (int64_t)segment - alloc_bound(a, size);
   if (excess > 0) {
     bool idle = false;
     if (alloc_trim(dev, a, &excess, true, &idle, err) != 0) return -1;
@@ -516,7 +535,7 @@ static int alloc_grow(qt_device *dev, qt_cuda_allocator *a, int pool, size_t siz
     }
   }
   void *mem = NULL;
-  cudaError_t status = cudaMalloc(&mem, segment);
+  cudaError_t status = alloc_driver_malloc(a, &mem, segment);
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     cuda_block *lender = alloc_find_lender(a, pool, size);
@@ -525,11 +544,12 @@ static int alloc_grow(qt_device *dev, qt_cuda_allocator *a, int pool, size_t siz
       *out = lender;
       return 0;
     }
+    if (a->graph_pool) return alloc_oom(dev, a, nbytes, oom, err);
     if (alloc_release_cached(dev, a, "alloc", err) != 0) return -1;
     /* A mid request gets a segment of its own size now (sharing one is a luxury); small
     ** segments keep their size, the only one the small pool hands back whole. */
     if (pool == CUDA_POOL_MID) segment = size;
-    status = cudaMalloc(&mem, segment);
+    status = alloc_driver_malloc(a, &mem, segment);
   }
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
@@ -623,25 +643,109 @@ static void alloc_give(qt_cuda_allocator *a, void *ptr) {
   alloc_free_insert(a, b);
 }
 
-extern "C" int qt_cuda_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err) {
-  if (oom != NULL) *oom = 0;
-  *ptr = NULL;
-  if (nbytes == 0) return 0;
-  if (qt_cuda_enter(dev, "alloc", err) != 0) return -1;
-  qt_cuda_allocator *a = qt_cuda_context(dev)->allocator;
+/* ---- the allocator as an object: the device's, and each CUDA graph pool's (cuda_graph.cu) */
+
+extern "C" qt_cuda_allocator *qt_cuda_pool_allocator_new(void) {
+  qt_cuda_allocator *a = qt_cuda_allocator_new();
+  if (a != NULL) a->graph_pool = true;
+  return a;
+}
+
+extern "C" int qt_cuda_allocator_take(qt_device *dev, qt_cuda_allocator *a, size_t nbytes,
+                                      void **ptr, int *oom, qt_err *err) {
   pthread_mutex_lock(&a->lock);
   int status = alloc_take(dev, a, nbytes, ptr, oom, err);
   pthread_mutex_unlock(&a->lock);
   return status;
 }
 
+extern "C" bool qt_cuda_allocator_holds(qt_cuda_allocator *a, const void *ptr) {
+  pthread_mutex_lock(&a->lock);
+  bool found = false;
+  for (cuda_block *b = a->hash[alloc_hash_slot(a, ptr)]; b != NULL; b = b->hash_next)
+    if (b->ptr == (const char *)ptr) {
+      found = true;
+      break;
+    }
+  pthread_mutex_unlock(&a->lock);
+  return found;
+}
+
+extern "C" bool qt_cuda_allocator_give(qt_cuda_allocator *a, void *ptr) {
+  pthread_mutex_lock(&a->lock);
+  bool found = false;
+  for (cuda_block *b = a->hash[alloc_hash_slot(a, ptr)]; b != NULL; b = b->hash_next)
+    if (b->ptr == (const char *)ptr) {
+      found = true;
+      break;
+    }
+  if (found) alloc_give(a, ptr);
+  pthread_mutex_unlock(&a->lock);
+  return found;
+}
+
+extern "C" int qt_cuda_allocator_release(qt_device *dev, qt_cuda_allocator *a, qt_err *err) {
+  pthread_mutex_lock(&a->lock);
+  int status = alloc_release_cached(dev, a, "graph", err);
+  pthread_mutex_unlock(&a->lock);
+  return status;
+}
+
+extern "C" void qt_cuda_allocator_bytes(qt_cuda_allocator *a, int64_t *allocated,
+                                        int64_t *reserved) {
+  pthread_mutex_lock(&a->lock);
+  *allocated = a->allocated;
+  *reserved = a->reserved;
+  pthread_mutex_unlock(&a->lock);
+}
+
+extern "C" void qt_cuda_allocator_delete(qt_cuda_allocator *a) {
+  if (a == NULL) return;
+  cuda_block *b;
+  while ((b = a->spare) != NULL) {
+    a->spare = b->hash_next;
+    free(b);
+  }
+  free(a->hash);
+  delete a->large_free[0];
+  delete a->large_free[1];
+  delete a->whole_free;
+  pthread_mutex_destroy(&a->lock);
+  free(a);
+}
+
+/* ---- the slots */
+
+extern "C" int qt_cuda_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err) {
+  if (oom != NULL) *oom = 0;
+  *ptr = NULL;
+  if (nbytes == 0) return 0;
+  if (qt_cuda_enter(dev, "alloc", err) != 0) return -1;
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  if (ctx->capture != NULL) return qt_cuda_graph_alloc(dev, nbytes, ptr, oom, err);
+  return qt_cuda_allocator_take(dev, ctx->allocator, nbytes, ptr, oom, err);
+}
+
+/* The device's own blocks go back to its cache, except while a graph is being captured:
+** the captured kernels may use them, so the graph holds them until it is freed. Blocks of
+** the graphs' pools go back to their pool (cuda_graph.cu). */
 extern "C" void qt_cuda_free(qt_device *dev, void *ptr, size_t nbytes) {
   (void)nbytes;
   if (ptr == NULL || dev == NULL) return;
-  qt_cuda_allocator *a = qt_cuda_context(dev)->allocator;
-  pthread_mutex_lock(&a->lock);
-  alloc_give(a, ptr);
-  pthread_mutex_unlock(&a->lock);
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  qt_cuda_allocator *a = ctx->allocator;
+  if (ctx->capture == NULL && ctx->pools == NULL) {
+    pthread_mutex_lock(&a->lock);
+    alloc_give(a, ptr);
+    pthread_mutex_unlock(&a->lock);
+    return;
+  }
+  if (qt_cuda_allocator_holds(a, ptr)) {
+    if (ctx->capture != NULL && qt_cuda_graph_defer(dev, ptr)) return;
+    (void)qt_cuda_allocator_give(a, ptr);
+    return;
+  }
+  qt_cuda_graph_pool_free(dev, ptr);
 }
 
 extern "C" int qt_cuda_scratch(qt_device *dev, size_t nbytes, void **ptr, qt_err *err) {
@@ -655,6 +759,7 @@ extern "C" void qt_cuda_scratch_free(qt_device *dev, void *ptr, size_t nbytes) {
 
 extern "C" void qt_cuda_empty_cache(qt_device *dev) {
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  if (ctx->capture != NULL) return;   /* cudaFree would wait on the capturing stream */
   if (ctx->broken || qt_cuda_make_current(ctx->ordinal) != cudaSuccess) {
     (void)cudaGetLastError();
     return;
@@ -673,9 +778,15 @@ extern "C" int qt_cuda_memory(qt_device *dev, qt_memory_stats *stats, qt_err *er
   stats->reserved = a->reserved;
   stats->peak = a->peak;
   pthread_mutex_unlock(&a->lock);
+  int64_t pool_allocated = 0, pool_reserved = 0;
+  qt_cuda_graph_pool_bytes(dev, &pool_allocated, &pool_reserved);
+  stats->allocated += pool_allocated;
+  stats->reserved += pool_reserved;
+  stats->graph = pool_reserved;
   stats->total = 0;
   stats->free = 0;
   if (qt_cuda_enter(dev, "memory", err) != 0) return -1;
+  if (qt_cuda_context(dev)->capture != NULL) return 0;   /* no driver query mid-capture */
   size_t free_b = 0, total_b = 0;
   if (qt_cuda_check(dev, cudaMemGetInfo(&free_b, &total_b), "memory", err) != 0) return -1;
   stats->total = (int64_t)total_b;

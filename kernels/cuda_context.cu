@@ -99,6 +99,12 @@ extern "C" unsigned qt_cuda_blocks(qt_device *dev, int64_t n, unsigned threads) 
 
 /* ------------------------------------------------------------------ sync and index errors */
 
+extern "C" int qt_cuda_refuse_capture(qt_device *dev, const char *op, qt_err *err) {
+  if (qt_cuda_context(dev)->capture == NULL) return 0;
+  return qt_errorf(err, "%s: cannot wait for %s while a CUDA graph is being captured on it "
+                   "(qlua.graph)", op, dev->name);
+}
+
 static const char *cuda_index_op_name(int op) {
   switch (op) {
     case QT_CUDA_OP_GATHER: return "gather";

@@ -38,6 +38,7 @@
 
 extern "C" int qt_cuda_sync(qt_device *dev, qt_err *err) {
   if (qt_cuda_enter(dev, "sync", err) != 0) return -1;
+  if (qt_cuda_refuse_capture(dev, "sync", err) != 0) return -1;
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
   if (qt_cuda_check(dev, cudaStreamSynchronize(ctx->stream), "sync", err) != 0) return -1;
   return qt_cuda_take_index_error(dev, err);

@@ -238,6 +238,7 @@ static bool cuda_host_is_pinned(const void *ptr) {
 extern "C" int qt_cuda_upload(qt_device *dev, void *dst, const void *host_src, size_t nbytes,
                               qt_err *err) {
   if (qt_cuda_enter(dev, "upload", err) != 0) return -1;
+  if (qt_cuda_refuse_capture(dev, "upload", err) != 0) return -1;
   if (nbytes == 0) return 0;
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
   if (nbytes >= CUDA_STAGING_MIN && !cuda_host_is_pinned(host_src)) {
@@ -253,6 +254,7 @@ extern "C" int qt_cuda_upload(qt_device *dev, void *dst, const void *host_src, s
 extern "C" int qt_cuda_download(qt_device *dev, void *host_dst, const void *src, size_t nbytes,
                                 qt_err *err) {
   if (qt_cuda_enter(dev, "download", err) != 0) return -1;
+  if (qt_cuda_refuse_capture(dev, "download", err) != 0) return -1;
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
   if (nbytes > 0) {
     int done = 1;

@@ -56,6 +56,12 @@ typedef struct qt_cuda_ctx {
   struct qt_cuda_allocator *allocator;
   struct qt_cuda_staging *staging;
   int sm_count;
+  /* CUDA graphs (cuda_graph.cu): the graph whose capture is under way on stream, or NULL
+  ** (allocations then come from its pool, and what would wait on the stream refuses); its
+  ** random slot, which the random kernels read while it is set; the graphs' pools. */
+  struct qt_cuda_graph *capture;
+  const uint64_t *capture_rng;
+  struct qt_cuda_pool *pools;
   bool broken;                  /* a sticky error happened: refuse everything */
   char broken_msg[QT_ERRLEN];
 } qt_cuda_ctx;

@@ -246,7 +246,12 @@ static int mm_blas_check(qt_device *dev, cublasStatus_t st, qt_err *err) {
 static int mm_handle_create(qt_device *dev, qt_cuda_ctx *c, qt_err *err) {
   if (mm_cublas_load(err)) return -1;
   cublasHandle_t h = NULL;
+  /* Relaxed capture mode, so that a first product inside a CUDA graph capture (cuda_graph.cu)
+  ** may make the handle: cublasCreate allocates, which thread-local capture refuses. */
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  bool swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
   cublasStatus_t st = mm_cublas.create(&h);
+  if (swapped) (void)cudaThreadExchangeStreamCaptureMode(&mode);
   if (st != CUBLAS_STATUS_SUCCESS)
     return qt_errorf(err, "matmul: cuBLAS error %s (creating the handle)", mm_status_name(st));
   st = mm_cublas.set_stream(h, c->stream);

@@ -6,6 +6,8 @@
 ** as the CPU device's loop does: uniform and integer values are identical bit for bit on
 ** both devices; normal values agree to within the rounding of the device's log/cos.
 ** The result is contiguous (the core allocates it so), so thread i simply writes dst[i].
+** Captured in a CUDA graph (cuda_graph.cu), a kernel reads the seed and the base of its
+** offset from the graph's random slot when it runs, so each replay draws new numbers.
 */
 #include <stdint.h>
 
@@ -17,7 +19,11 @@
 
 template <typename T, int KIND>
 __global__ void random_kernel(T *dst, int64_t n, uint64_t seed, uint64_t offset, int64_t lo,
-                              int64_t hi) {
+                              int64_t hi, const uint64_t *rng) {
+  if (rng != NULL) {   /* captured in a CUDA graph: the replay's (seed, base offset) */
+    seed = rng[0];
+    offset += rng[1];
+  }
   int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += step) {
     qt_philox_out r = qt_philox(seed, offset + (uint64_t)k);
@@ -37,7 +43,7 @@ static void random_launch(qt_device *dev, const qt_view *dst, uint64_t seed, uin
                           int64_t lo, int64_t hi) {
   unsigned blocks = qt_cuda_blocks(dev, dst->numel, RANDOM_THREADS);
   random_kernel<T, KIND><<<blocks, RANDOM_THREADS, 0, qt_cuda_context(dev)->stream>>>(
-      (T *)dst->data, dst->numel, seed, offset, lo, hi);
+      (T *)dst->data, dst->numel, seed, offset, lo, hi, qt_cuda_context(dev)->capture_rng);
 }
 
 /* Contiguity in the core's sense: size-1 dims may have any stride. */

@@ -253,6 +253,11 @@ typedef struct qt_optim_opts {
   ** p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), bc = 1 - beta^step. */
   double beta1, beta2, eps, bias_correction1, bias_correction2;
   bool decoupled, amsgrad;
+  /* Adam: NULL, or one float64 in the device's memory holding the step (>= 1) that the
+  ** update reads when it runs, for bias corrections computed there instead of the two
+  ** above (qlua.optim's capturable state: a captured step replays with the count of its
+  ** replay). */
+  const double *step_count;
 } qt_optim_opts;
 
 /* A compile request for the compile slot. */
@@ -300,6 +305,7 @@ typedef struct qt_memory_stats {
   int64_t peak;       /* highest `allocated` seen */
   int64_t total;      /* device memory in all (0 for the CPU) */
   int64_t free;       /* device memory free as the driver sees it */
+  int64_t graph;      /* of reserved, bytes held by CUDA graphs' pools (qlua.graph) */
 } qt_memory_stats;
 
 typedef struct qt_device qt_device;
@@ -332,6 +338,25 @@ typedef struct qt_device qt_device;
   ** name. May load the library it names. use_cudnn: the context allows cuDNN. */           \
   X(P, DESCRIBE, describe, MEM, int,                                                             \
     (qt_device *dev, const char *family, bool use_cudnn, char *buf, size_t len, qt_err *err))   \
+  /* ---- CUDA graphs (runtime/core/ops_graph.c; kernels/cuda_graph.cu); NULL on a device      \
+  ** that cannot capture (the CPU: qlua.graph then runs the function eagerly). ----            \
+  ** graph_begin starts capturing the device's queue: nothing queued from then on runs; it     \
+  ** is recorded into *graph. Memory allocated meanwhile comes from the graph's own pool (a     \
+  ** new one, or share's: another graph of this device), kept while the graph lives; blocks    \
+  ** of the device's cache freed meanwhile are held until the graph is freed. Random slots     \
+  ** read (seed, base offset) from the graph's device slot then, adding their own offset:     \
+  ** the core passes offsets counted from the capture's start. */                               \
+  X(P, GRAPH_BEGIN, graph_begin, MEM, int,                                                       \
+    (qt_device *dev, void *share, void **graph, qt_err *err))                                    \
+  /* Ends the capture; keep: instantiates the graph (-1 with err when the capture was           \
+  ** invalidated or does not instantiate: the graph is then freed), else discards it (never     \
+  ** fails). Either way the queue runs normally again. */                                       \
+  X(P, GRAPH_END, graph_end, MEM, int, (qt_device *dev, void *graph, bool keep, qt_err *err))    \
+  /* Queues the whole graph once, its random slots reading (seed, offset + their own). */       \
+  X(P, GRAPH_LAUNCH, graph_launch, MEM, int,                                                     \
+    (qt_device *dev, void *graph, uint64_t seed, uint64_t offset, qt_err *err))                  \
+  /* Frees an instantiated graph (waiting for its queued launches) and what it holds. */        \
+  X(P, GRAPH_FREE, graph_free, MEM, void, (qt_device *dev, void *graph))                         \
   /* ---- host <-> device, contiguous bytes ---- */                                              \
   /* Both return after the bytes have landed (host memory may be reused at once). */             \
   X(P, UPLOAD, upload, MEM, int,                                                                 \
@@ -598,6 +623,9 @@ struct qt_device {
   int ordinal;           /* 0 for the CPU; the CUDA ordinal for GPUs */
   char name[16];         /* "cpu", "gpu:0", ... as t:device() prints it */
   const qt_device_iface *native;  /* the device's own table, which iface widens */
+  /* The graph being captured on this device (ops_graph.c sets and clears it around
+  ** graph_begin / graph_end), or NULL: what needs the host then refuses to run. */
+  void *capture;
 };
 
 /* ---- the registry (device.c); process-wide and thread-safe ---- */

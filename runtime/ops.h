@@ -69,6 +69,28 @@ qt_ctx *qt_ctx_new(void);    /* NULL when out of memory */
 void qt_ctx_retain(qt_ctx *ctx);
 void qt_ctx_release(qt_ctx *ctx);
 
+/* ---------------------------------------------------------------- CUDA graphs (ops_graph.c)
+** A capture records everything queued on a device from qt_graph_begin to qt_graph_end
+** (nothing of it runs then); qt_graph_replay queues it all again, the same kernels on the
+** same memory. Memory allocated during the capture comes from the graph's pool (share's,
+** when given: another graph of the device), kept while the graph lives. During a capture,
+** whatever needs the host there (downloads, uploads, sync) fails naming its op, and random
+** ops take counters from the capture's start: each replay draws what an eager run would
+** at that point of the generator, and advances it as much. Devices without the graph
+** slots (the CPU) cannot capture: qt_graph_supported says so (qlua.graph then runs its
+** function eagerly). */
+typedef struct qt_graph qt_graph;
+bool qt_graph_supported(const qt_device *dev);
+bool qt_graph_capturing(const qt_device *dev);
+int qt_graph_begin(qt_ctx *ctx, qt_device *dev, const qt_graph *share, qt_graph **out);
+/* keep: instantiate (-1 when the capture was invalidated; the graph is then empty and may
+** only be freed); else discard what was captured. */
+int qt_graph_end(qt_ctx *ctx, qt_graph *g, bool keep);
+int qt_graph_replay(qt_ctx *ctx, qt_graph *g);
+/* Frees g (ending its capture first if one is under way); waits for its replays. */
+void qt_graph_free(qt_graph *g);
+qt_device *qt_graph_device(const qt_graph *g);
+
 /* ---------------------------------------------------------------- creation */
 
 /* Uninitialised contents (CPU and GPU alike: callers fill). size may contain zeros. */
@@ -500,8 +522,11 @@ int qt_attention_path(qt_ctx *ctx, const qt_attn_args *a, bool backward, const q
 ** (SGD; Adam and AdamW): tensors[k * step->nviews + j] is parameter k (j = 0), its gradient
 ** (1) and its state (2 ..). Every tensor is live, contiguous, of one float dtype and one
 ** device, of its parameter's shape, and shares no byte with another; the parameters and
-** the state are written in place (their versions move), the gradients only read. */
-int qt_optim_step(qt_ctx *ctx, const qt_optim_opts *step, int64_t n,
+** the state are written in place (their versions move), the gradients only read.
+** step_count (Adam; NULL for a step given as bias corrections in step) is a one-element
+** float64 tensor on the parameters' device holding the step count the update reads when it
+** runs (capturable state); the core fills step->step_count from it. */
+int qt_optim_step(qt_ctx *ctx, const qt_optim_opts *step, const qt_tensor *step_count, int64_t n,
                   const qt_tensor *const *tensors);
 
 /* ---------------------------------------------------------------- matrix products */

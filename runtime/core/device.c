@@ -23,6 +23,7 @@ static qt_device device_cpu = {
   /* .ordinal = */ 0,
   /* .name    = */ "cpu",
   /* .native  = */ NULL,  /* with .iface */
+  /* .capture = */ NULL,  /* the CPU never captures */
 };
 static pthread_once_t device_cpu_once = PTHREAD_ONCE_INIT;
 

@@ -40,6 +40,8 @@ int qt_from_host(qt_ctx *ctx, qt_tensor *out, qt_device *dev, qt_dtype dtype, in
     int rc;
     if (host_data == NULL) {
       rc = qt_errorf(&ctx->err, "%s: no data", op);
+    } else if (ops_refuse_capture(ctx, op, dev)) {
+      rc = -1;
     } else if (dev->iface->upload != NULL) {
       rc = dev->iface->upload(dev, res.storage->data, host_data, nbytes, &ctx->err);
     } else if (dev->kind == QT_DEV_CPU) {

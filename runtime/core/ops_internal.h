@@ -50,6 +50,10 @@ const char *ops_shape(const qt_tensor *t, char *buf);
 int ops_live(qt_ctx *ctx, const char *op, const qt_tensor *t);
 int ops_same_device(qt_ctx *ctx, const char *op, const qt_tensor *a, const qt_tensor *b);
 int ops_unsupported(qt_ctx *ctx, const char *op, const qt_device *dev);
+/* ops_graph.c: -1 with "<op>: cannot run while a CUDA graph is being captured on <dev>
+** ..." when a capture is under way there (what waits for the device or goes through the
+** host), else 0. */
+int ops_refuse_capture(qt_ctx *ctx, const char *op, const qt_device *dev);
 int ops_check_dim(qt_ctx *ctx, const char *op, int dim, int ndim);
 int ops_check_dtype(qt_ctx *ctx, const char *op, qt_dtype dtype);
 int ops_check_index_dtype(qt_ctx *ctx, const char *op, const qt_tensor *index);

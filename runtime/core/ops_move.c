@@ -36,6 +36,7 @@ int qt_to_dtype(qt_ctx *ctx, qt_tensor *out, const qt_tensor *t, qt_dtype dtype)
 static int ops_download(qt_ctx *ctx, const char *op, qt_device *dev, void *host, const void *src,
                         size_t nbytes) {
   if (nbytes == 0) return 0;
+  if (ops_refuse_capture(ctx, op, dev)) return -1;
   if (dev->iface->download == NULL) {
     if (dev->kind != QT_DEV_CPU) return ops_unsupported(ctx, op, dev);
     memcpy(host, src, nbytes);
@@ -47,6 +48,7 @@ static int ops_download(qt_ctx *ctx, const char *op, qt_device *dev, void *host,
 static int ops_upload(qt_ctx *ctx, const char *op, qt_device *dev, void *dst, const void *host,
                       size_t nbytes) {
   if (nbytes == 0) return 0;
+  if (ops_refuse_capture(ctx, op, dev)) return -1;
   if (dev->iface->upload == NULL) {
     if (dev->kind != QT_DEV_CPU) return ops_unsupported(ctx, op, dev);
     memcpy(dst, host, nbytes);
@@ -236,6 +238,7 @@ int qt_read_all(qt_ctx *ctx, const qt_tensor *t, void *host) {
 
 int qt_sync(qt_ctx *ctx, qt_device *dev) {
   if (dev == NULL) return qt_errorf(&ctx->err, "sync: no device");
+  if (ops_refuse_capture(ctx, "sync", dev)) return -1;
   if (dev->iface->sync == NULL) return 0;
   return dev->iface->sync(dev, &ctx->err);
 }

@@ -126,6 +126,15 @@ static int ops_ce_targets(qt_ctx *ctx, const char *op, const qt_tensor *tgt, int
   int64_t n = qt_numel(tgt);
   *count = n;
   if (n == 0) return 0;
+  qt_device *on = ops_device(tgt);
+  if (on->capture != NULL) {
+    /* A CUDA graph capture cannot read the targets back: without ignore_index, gather
+    ** checks the classes on the device (an error shows at the next sync, as gather's) */
+    if (!opts->has_ignore_index) return 0;
+    return qt_errorf(&ctx->err, "%s: ignore_index cannot run while a CUDA graph is being "
+                     "captured on %s: the ignored targets are counted on the host "
+                     "(qlua.graph)", op, on->name);
+  }
   int64_t *host = malloc((size_t)n * 2 * sizeof *host);
   if (host == NULL) return qt_errorf(&ctx->err, "%s: out of memory (%lld targets)", op, (long long)n);
   int64_t *skip = host + n, nskip = 0;
