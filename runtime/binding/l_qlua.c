@@ -486,7 +486,8 @@ static int q_sync(lua_State *L) {
   return 0;
 }
 
-/* memory([device]) -> {allocated=, reserved=, peak=, total=, free=}; default: the
+/* memory([device]) -> {allocated=, reserved=, peak=, total=, free=, graph=} (graph: bytes
+** of reserved that CUDA graphs' pools hold; allocated and reserved count them); default: the
 ** current GPU, or the CPU when there is none. */
 static int q_memory(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
@@ -510,6 +511,8 @@ static int q_memory(lua_State *L) {
   lua_setfield(L, -2, "total");
   lua_pushinteger(L, (lua_Integer)stats.free);
   lua_setfield(L, -2, "free");
+  lua_pushinteger(L, (lua_Integer)stats.graph);
+  lua_setfield(L, -2, "graph");
   return 1;
 }
 
@@ -540,6 +543,9 @@ static int q_empty_cache(lua_State *L) {
   for (int g = 0; g < 64; g++) {
     if (!(used & ((uint64_t)1 << g))) continue;
     qt_device *dev = lq_gpu(L, "empty_cache", g);
+    if (qt_graph_capturing(dev))
+      return luaL_error(L, "empty_cache: cannot give %s's memory back while a CUDA graph is "
+                        "being captured on it (qlua.graph)", dev->name);
     if (dev->iface->empty_cache != NULL) dev->iface->empty_cache(dev);
   }
   qt_device *cpu = qt_cpu_device();
@@ -941,6 +947,7 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   lq_setfuncs(L, lq_pool2d_functions, box, false, "qlua"); /* qlua._pool2d (l_pool2d.c) */
   lq_setfuncs(L, lq_attention_functions, box, false, "qlua");  /* (l_attention.c) */
   lq_open_kernel(L, box, -1);                     /* also qlua.Kernel, qlua.Module */
+  lq_open_graph(L, box, -1);                      /* qlua.graph, qlua.Graph (l_graph.c) */
   luaL_getmetatable(L, QLUA_TENSOR);              /* qlua.Tensor: the class (l_tensor.c) */
   lua_setfield(L, -2, "Tensor");
   lua_pushliteral(L, QLUA_VERSION);

@@ -203,6 +203,9 @@ int lq_totable(lua_State *L);
 /* Makes the qlua.Kernel and qlua.Module metatables and puts the module functions into
 ** the table at module_idx. */
 void lq_open_kernel(lua_State *L, int box_idx, int module_idx);
+/* l_graph.c: qlua.graph, qlua.is_capturing and the qlua.Graph userdata, into the module at
+** module_idx. */
+void lq_open_graph(lua_State *L, int box_idx, int module_idx);
 
 /* ---- l_elementwise.c: elementwise arithmetic methods and the operator metamethods,
 ** registered by l_tensor.c */
