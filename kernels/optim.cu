@@ -36,7 +36,23 @@ template <typename A>
 struct opt_params {
   A lr, wd, mom, damp1, b1, b2, eps, step_size, bc2, decay;
   bool maximize, nesterov, first, decoupled, amsgrad;
+  /* Adam's step read on the device (qt_optim_opts.step_count), or NULL: step_size and bc2
+  ** are then computed per block from it and the double-precision lr and betas */
+  const double *step_count;
+  double lr64, beta1, beta2;
 };
+
+/* q with Adam's step-dependent terms from the step in device memory, when there is one. */
+template <typename A>
+__device__ __forceinline__ opt_params<A> opt_resolve(const opt_params<A> &in) {
+  opt_params<A> q = in;
+  if (q.step_count != NULL) {
+    double t = *q.step_count;
+    q.step_size = (A)(q.lr64 / (1 - pow(q.beta1, t)));
+    q.bc2 = (A)sqrt(1 - pow(q.beta2, t));
+  }
+  return q;
+}
 
 template <typename T, typename A>
 __device__ __forceinline__ A opt_in(T x) {
@@ -93,8 +109,9 @@ __host__ __device__ constexpr int opt_ilp() { return VEC == 1 ? 4 : sizeof(T) ==
 
 template <typename T, typename A, bool SGD, int NV, int VEC>
 __global__ void __launch_bounds__(OPT_THREADS)
-    opt_kernel(const __grid_constant__ opt_batch batch, const __grid_constant__ opt_params<A> q) {
+    opt_kernel(const __grid_constant__ opt_batch batch, const __grid_constant__ opt_params<A> qin) {
   typedef opt_vec<T, VEC> V;
+  const opt_params<A> q = opt_resolve(qin);
   constexpr int OPT_ILP = opt_ilp<T, VEC>();
   int nchunks = batch.first[batch.ntensors];
   for (int c = blockIdx.x; c < nchunks; c += gridDim.x) {
@@ -184,6 +201,10 @@ static void opt_run(qt_device *dev, const qt_optim_opts *s, const opt_batch &b, 
   q.first = s->first;
   q.decoupled = s->decoupled;
   q.amsgrad = s->amsgrad;
+  q.step_count = s->kind == QT_OPTIM_ADAM ? s->step_count : NULL;
+  q.lr64 = s->lr;
+  q.beta1 = s->beta1;
+  q.beta2 = s->beta2;
   switch (s->nviews) {
     case 2: opt_launch<T, A, true, 2>(dev, b, q, aligned); break;
     case 3: opt_launch<T, A, true, 3>(dev, b, q, aligned); break;

@@ -216,14 +216,37 @@ local function positive(who, g, key)
   if g[key] < 0 then error(string.format("%s: %s must be >= 0, got %s", who, key, tostring(g[key])), 0) end
 end
 
+-- The step count as device state (PyTorch's capturable = true): one float64 0-d tensor shared
+-- by the parameters stepped together, advanced on the device and read by the update when it
+-- runs, so a step captured by qlua.graph replays with the count of each replay. A group
+-- asks for it with capturable = true; a step count that is a tensor stays one.
+local function capturable(g, age) return g.capturable or is_tensor(age) end
+
+-- A capture (qlua.graph) records the update, not the Lua that decides it: state made then
+-- would be made again at every replay (a momentum buffer set to the gradient, a step count
+-- back at its start), so the state must exist before, from an eager step, and Adam's step
+-- count must be on the device.
+local function check_capture(self, g, p, s, fresh)
+  if not qlua.is_capturing(p:device()) then return end
+  if fresh then
+    error(string.format("%s: a step captured by qlua.graph needs the optimizer's state from an eager " ..
+      "step before the capture (qlua.graph's warmup option runs one)", self.name), 0)
+  end
+  if s ~= nil and s.step ~= nil and not is_tensor(s.step) then
+    error(string.format("%s: a step captured by qlua.graph needs capturable = true from the first " ..
+      "step on (the step count kept on the device)", self.name), 0)
+  end
+end
+
 -- ------------------------------------------------------------- SGD
 optim.SGD = class("SGD", { lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false,
                            maximize = false, fused = true },
-  function(_, p, grad, s, g)
+  function(self, p, grad, s, g)
     if g.maximize then grad = -grad end
     if g.weight_decay ~= 0 then grad = grad + p * g.weight_decay end
     if g.momentum ~= 0 then
       local buf = s.momentum_buffer
+      check_capture(self, g, p, nil, buf == nil)
       if buf == nil then
         buf = grad:clone()
         s.momentum_buffer = buf
@@ -249,6 +272,7 @@ optim.SGD = class("SGD", { lr = 1e-3, momentum = 0, dampening = 0, weight_decay 
       if momentum then
         local bufs = {}
         for k, s in ipairs(b.states) do
+          check_capture(self, g, b.params[k], nil, s.momentum_buffer == nil)
           if s.momentum_buffer == nil then s.momentum_buffer = qlua.empty_like(b.params[k]) end
           bufs[k] = s.momentum_buffer
         end
@@ -260,27 +284,39 @@ optim.SGD = class("SGD", { lr = 1e-3, momentum = 0, dampening = 0, weight_decay 
 
 -- ------------------------------------------------------------- Adam, AdamW
 local function adam_update(decoupled)
-  return function(_, p, grad, s, g)
+  return function(self, p, grad, s, g)
     if g.maximize then grad = -grad end
     local b1, b2 = g.betas[1], g.betas[2]
     if g.weight_decay ~= 0 then
       if decoupled then p:mul_(1 - g.lr * g.weight_decay)
       else grad = grad + p * g.weight_decay end
     end
+    check_capture(self, g, p, s, s.step == nil)
     if s.step == nil then
       s.step = 0
       s.exp_avg, s.exp_avg_sq = qlua.zeros_like(p), qlua.zeros_like(p)
       if g.amsgrad then s.max_exp_avg_sq = qlua.zeros_like(p) end
     end
-    s.step = s.step + 1
+    if capturable(g, s.step) and not is_tensor(s.step) then
+      s.step = qlua.full({}, s.step, { dtype = "float64", device = p:device() })
+    end
+    if is_tensor(s.step) then s.step:add_(1) else s.step = s.step + 1 end
     s.exp_avg:lerp_(grad, 1 - b1)
     s.exp_avg_sq:mul_(b2):addcmul_(grad, grad, 1 - b2)
-    local bc1, bc2 = 1 - b1 ^ s.step, 1 - b2 ^ s.step
     local sq = s.exp_avg_sq
     if g.amsgrad then
       s.max_exp_avg_sq:maximum_(s.exp_avg_sq)
       sq = s.max_exp_avg_sq
     end
+    if is_tensor(s.step) then      -- the bias corrections from the device's count
+      local dt = p:dtype()
+      local bc1 = 1 - (s.step * math.log(b1)):exp()
+      local bc2 = 1 - (s.step * math.log(b2)):exp()
+      local denom = sq:sqrt() / bc2:sqrt():to(dt) + g.eps
+      p:sub_(s.exp_avg / denom * (bc1:reciprocal() * g.lr):to(dt))
+      return
+    end
+    local bc1, bc2 = 1 - b1 ^ s.step, 1 - b2 ^ s.step
     local denom = sq:sqrt() / math.sqrt(bc2) + g.eps
     p:addcdiv_(s.exp_avg, denom, -g.lr / bc1)
   end
@@ -298,29 +334,41 @@ local function adam_fused(kind)
   return function(self, g)
     for _, b in ipairs(fused_buckets(self, g, age)) do
       local m, v, vmax = {}, {}, g.amsgrad and {} or nil
+      local on_device = capturable(g, b.age)
       for k, s in ipairs(b.states) do
+        check_capture(self, g, b.params[k], s, s.step == nil)
         if s.step == nil then
           local p = b.params[k]
           s.step = 0
           s.exp_avg, s.exp_avg_sq = qlua.zeros_like(p), qlua.zeros_like(p)
           if g.amsgrad then s.max_exp_avg_sq = qlua.zeros_like(p) end
         end
-        s.step = s.step + 1
+        if not on_device then s.step = s.step + 1 end
         m[k], v[k] = s.exp_avg, s.exp_avg_sq
         if vmax then
           if s.max_exp_avg_sq == nil then s.max_exp_avg_sq = qlua.zeros_like(b.params[k]) end
           vmax[k] = s.max_exp_avg_sq
         end
       end
-      qlua._optim_step(kind, g, b.params, b.grads, { m, v, vmax }, b.age + 1)
+      if on_device then
+        local count = b.age
+        if not is_tensor(count) then
+          count = qlua.full({}, count, { dtype = "float64", device = b.params[1]:device() })
+          for _, s in ipairs(b.states) do s.step = count end
+        end
+        count:add_(1)
+        qlua._optim_step(kind, g, b.params, b.grads, { m, v, vmax }, count)
+      else
+        qlua._optim_step(kind, g, b.params, b.grads, { m, v, vmax }, b.age + 1)
+      end
     end
   end
 end
 optim.Adam = class("Adam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0,
-                             amsgrad = false, maximize = false, fused = true },
+                             amsgrad = false, maximize = false, fused = true, capturable = false },
                    adam_update(false), adam_validate, adam_fused("adam"))
 optim.AdamW = class("AdamW", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 1e-2,
-                               amsgrad = false, maximize = false, fused = true },
+                               amsgrad = false, maximize = false, fused = true, capturable = false },
                     adam_update(true), adam_validate, adam_fused("adamw"))
 
 -- ------------------------------------------------------------- RMSprop

@@ -52,7 +52,9 @@ static void o_list(lua_State *L, int idx, lua_Integer n, int j, int nv, const qt
 /* qlua._optim_step(kind, group, params, grads, states, step): kind "sgd", "adam" or
 ** "adamw"; group the options (lr, weight_decay, maximize; momentum, dampening, nesterov;
 ** betas, eps, amsgrad); states the lists of state tensors in qt_optim_opts's order ({} for
-** SGD without momentum); step: Adam's step count after this update (>= 1), for SGD 1 when
+** SGD without momentum); step: Adam's step count after this update (>= 1), or a one-element
+** float64 tensor on the parameters' device holding it (capturable state: read when the
+** update runs, so a captured step replays with the count of its replay); for SGD 1 when
 ** the momentum buffers are new (they are then set, not decayed). */
 static int q_optim_step(lua_State *L) {
   static const char *const kinds[] = {"sgd", "adam", "adamw", NULL};
@@ -61,7 +63,9 @@ static int q_optim_step(lua_State *L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TTABLE);
   luaL_checktype(L, 5, LUA_TTABLE);
-  lua_Integer step_no = luaL_checkinteger(L, 6);
+  /* Adam's step: a number, or a one-element float64 tensor read when the update runs */
+  const qt_tensor *step_t = kind != 0 ? qlua_totensor(L, 6) : NULL;
+  lua_Integer step_no = step_t != NULL ? 1 : luaL_checkinteger(L, 6);
   qt_optim_opts s;
   memset(&s, 0, sizeof s);
   s.lr = o_number(L, 2, "lr", NAN);
@@ -111,7 +115,7 @@ static int q_optim_step(lua_State *L) {
     o_list(L, lua_gettop(L), n, j, s.nviews, ts, "state tensors");
     lua_pop(L, 1);
   }
-  if (qt_optim_step(ctx, &s, (int64_t)n, ts) != 0) return lq_raise(L, ctx);
+  if (qt_optim_step(ctx, &s, step_t, (int64_t)n, ts) != 0) return lq_raise(L, ctx);
   return 0;
 }
 

@@ -49,10 +49,48 @@ static int optim_check_step(qt_ctx *ctx, const char *op, const qt_optim_opts *s)
   return 0;
 }
 
-int qt_optim_step(qt_ctx *ctx, const qt_optim_opts *step, int64_t n,
-                  const qt_tensor *const *tensors) {
+/* The step count in device memory (Adam's capturable state): a one-element float64 tensor
+** of dev. On a device whose memory the host reads (the CPU), the count is read now and
+** turned into bias corrections; elsewhere s->step_count points at it. */
+static int optim_step_count(qt_ctx *ctx, const char *op, qt_optim_opts *s, qt_device *dev,
+                            const qt_tensor *count) {
+  if (ops_live(ctx, op, count)) return -1;
+  if (s->kind != QT_OPTIM_ADAM)
+    return qt_errorf(&ctx->err, "%s: a step count tensor is for Adam only", op);
+  if (count->dtype != QT_F64 || qt_numel(count) != 1)
+    return qt_errorf(&ctx->err, "%s: the step count must be one float64 element, got %lld of %s",
+                     op, (long long)qt_numel(count), qt_dtypes[count->dtype].name);
+  if (ops_device(count) != dev)
+    return qt_errorf(&ctx->err, "%s: the step count is on %s, the parameters on %s", op,
+                     ops_device(count)->name, dev->name);
+  qt_view cv;
+  qt_view_of(&cv, count);
+  const double *at = (const double *)cv.data;
+  if (dev->kind == QT_DEV_CPU) {
+    double t = *at;
+    if (!(t >= 1))
+      return qt_errorf(&ctx->err, "%s: Adam's step %g (from 1)", op, t);
+    s->bias_correction1 = 1 - pow(s->beta1, t);
+    s->bias_correction2 = 1 - pow(s->beta2, t);
+    s->step_count = NULL;
+  } else {
+    s->bias_correction1 = s->bias_correction2 = 1;   /* unused: the device reads the count */
+    s->step_count = at;
+  }
+  return 0;
+}
+
+int qt_optim_step(qt_ctx *ctx, const qt_optim_opts *step_in, const qt_tensor *step_count,
+                  int64_t n, const qt_tensor *const *tensors) {
   const char *op = "_optim_step";   /* as Lua calls it: qlua._optim_step */
   char s1[OPS_SHAPE_LEN], s2[OPS_SHAPE_LEN];
+  qt_optim_opts s_local = *step_in;
+  qt_optim_opts *step = &s_local;
+  step->step_count = NULL;
+  if (n > 0 && step_count != NULL) {
+    if (ops_live(ctx, op, tensors[0])) return -1;
+    if (optim_step_count(ctx, op, step, ops_device(tensors[0]), step_count)) return -1;
+  }
   if (optim_check_step(ctx, op, step)) return -1;
   if (n < 0) return qt_errorf(&ctx->err, "%s: %lld parameters", op, (long long)n);
   if (n == 0) return 0;

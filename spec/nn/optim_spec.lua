@@ -135,6 +135,21 @@ for _, c in ipairs(CASES) do
       compare(function(params) return ctor(params, o) end, ref(opts), dev)
     end)
   end
+  if opts.betas ~= nil or ctor == optim.Adam or ctor == optim.AdamW then
+    -- capturable: the step count a float64 tensor on the device, read when the update runs
+    -- (as qlua.graph captures it), fused and op by op
+    for _, fused in ipairs({ true, false }) do
+      both(name .. ", capturable, fused = " .. tostring(fused) .. ": six steps against the update", function(dev)
+        local o = { capturable = true, fused = fused }
+        for k, v in pairs(opts) do o[k] = v end
+        local opt, p = compare(function(params) return ctor(params, o) end, ref(opts), dev)
+        local step = opt.state[p].step
+        assert.is_true(qlua.is_tensor(step))
+        assert.equal("float64", step:dtype())
+        assert.equal(6, step:cpu():item())
+      end)
+    end
+  end
 end
 
 -- The fused kernel over many tensors at once: sizes around its block and chunk lengths
