@@ -2,7 +2,11 @@
 -- (qlua.nn: Linear, ReLU, Linear) learns to tell 10 overlapping Gaussian clusters apart, by
 -- minibatch SGD with momentum (qlua.optim.SGD), batches shuffled by qlua.randperm each
 -- epoch, cross_entropy as the loss and its gradients from qlua.autograd (loss:backward()).
---   qlua samples/classifier.lua [train_samples] [epochs]
+--   qlua samples/classifier.lua [--graph] [train_samples] [epochs]
+-- --graph captures the whole training step (forward, backward, update) once as a CUDA graph
+-- (qlua.graph) after one eager warm-up step, and replays it for every batch, which is picked
+-- by copy_ into the graph's index input; it then also checks that the weights after the
+-- first steps equal those of the same steps run eagerly on the GPU.
 -- Without a GPU it trains on the CPU (smaller defaults). It checks itself, and fails loudly:
 --   * the backward pass written out by hand (six products) against central differences of
 --     cross_entropy (float64), and autograd's gradients against the hand-written ones;
@@ -18,8 +22,11 @@ local F = nn.functional
 
 local has_gpu = qlua.gpu_count() > 0
 local dev = has_gpu and "gpu" or "cpu"
-local n_train = math.tointeger(tonumber(arg[1]) or (has_gpu and 200000 or 20000))
-local epochs = math.tointeger(tonumber(arg[2]) or (has_gpu and 8 or 4))
+local argv = { table.unpack(arg) }
+local use_graph = argv[1] == "--graph"
+if use_graph then table.remove(argv, 1) end
+local n_train = math.tointeger(tonumber(argv[1]) or (has_gpu and 200000 or 20000))
+local epochs = math.tointeger(tonumber(argv[2]) or (has_gpu and 8 or 4))
 local n_test = math.max(1000, n_train // 5)
 local D, H, C, B = 32, 128, 10, 256                -- features, hidden units, classes, batch
 local lr, momentum = 0.05, 0.9
@@ -146,8 +153,23 @@ local opt = new_optimizer(model)
 local xd, yd = x_train:to(dev), y_train:to(dev)
 local xt, yt = x_test:to(dev), y_test:to(dev)
 local loss0, acc0 = evaluate(model, xt, yt)
-print(("%s: %d training samples, %d test, %d -> %d -> %d, batch %d"):format(
-  dev, n_train, n_test, D, H, C, B))
+print(("%s%s: %d training samples, %d test, %d -> %d -> %d, batch %d"):format(
+  dev, use_graph and (has_gpu and " (the step as a CUDA graph)" or " (qlua.graph: eager on the CPU)") or "",
+  n_train, n_test, D, H, C, B))
+
+-- --graph: the step as a graph, captured at its first call after one eager step
+local graph, graph_idx
+local function train_step(idx)
+  if not use_graph then return step(model, opt, xd, yd, idx) end
+  if graph_idx == nil then
+    step(model, opt, xd, yd, idx)           -- warm-up: the momentum buffers exist from here
+    graph_idx = idx:clone()
+    graph = qlua.graph(function(i) step(model, opt, xd, yd, i) end, graph_idx)
+    return
+  end
+  graph_idx:copy_(idx)
+  graph:replay()
+end
 print(("epoch 0: test loss %.4f, accuracy %.2f%%"):format(loss0, 100 * acc0))
 
 local first_batches = {}                              -- replayed on the CPU in check 3
@@ -160,7 +182,7 @@ for epoch = 1, epochs do
   for first = 1, n_train - B + 1, B do
     local idx = order:narrow(1, first, B)
     if epoch == 1 and #first_batches < replay_steps then first_batches[#first_batches + 1] = idx:cpu() end
-    step(model, opt, xd, yd, idx)
+    train_step(idx)
     if epoch == 1 and #first_batches == replay_steps and not first_batches.weights then
       first_batches.weights = model_from(model:state_dict(), "cpu"):state_dict()
     end
@@ -177,6 +199,25 @@ print(("nearest true centre: accuracy %.2f%%"):format(100 * reference))
 assert(loss < 0.8 * loss0, ("the loss did not fall: %.4f -> %.4f"):format(loss0, loss))
 assert(acc > reference - 0.03, ("test accuracy %.2f%% is more than 3 points below the " ..
   "nearest-centre rule's %.2f%%"):format(100 * acc, 100 * reference))
+
+-- 3a. --graph: the same first steps run eagerly on the same device from the same start give
+-- the same weights as the captured step's replays
+if use_graph then
+  local q = model_from(start, dev)
+  local o = new_optimizer(q)
+  for _, idx in ipairs(first_batches) do step(q, o, xd, yd, idx:to(dev)) end
+  local worst = 0
+  local got = model_from(q:state_dict(), "cpu"):state_dict()
+  for _, name in ipairs(names) do
+    local a, b = got[name], first_batches.weights[name]
+    worst = math.max(worst, (a - b):abs():max() / math.max(1e-6, a:abs():max()))
+  end
+  assert(worst < 1e-5, ("the graph's replays and eager steps differ after %d steps: %.3g"):format(
+    replay_steps, worst))
+  print(("eager run of the first %d steps: weights agree with the graph's to %.2g (relative)"):format(
+    replay_steps, worst))
+  graph:free()
+end
 
 -- 3. with a GPU: the same first steps (20, or fewer with few batches) on the CPU from the
 -- same start give the same weights

@@ -77,6 +77,13 @@ describe("samples", function()
     if qlua.gpu_count() > 0 then assert.matches("cpu replay of the first 20 steps", out, 1, true) end
   end)
 
+  it("classifier.lua --graph replays its captured step and matches the eager steps", function()
+    local out = run_ok({P.qlua(), "samples/classifier.lua", "--graph", "20000", "2"}, "samples/classifier.lua")
+    assert.matches("eager run of the first 20 steps: weights agree with the graph's", out, 1, true)
+    assert.matches("classifier ok", out, 1, true)
+    if qlua.gpu_count() > 0 then assert.matches("the step as a CUDA graph", out, 1, true) end
+  end)
+
   it("cnn.lua trains its convolutional network to 95% and checks itself", function()
     local out = run_ok({P.qlua(), "samples/cnn.lua"}, "samples/cnn.lua")
     assert.matches("cnn: test accuracy [%d.]+%% %(at least 95%% expected%)", out)

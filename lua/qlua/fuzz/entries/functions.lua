@@ -245,4 +245,25 @@ return function(ctx)
             end
           end }
   entry { name = "empty_cache", kind = "module", ret = "any", gen = function() end, weight = 0.2 }
+  entry { name = "is_capturing", kind = "module", ret = "any", gen = g_device_arg }
+  -- qlua.graph: junk options and functions, and functions that capture fine or refuse (a
+  -- whole-tensor reduction or printing reads back; an error inside fn) on a pool tensor
+  local GRAPH_FNS = {
+    function(x) return x end,
+    function(x) return x + 1 end,
+    function(x) return x:sum() end,
+    function(x) return tostring(x) end,
+    function() error("fuzz: an error inside a captured function") end,
+  }
+  entry { name = "graph", kind = "module", ret = "any", weight = 0.3,
+          gen = function(a)
+            local r = R:float()
+            if r < 0.15 then
+              a.n = 2; a[1] = g_junk(); a[2] = R:pick(GRAPH_FNS)
+            elseif r < 0.25 then
+              a.n = 1; a[1] = g_junk()
+            else
+              a.n = 2; a[1] = R:pick(GRAPH_FNS); a[2] = pool_pick()
+            end
+          end }
 end
