@@ -659,26 +659,23 @@ extern "C" int qt_cuda_allocator_take(qt_device *dev, qt_cuda_allocator *a, size
   return status;
 }
 
+/* Whether ptr is a live block of a (a->lock held). */
+static bool alloc_is_live(const qt_cuda_allocator *a, const void *ptr) {
+  for (const cuda_block *b = a->hash[alloc_hash_slot(a, ptr)]; b != NULL; b = b->hash_next)
+    if (b->ptr == (const char *)ptr) return true;
+  return false;
+}
+
 extern "C" bool qt_cuda_allocator_holds(qt_cuda_allocator *a, const void *ptr) {
   pthread_mutex_lock(&a->lock);
-  bool found = false;
-  for (cuda_block *b = a->hash[alloc_hash_slot(a, ptr)]; b != NULL; b = b->hash_next)
-    if (b->ptr == (const char *)ptr) {
-      found = true;
-      break;
-    }
+  bool found = alloc_is_live(a, ptr);
   pthread_mutex_unlock(&a->lock);
   return found;
 }
 
 extern "C" bool qt_cuda_allocator_give(qt_cuda_allocator *a, void *ptr) {
   pthread_mutex_lock(&a->lock);
-  bool found = false;
-  for (cuda_block *b = a->hash[alloc_hash_slot(a, ptr)]; b != NULL; b = b->hash_next)
-    if (b->ptr == (const char *)ptr) {
-      found = true;
-      break;
-    }
+  bool found = alloc_is_live(a, ptr);
   if (found) alloc_give(a, ptr);
   pthread_mutex_unlock(&a->lock);
   return found;

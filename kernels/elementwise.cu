@@ -198,10 +198,10 @@ __device__ __forceinline__ int64_t ew_thread_count() {
 /* ------------------------------------------------------------------ kernels */
 
 /* PACKED: all pointers are 16-byte aligned; the packs, then the tail one by one. R is
-** the result type (ew_out_t). FIX >= 0: the op is FIX, known at compile time (the hot ops,
-** ew_fixed_binop, ew_fixed_unop), so the op list's switch folds away; unswitched, it ran per element, eight
-** or sixteen times a loop iteration for 16-bit dtypes (a bf16 add at half of PyTorch's
-** bandwidth, gelu_tanh at a third). FIX < 0: op, read at run time. */
+** the result type (ew_out_t). FIX >= 0: the op is FIX, known at compile time (the hot ops:
+** ew_fixed_op with the EW_HOT_ lists), so the op list's switch folds away; unswitched, it
+** ran per element, eight or sixteen times a loop iteration for 16-bit dtypes (a bf16 add
+** at half of PyTorch's bandwidth, gelu_tanh at a third). FIX < 0: op, read at run time. */
 template <typename T, bool BOOLOUT, bool PACKED, int FIX = -1>
 __global__ void ew_binary_contiguous(int op_, ew_out_t<T, BOOLOUT> *dst, const T *a, const T *b,
                                      int64_t n) {
@@ -554,39 +554,23 @@ static void ew_with_bool_out(bool bool_out, F f) {
   else f(std::false_type());
 }
 
-/* f(std::integral_constant<int, K>): K = op for the hot ops of packed float kernels (the
-** adds and products of every layer, the activations), -1 (the op at run time) for the
-** rest, so that only a few kernels per float dtype are compiled twice. */
+/* f(std::integral_constant<int, K>): K = op when op is one of the hot ops HOT (the adds and
+** products of every layer, the activations and their backwards) and the kernel is a packed
+** float one, -1 (the op at run time) for the rest, so that only a few kernels per float dtype
+** are compiled more than once. */
 template <int K>
 using ew_op_c = std::integral_constant<int, K>;
-template <typename T, bool BOOLOUT, bool PACKED, typename F>
-static void ew_fixed_binop(int op, F f) {
+template <typename T, bool BOOLOUT, bool PACKED, int... HOT, typename F>
+static void ew_fixed_op(int op, F f) {
   if constexpr (PACKED && !BOOLOUT && qt_is_float_v<T>) {
-    switch (op) {
-      case QT_ADD: f(ew_op_c<QT_ADD>()); return;
-      case QT_SUB: f(ew_op_c<QT_SUB>()); return;
-      case QT_MUL: f(ew_op_c<QT_MUL>()); return;
-      case QT_DIV: f(ew_op_c<QT_DIV>()); return;
-      case QT_GELU_BACKWARD: f(ew_op_c<QT_GELU_BACKWARD>()); return;
-      case QT_GELU_TANH_BACKWARD: f(ew_op_c<QT_GELU_TANH_BACKWARD>()); return;
-      default: break;
-    }
+    if (((op == HOT && (f(ew_op_c<HOT>()), true)) || ...)) return;
   }
   f(ew_op_c<-1>());
 }
-template <typename T, bool BOOLOUT, bool PACKED, typename F>
-static void ew_fixed_unop(int op, F f) {
-  if constexpr (PACKED && !BOOLOUT && qt_is_float_v<T>) {
-    switch (op) {
-      case QT_GELU_TANH: f(ew_op_c<QT_GELU_TANH>()); return;
-      case QT_GELU: f(ew_op_c<QT_GELU>()); return;
-      case QT_SILU: f(ew_op_c<QT_SILU>()); return;
-      case QT_RELU: f(ew_op_c<QT_RELU>()); return;
-      default: break;
-    }
-  }
-  f(ew_op_c<-1>());
-}
+/* The hot ops: binary ones of tensors, binary ones with a number (a layer's scalings), unary. */
+#define EW_HOT_BINARY QT_ADD, QT_SUB, QT_MUL, QT_DIV, QT_GELU_BACKWARD, QT_GELU_TANH_BACKWARD
+#define EW_HOT_SCALAR QT_ADD, QT_SUB, QT_MUL, QT_DIV
+#define EW_HOT_UNARY QT_GELU_TANH, QT_GELU, QT_SILU, QT_RELU
 
 /* ---- binary */
 
@@ -597,7 +581,7 @@ static void ew_binary_launch(qt_device *dev, int op, const ew_plan<3> &p) {
   ew_launch(dev, p, sizeof(T),
       [&](auto packed, unsigned blocks, cudaStream_t stream) {
         constexpr bool PK = decltype(packed)::value;
-        ew_fixed_binop<T, BOOLOUT, PK>(op, [&](auto fix) {
+        ew_fixed_op<T, BOOLOUT, PK, EW_HOT_BINARY>(op, [&](auto fix) {
           ew_binary_contiguous<T, BOOLOUT, PK, decltype(fix)::value>
               <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, b, p.n);
         });
@@ -658,7 +642,7 @@ static void ew_scalar_launch(qt_device *dev, int op, const ew_plan<2> &p, ew_cal
   ew_launch(dev, p, sizeof(T),
       [&](auto packed, unsigned blocks, cudaStream_t stream) {
         constexpr bool PK = decltype(packed)::value;
-        ew_fixed_binop<T, BOOLOUT, PK>(op, [&](auto fix) {
+        ew_fixed_op<T, BOOLOUT, PK, EW_HOT_SCALAR>(op, [&](auto fix) {
           ew_scalar_contiguous<T, BOOLOUT, PK, decltype(fix)::value>
               <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, s, first, p.n);
         });
@@ -719,7 +703,7 @@ static void ew_unary_launch(qt_device *dev, int op, const ew_plan<2> &p,
   ew_launch(dev, p, sizeof(T),
       [&](auto packed, unsigned blocks, cudaStream_t stream) {
         constexpr bool PK = decltype(packed)::value;
-        ew_fixed_unop<T, BOOLOUT, PK>(op, [&](auto fix) {
+        ew_fixed_op<T, BOOLOUT, PK, EW_HOT_UNARY>(op, [&](auto fix) {
           ew_unary_contiguous<T, BOOLOUT, PK, decltype(fix)::value>
               <<<blocks, EW_THREADS, 0, stream>>>(op, d, a, params, p.n);
         });

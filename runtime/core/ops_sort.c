@@ -138,6 +138,9 @@ static int sort_best_moved(qt_ctx *ctx, const char *op, qt_tensor *v, qt_tensor 
     sort_view_rows(&iv, i, k);
     rc = by_sort ? dev->iface->sort(dev, &vv, &iv, &sv, best, &ctx->err)
                  : dev->iface->topk(dev, &vv, &iv, &sv, k, best, &ctx->err);
+    /* a device's selection that reads counts back says so as a download (a CUDA graph
+    ** capture refuses it): the message names the op */
+    if (rc != 0) qt_err_rename(&ctx->err, "download", op);
   }
   qt_tensor_release(&src);
   return rc;
@@ -369,6 +372,7 @@ int qt_unique(qt_ctx *ctx, qt_tensor *uniques, qt_tensor *inverse, qt_tensor *co
   if (ops_live(ctx, op, t)) return -1;
   qt_device *dev = ops_device(t);
   if (dev->iface->sort == NULL || dev->iface->unique == NULL) return ops_unsupported(ctx, op, dev);
+  if (ops_refuse_capture(ctx, op, dev)) return -1;   /* the run count is read back */
   int64_t n = qt_numel(t);
   int rc = -1;
   qt_tensor flat, sv, si, u, inv, cnt, uo, co, invo;
