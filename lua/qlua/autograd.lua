@@ -105,6 +105,7 @@ require("qlua.autograd.derivatives")(A, D, { qlua = qlua, is_tensor = is_tensor,
 local Node = { req = true, idx = 1, nout = 1 }
 Node.__index = Node
 local r_version, r_dtype, r_clone, r_shape = raw._version, raw.dtype, raw.clone, raw.shape
+local r_contiguous = raw.is_contiguous
 local r_numel, r_dim = raw.numel, raw.dim
 
 -- ops whose result shares its input's storage: an in-place op on their result is an error
@@ -492,6 +493,22 @@ local function run(roots, retain, create, capture)
   end
   local bufs = {}
   local captured = {}
+  -- A leaf's first gradient becomes its .grad as it is when nothing else can see its memory
+  -- (PyTorch's AccumulateGrad steals it so too): a dense tensor over a whole storage that no
+  -- other leaf took in this pass and that is no root's gradient (the caller's); otherwise a
+  -- copy. A stolen gradient may still be a node's input later in the pass (add passes one
+  -- tensor to both sides), so what the leaf gets after it in this pass adds out of place.
+  local owned, stolen = {}, {}
+  for _, r in ipairs(roots) do
+    if is_tensor(r[2]) then owned[select(3, r_version(r[2]))] = true end
+  end
+  local function first_grad(s, g)
+    if not is_tensor(g) then return r_clone(g) end
+    local _, partial, key = r_version(g)
+    if partial or key == nil or owned[key] or not r_contiguous(g) then return r_clone(g) end
+    owned[key], stolen[s] = true, true
+    return g
+  end
   local function give_leaf(t, g)
     if capture then
       local slot = capture[t]
@@ -500,9 +517,9 @@ local function run(roots, retain, create, capture)
     end
     local s = state(t, 1)
     if s.grad == nil then
-      s.grad = create and g or r_clone(g)     -- (the C functions: nothing records)
-    elseif create then
-      s.grad = s.grad + g
+      s.grad = create and g or first_grad(s, g)     -- (the C functions: nothing records)
+    elseif create or stolen[s] then
+      s.grad, stolen[s] = s.grad + g, nil
     else
       raw.add_(s.grad, g)
     end

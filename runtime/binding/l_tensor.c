@@ -76,15 +76,18 @@ static int t_is_contiguous(lua_State *L) {
   return 1;
 }
 
-/* autograd's view check: the storage's write count, and whether t covers only part of its
-** storage (a narrow, a select, a strided slice: another tensor may see the rest) */
+/* autograd's view check: the storage's write count, whether t covers only part of its
+** storage (a narrow, a select, a strided slice: another tensor may see the rest), and the
+** storage as a light userdata (which tensors share memory: the engine's gradients) */
 static int t_version(lua_State *L) {
   qt_tensor *t = lq_checklive(L, 1, "_version");
   qt_storage *s = t->storage;
   lua_pushinteger(L, s != NULL ? (lua_Integer)s->version : 0);
   lua_pushboolean(L, s != NULL && (t->offset != 0 ||
                                    (size_t)qt_numel(t) * qt_elsize(t->dtype) != s->nbytes));
-  return 2;
+  if (s != NULL) lua_pushlightuserdata(L, s);
+  else lua_pushnil(L);
+  return 3;
 }
 
 static int t_item(lua_State *L) {
@@ -790,7 +793,7 @@ static const lq_Reg t_methods[] = {
   {"is_contiguous", t_is_contiguous, 1, "()",
    "true when the elements are dense in row-major order"},
   {"_version", t_version, 1, "()",
-   "how many in-place writes t's storage has had, through any view, and whether t covers only part of that storage (autograd's checks)"},
+   "how many in-place writes t's storage has had, through any view, whether t covers only part of that storage, and the storage as a key (autograd's checks)"},
   {"item", t_item, 1, "()",
    "the value of a one-element tensor (an integer for integer dtypes)"},
   {"totable", lq_totable, 1, "()", "nested Lua tables of the values (a number for 0-d)"},

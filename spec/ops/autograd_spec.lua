@@ -572,3 +572,34 @@ both("float16 and bfloat16 gradients agree with float32's", function(dev)
     end end
   end
 end)
+
+-- A leaf's first gradient is taken as its .grad without a copy when nothing else sees that
+-- memory; these are the cases where something does.
+both("leaves' gradients never share memory with each other or with the caller's gradient", function(dev)
+  local x = qlua.tensor({ 0.5, -1.0, 2.0 }, { dtype = "float64", device = dev }):requires_grad_()
+  -- the product's gradient reaches x through three sums, and the exp and sin paths read it
+  -- after x has taken it
+  ;((x + x:exp() + x:sin()) * 3):sum():backward()
+  local want = {}
+  for i, v in ipairs({ 0.5, -1.0, 2.0 }) do want[i] = 3 * (1 + math.exp(v) + math.cos(v)) end
+  T.assert_close(x.grad:cpu():totable(), want, 1e-12)
+  -- one tensor to both sides of an add: a's and b's gradients are two tensors
+  local a = qlua.tensor({ 1.0, 2.0 }, { dtype = "float64", device = dev }):requires_grad_()
+  local b = qlua.tensor({ 3.0, 4.0 }, { dtype = "float64", device = dev }):requires_grad_()
+  ;((a + b) * 2):sum():backward()
+  a.grad:mul_(10)
+  assert.are.same({ 2.0, 2.0 }, b.grad:cpu():totable())
+  assert.are.same({ 20.0, 20.0 }, a.grad:cpu():totable())
+  -- the caller's gradient passed straight through is copied, not kept
+  local c = qlua.tensor({ 1.0, 2.0, 3.0 }, { dtype = "float64", device = dev }):requires_grad_()
+  local dy = qlua.tensor({ 0.25, 0.5, 0.75 }, { dtype = "float64", device = dev })
+  ;(c + 0):backward(dy)
+  dy:fill_(9)
+  assert.are.same({ 0.25, 0.5, 0.75 }, c.grad:cpu():totable())
+  -- a later backward adds into the kept gradient in place, and only there
+  local kept = a.grad
+  ;((a + b) * 2):sum():backward()
+  assert.is_true(rawequal(kept, a.grad))
+  assert.are.same({ 22.0, 22.0 }, a.grad:cpu():totable())
+  assert.are.same({ 4.0, 4.0 }, b.grad:cpu():totable())
+end)
