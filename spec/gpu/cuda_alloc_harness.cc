@@ -186,6 +186,9 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
 }
 
 cudaError_t cudaSetDevice(int) { fake::calls++; return cudaSuccess; }
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *) {
+  return cudaSuccess;   /* graph pools' relaxed mode: the model never captures */
+}
 cudaError_t cudaGetDeviceCount(int *count) { *count = 1; return cudaSuccess; }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int) {
   memset(prop, 0, sizeof *prop);
@@ -233,7 +236,8 @@ void __cudaUnregisterFatBinary(void **) {}
 
 /* the slots of the other kernels/ files, which the slot table names: every row of the slot
 ** list but the memory ones, which cuda_alloc.o, cuda_device.o and cuda_transfer.o make, and
-** then describe, the one memory-kind row made elsewhere (conv.cu: it names cuDNN's state) */
+** then the memory-kind rows made elsewhere: describe (conv.cu: it names cuDNN's state) and
+** the CUDA graph slots (cuda_graph.cu) */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #define STUB_(P, E, name, kind, ret, params, ...) \
@@ -248,6 +252,25 @@ int qt_cuda_describe(qt_device *dev, const char *family, bool use_cudnn, char *b
                      qt_err *err) {
   if (len > 0) buf[0] = '\0';
   return 0;
+}
+/* the CUDA graph slots and the hooks the allocator asks (cuda_graph.cu): the model never
+** captures, so no pool exists and nothing is deferred */
+int qt_cuda_graph_begin(qt_device *dev, void *share, void **graph, qt_err *err) {
+  return qt_errorf(err, "graph: not in the model");
+}
+int qt_cuda_graph_end(qt_device *dev, void *graph, bool keep, qt_err *err) { return 0; }
+int qt_cuda_graph_launch(qt_device *dev, void *graph, uint64_t seed, uint64_t offset,
+                         qt_err *err) {
+  return qt_errorf(err, "graph: not in the model");
+}
+void qt_cuda_graph_free(qt_device *dev, void *graph) {}
+int qt_cuda_graph_alloc(qt_device *dev, size_t nbytes, void **ptr, int *oom, qt_err *err) {
+  return qt_errorf(err, "graph: not in the model");
+}
+bool qt_cuda_graph_defer(qt_device *dev, void *ptr) { return false; }
+void qt_cuda_graph_pool_free(qt_device *dev, void *ptr) {}
+void qt_cuda_graph_pool_bytes(qt_device *dev, int64_t *allocated, int64_t *reserved) {
+  *allocated = *reserved = 0;
 }
 #pragma GCC diagnostic pop
 
