@@ -613,12 +613,13 @@ static int alloc_take(qt_device *dev, qt_cuda_allocator *a, size_t nbytes, void 
   return 0;
 }
 
-/* Back to the free list, merged with free neighbours (a->lock held; no CUDA call). Both
+/* Back to the free list, merged with free neighbours (a->lock held; no CUDA call); false
+** when ptr is no live block of a. Both
 ** neighbours leave their free lists before any link changes, so every list sees a block
 ** exactly as it was put in. */
-static void alloc_give(qt_cuda_allocator *a, void *ptr) {
+static bool alloc_give(qt_cuda_allocator *a, void *ptr) {
   cuda_block *b = alloc_hash_take(a, ptr);
-  if (b == NULL) return;  /* not ours: ignore (free never fails) */
+  if (b == NULL) return false;  /* not ours: ignore (free never fails) */
   b->allocated = false;
   a->allocated -= (int64_t)b->size;
   cuda_block *prev = b->prev, *next = b->next;
@@ -641,6 +642,7 @@ static void alloc_give(qt_cuda_allocator *a, void *ptr) {
   }
   b->period = a->period;
   alloc_free_insert(a, b);
+  return true;
 }
 
 /* ---- the allocator as an object: the device's, and each CUDA graph pool's (cuda_graph.cu) */
@@ -675,8 +677,7 @@ extern "C" bool qt_cuda_allocator_holds(qt_cuda_allocator *a, const void *ptr) {
 
 extern "C" bool qt_cuda_allocator_give(qt_cuda_allocator *a, void *ptr) {
   pthread_mutex_lock(&a->lock);
-  bool found = alloc_is_live(a, ptr);
-  if (found) alloc_give(a, ptr);
+  bool found = alloc_give(a, ptr);
   pthread_mutex_unlock(&a->lock);
   return found;
 }
@@ -731,18 +732,10 @@ extern "C" void qt_cuda_free(qt_device *dev, void *ptr, size_t nbytes) {
   if (ptr == NULL || dev == NULL) return;
   qt_cuda_ctx *ctx = qt_cuda_context(dev);
   qt_cuda_allocator *a = ctx->allocator;
-  if (ctx->capture == NULL && ctx->pools == NULL) {
-    pthread_mutex_lock(&a->lock);
-    alloc_give(a, ptr);
-    pthread_mutex_unlock(&a->lock);
+  if (ctx->capture != NULL && qt_cuda_allocator_holds(a, ptr) && qt_cuda_graph_defer(dev, ptr))
     return;
-  }
-  if (qt_cuda_allocator_holds(a, ptr)) {
-    if (ctx->capture != NULL && qt_cuda_graph_defer(dev, ptr)) return;
-    (void)qt_cuda_allocator_give(a, ptr);
-    return;
-  }
-  qt_cuda_graph_pool_free(dev, ptr);
+  if (qt_cuda_allocator_give(a, ptr)) return;
+  if (ctx->pools != NULL) qt_cuda_graph_pool_free(dev, ptr);
 }
 
 extern "C" int qt_cuda_scratch(qt_device *dev, size_t nbytes, void **ptr, qt_err *err) {
@@ -769,7 +762,8 @@ extern "C" void qt_cuda_empty_cache(qt_device *dev) {
 }
 
 extern "C" int qt_cuda_memory(qt_device *dev, qt_memory_stats *stats, qt_err *err) {
-  qt_cuda_allocator *a = qt_cuda_context(dev)->allocator;
+  qt_cuda_ctx *ctx = qt_cuda_context(dev);
+  qt_cuda_allocator *a = ctx->allocator;
   pthread_mutex_lock(&a->lock);
   stats->allocated = a->allocated;
   stats->reserved = a->reserved;
@@ -783,7 +777,7 @@ extern "C" int qt_cuda_memory(qt_device *dev, qt_memory_stats *stats, qt_err *er
   stats->total = 0;
   stats->free = 0;
   if (qt_cuda_enter(dev, "memory", err) != 0) return -1;
-  if (qt_cuda_context(dev)->capture != NULL) return 0;   /* no driver query mid-capture */
+  if (ctx->capture != NULL) return 0;   /* no driver query mid-capture */
   size_t free_b = 0, total_b = 0;
   if (qt_cuda_check(dev, cudaMemGetInfo(&free_b, &total_b), "memory", err) != 0) return -1;
   stats->total = (int64_t)total_b;

@@ -69,9 +69,8 @@ __global__ void graph_set_rng(uint64_t *slot, uint64_t seed, uint64_t offset) {
   slot[1] = offset;
 }
 
-/* A pool with no graph: its free segments back to the driver, and the pool itself when
-** nothing of it is live (graph_lock not held; never while a capture is under way, since
-** the release waits on the stream). */
+/* A pool with no graph: its free segments back to the driver (graph_lock not held; never
+** while a capture is under way, since the release waits on the stream). */
 static void graph_pool_trim(qt_device *dev, qt_cuda_pool *p) {
   qt_err ignored;
   (void)qt_cuda_allocator_release(dev, p->a, &ignored);
