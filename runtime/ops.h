@@ -89,7 +89,6 @@ int qt_graph_end(qt_ctx *ctx, qt_graph *g, bool keep);
 int qt_graph_replay(qt_ctx *ctx, qt_graph *g);
 /* Frees g (ending its capture first if one is under way); waits for its replays. */
 void qt_graph_free(qt_graph *g);
-qt_device *qt_graph_device(const qt_graph *g);
 
 /* ---------------------------------------------------------------- creation */
 

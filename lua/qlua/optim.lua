@@ -221,6 +221,7 @@ end
 -- runs, so a step captured by qlua.graph replays with the count of each replay. A group
 -- asks for it with capturable = true; a step count that is a tensor stays one.
 local function capturable(g, age) return g.capturable or is_tensor(age) end
+local function device_count(n, dev) return qlua.full({}, n, { dtype = "float64", device = dev }) end
 
 -- A capture (qlua.graph) records the update, not the Lua that decides it: state made then
 -- would be made again at every replay (a momentum buffer set to the gradient, a step count
@@ -298,7 +299,7 @@ local function adam_update(decoupled)
       if g.amsgrad then s.max_exp_avg_sq = qlua.zeros_like(p) end
     end
     if capturable(g, s.step) and not is_tensor(s.step) then
-      s.step = qlua.full({}, s.step, { dtype = "float64", device = p:device() })
+      s.step = device_count(s.step, p:device())
     end
     if is_tensor(s.step) then s.step:add_(1) else s.step = s.step + 1 end
     s.exp_avg:lerp_(grad, 1 - b1)
@@ -353,7 +354,7 @@ local function adam_fused(kind)
       if on_device then
         local count = b.age
         if not is_tensor(count) then
-          count = qlua.full({}, count, { dtype = "float64", device = b.params[1]:device() })
+          count = device_count(count, b.params[1]:device())
           for _, s in ipairs(b.states) do s.step = count end
         end
         count:add_(1)

@@ -105,6 +105,15 @@ qt_device *lq_checkdevice(lua_State *L, int arg, const char *op) {
   return lq_device_by_name(L, op, lq_tocstring(L, arg, op, "the device name"));
 }
 
+qt_device *lq_default_device(lua_State *L, const char *op) {
+  if (qt_gpu_count() > 0) return lq_gpu(L, op, lq_ctx(L)->current_gpu);
+  return qt_cpu_device();
+}
+
+qt_device *lq_optdevice(lua_State *L, int arg, const char *op) {
+  return lua_isnoneornil(L, arg) ? lq_default_device(L, op) : lq_checkdevice(L, arg, op);
+}
+
 void lq_checkopts(lua_State *L, int arg, const char *op, qt_dtype *dtype, qt_device **dev) {
   if (lua_isnoneornil(L, arg)) return;
   luaL_checktype(L, arg, LUA_TTABLE);

@@ -56,17 +56,29 @@ static int lg_list(lua_State *L, int ud, int which) {
   return n;
 }
 
+/* Pushes the values of the list field `which` (fn's arguments or outputs); their count. */
+static int lg_unpack(lua_State *L, int ud, int which) {
+  int n = lg_list(L, ud, which);
+  int list = lua_gettop(L);
+  luaL_checkstack(L, n + 8, "graph");
+  for (int i = 1; i <= n; i++) lua_rawgeti(L, list, i);
+  lua_remove(L, list);
+  return n;
+}
+
 /* Pushes fn and its arguments from the user value; returns the argument count. */
 static int lg_push_call(lua_State *L, int ud) {
   lua_getiuservalue(L, ud, 1);
   lua_rawgeti(L, -1, LG_FN);
   lua_remove(L, -2);
-  int n = lg_list(L, ud, LG_ARGS);
-  int args = lua_gettop(L);
-  luaL_checkstack(L, n + 8, "graph");
-  for (int i = 1; i <= n; i++) lua_rawgeti(L, args, i);
-  lua_remove(L, args);
-  return n;
+  return lg_unpack(L, ud, LG_ARGS);
+}
+
+/* The graph let go of (a failed capture, free, __gc): the device's graph freed, once. */
+static void lg_drop(lq_graph *ud) {
+  if (!ud->freed) qt_graph_free(ud->g);
+  ud->g = NULL;
+  ud->freed = true;
 }
 
 /* The values from first to the top as a list {n =, ...} stored as field which. */
@@ -82,15 +94,6 @@ static void lg_store(lua_State *L, int ud, int which, int first) {
   lua_setfield(L, -2, "n");
   lua_rawseti(L, -2, which);
   lua_pop(L, 1);
-}
-
-static int lg_push_outputs(lua_State *L, int ud) {
-  int n = lg_list(L, ud, LG_OUTS);
-  int outs = lua_gettop(L);
-  luaL_checkstack(L, n + 4, "graph");
-  for (int i = 1; i <= n; i++) lua_rawgeti(L, outs, i);
-  lua_remove(L, outs);
-  return n;
 }
 
 /* opts.key (at opts), pushed; its type. */
@@ -133,7 +136,7 @@ static int q_graph(lua_State *L) {
     const qt_tensor *t = qlua_totensor(L, i);
     if (t != NULL && t->storage != NULL) dev = t->storage->device;
   }
-  if (dev == NULL) dev = qt_gpu_count() > 0 ? lq_gpu(L, op, ctx->current_gpu) : qt_cpu_device();
+  if (dev == NULL) dev = lq_default_device(L, op);
 
   const qt_graph *share = NULL;
   if (lg_opt(L, opts, "pool") != LUA_TNIL) {
@@ -182,18 +185,14 @@ static int q_graph(lua_State *L) {
   lg_push_call(L, self);
   int base = self + 1;
   if (lua_pcall(L, nargs, LUA_MULTRET, 0) != LUA_OK) {
-    qt_graph_free(ud->g);   /* ends the capture, discarding it */
-    ud->g = NULL;
-    ud->freed = true;
+    lg_drop(ud);   /* ends the capture, discarding it */
     return lua_error(L);
   }
   int top = lua_gettop(L);
   for (int i = base; i <= top; i++) {
     const qt_tensor *t = qlua_totensor(L, i);
     if (t != NULL && t->storage != NULL && t->storage->device != dev) {
-      qt_graph_free(ud->g);
-      ud->g = NULL;
-      ud->freed = true;
+      lg_drop(ud);
       return luaL_error(L, "%s: result %d is on %s, but the capture is on %s: work elsewhere "
                         "is not captured (give {device = \"%s\"} to run fn eagerly there)", op,
                         i - base + 1, t->storage->device->name, dev->name,
@@ -203,9 +202,7 @@ static int q_graph(lua_State *L) {
   lg_store(L, self, LG_OUTS, base);
   lua_settop(L, self);
   if (qt_graph_end(ctx, ud->g, true) != 0) {
-    qt_graph_free(ud->g);
-    ud->g = NULL;
-    ud->freed = true;
+    lg_drop(ud);
     return lq_raise(L, ctx);
   }
   return 1;
@@ -240,7 +237,7 @@ static int lg_replay_eager(lua_State *L, qt_ctx *ctx, lq_graph *ud) {
     lua_pop(L, 1);
   }
   lua_settop(L, base - 1);
-  return lg_push_outputs(L, 1);
+  return lg_unpack(L, 1, LG_OUTS);
 }
 
 /* g:replay() / g(): the captured work queued once more; fn's results. */
@@ -250,31 +247,22 @@ static int lg_replay(lua_State *L) {
   lua_settop(L, 1);
   if (ud->eager) return lg_replay_eager(L, ctx, ud);
   if (qt_graph_replay(ctx, ud->g) != 0) return lq_raise(L, ctx);
-  return lg_push_outputs(L, 1);
-}
-
-static void lg_release(lua_State *L, lq_graph *ud, int idx) {
-  if (ud->freed) return;
-  qt_graph_free(ud->g);
-  ud->g = NULL;
-  ud->freed = true;
-  lua_createtable(L, 0, 0);
-  lua_setiuservalue(L, idx, 1);
+  return lg_unpack(L, 1, LG_OUTS);
 }
 
 /* g:free(), __close: the graph, its pool's unused memory and its hold on fn, fn's arguments
 ** and outputs go now (outputs the script still holds stay valid tensors). */
 static int lg_free(lua_State *L) {
   lq_graph *ud = (lq_graph *)luaL_checkudata(L, 1, LQ_GRAPH);
-  lg_release(L, ud, 1);
+  if (ud->freed) return 0;
+  lg_drop(ud);
+  lua_createtable(L, 0, 0);
+  lua_setiuservalue(L, 1, 1);
   return 0;
 }
 
 static int lg_gc(lua_State *L) {
-  lq_graph *ud = (lq_graph *)luaL_checkudata(L, 1, LQ_GRAPH);
-  if (!ud->freed) qt_graph_free(ud->g);
-  ud->g = NULL;
-  ud->freed = true;
+  lg_drop((lq_graph *)luaL_checkudata(L, 1, LQ_GRAPH));
   return 0;
 }
 
@@ -295,12 +283,7 @@ static int lg_tostring(lua_State *L) {
 /* is_capturing([device]): whether a capture is under way there (default: the current GPU;
 ** false without one). */
 static int q_is_capturing(lua_State *L) {
-  qt_ctx *ctx = lq_ctx(L);
-  qt_device *dev;
-  if (!lua_isnoneornil(L, 1)) dev = lq_checkdevice(L, 1, "is_capturing");
-  else if (qt_gpu_count() > 0) dev = lq_gpu(L, "is_capturing", ctx->current_gpu);
-  else dev = qt_cpu_device();
-  lua_pushboolean(L, qt_graph_capturing(dev));
+  lua_pushboolean(L, qt_graph_capturing(lq_optdevice(L, 1, "is_capturing")));
   return 1;
 }
 

@@ -491,10 +491,7 @@ static int q_sync(lua_State *L) {
 ** current GPU, or the CPU when there is none. */
 static int q_memory(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
-  qt_device *dev;
-  if (!lua_isnoneornil(L, 1)) dev = lq_checkdevice(L, 1, "memory");
-  else if (qt_gpu_count() > 0) dev = lq_gpu(L, "memory", ctx->current_gpu);
-  else dev = qt_cpu_device();
+  qt_device *dev = lq_optdevice(L, 1, "memory");
   if (dev->iface->memory == NULL)
     return luaL_error(L, "memory: not supported on %s", dev->name);
   qt_memory_stats stats;
@@ -522,10 +519,7 @@ static int q_memory(lua_State *L) {
 static int q_backend(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   const char *family = lq_tocstring(L, 1, "backend", "family");
-  qt_device *dev;
-  if (!lua_isnoneornil(L, 2)) dev = lq_checkdevice(L, 2, "backend");
-  else if (qt_gpu_count() > 0) dev = lq_gpu(L, "backend", ctx->current_gpu);
-  else dev = qt_cpu_device();
+  qt_device *dev = lq_optdevice(L, 2, "backend");
   char buf[QT_ERRLEN];
   if (qt_describe(ctx, dev, family, buf, sizeof buf) != 0) return lq_raise(L, ctx);
   if (buf[0] == '\0') return luaL_error(L, "backend: no op family %s (known: conv)", family);

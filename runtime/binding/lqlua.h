@@ -177,6 +177,11 @@ qt_device *lq_device_by_name(lua_State *L, const char *op, const char *name);
 qt_device *lq_device_by_name_or_null(lua_State *L, const char *op, const char *name);
 /* A device from a Lua value: a name, or an integer GPU ordinal. */
 qt_device *lq_checkdevice(lua_State *L, int arg, const char *op);
+/* The default device: the current GPU, or the CPU without one (qlua.memory, qlua.backend,
+** qlua.is_capturing, qlua.graph); optdevice: arg's device, or the default when it is none
+** or nil. */
+qt_device *lq_default_device(lua_State *L, const char *op);
+qt_device *lq_optdevice(lua_State *L, int arg, const char *op);
 /* The GPU with that ordinal, opened on first use; raises "<op>: <registry message>". */
 qt_device *lq_gpu(lua_State *L, const char *op, int ordinal);
 /* A 1-based dim argument as a 0-based dim of t ("<op>: dim 3 out of range (1..2)"). */

@@ -98,5 +98,3 @@ void qt_graph_free(qt_graph *g) {
   }
   free(g);
 }
-
-qt_device *qt_graph_device(const qt_graph *g) { return g->dev; }
