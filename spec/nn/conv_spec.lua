@@ -228,6 +228,77 @@ both_paths("conv2d_input and conv2d_weight are conv2d's gradients (torch.nn.grad
   T.assert_close({ dot(gw, f) }, { ref_w }, 1e-12)
 end)
 
+-- dw[k][c][r][s] = sum over n, i, j of dy[n][k][i][j] x[n][g*cg + c][ih][iw]: conv2d_weight's reference
+local function conv_weight_ref(X, D, wshape, o)
+  local K, Cg, R, S = table.unpack(wshape)
+  local H, Wd = #X[1][1], #X[1][1][1]
+  local st, dl, pd, groups = pair(o.stride or 1), pair(o.dilation or 1), pair(o.padding or 0), o.groups or 1
+  local Kg = K // groups
+  local out = {}
+  for k = 1, K do
+    out[k] = {}
+    local g = (k - 1) // Kg
+    for c = 1, Cg do
+      out[k][c] = {}
+      for r = 1, R do
+        out[k][c][r] = {}
+        for s = 1, S do
+          local acc = 0
+          for n = 1, #D do
+            local Dn, Xc = D[n][k], X[n][g * Cg + c]
+            for i = 1, #Dn do
+              local ih = (i - 1) * st[1] - pd[1] + (r - 1) * dl[1] + 1
+              if ih >= 1 and ih <= H then
+                local Di, Xr = Dn[i], Xc[ih]
+                for j = 1, #Di do
+                  local iw = (j - 1) * st[2] - pd[2] + (s - 1) * dl[2] + 1
+                  if iw >= 1 and iw <= Wd then acc = acc + Di[j] * Xr[iw] end
+                end
+              end
+            end
+          end
+          out[k][c][r][s] = acc
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- The CPU lowers a convolution tile by tile: a band of output rows of one image and group whose
+-- columns fit a core's cache (cpu_conv.c), the input's gradient adding even bands, then odd ones,
+-- and the filters' gradient summing chunks of tiles. Many channels make an image several bands,
+-- and nine images more tiles than partial sums, so every one of those paths runs here.
+test("conv2d and its two gradients when the CPU splits images into bands of rows (strides, dilation, groups)", function()
+  local cases = {
+    { "3x3 pad 1", { 9, 512, 8, 8 }, { 2, 512, 3, 3 }, { padding = 1 } },
+    { "stride 2, dilation 2", { 3, 512, 17, 17 }, { 2, 512, 3, 3 }, { stride = 2, padding = 2, dilation = 2 } },
+    { "groups 2, stride (1, 2)", { 2, 1024, 9, 12 }, { 4, 512, 3, 2 }, { groups = 2, stride = { 1, 2 }, padding = { 1, 0 } } },
+    { "groups 4, dilation (2, 1), stride 1", { 2, 1024, 10, 9 }, { 4, 256, 3, 3 }, { groups = 4, padding = { 2, 1 }, dilation = { 2, 1 } } },
+    { "a pad past the filter's reach", { 2, 512, 6, 7 }, { 2, 512, 3, 3 }, { padding = 3 } },
+  }
+  for _, c in ipairs(cases) do
+    qlua.seed(23)
+    local o = c[4]
+    local x, w = rnd(c[2], "cpu"), rnd(c[3], "cpu")
+    local X, Wn = numbers(x), numbers(w)
+    local Y = conv_ref(X, Wn, nil, o)
+    local dy = rnd({ #Y, #Y[1], #Y[1][1], #Y[1][1][1] }, "cpu")
+    local D = numbers(dy)
+    -- conv2d_input is the transposed convolution of dy, cut to x's size
+    local P = conv_transpose_ref(D, Wn, nil, { stride = o.stride, padding = o.padding, dilation = o.dilation, groups = o.groups })
+    local GX = plane_table(c[2][1], c[2][2], c[2][3], c[2][4], function(n, ch, i, j) return P[n][ch][i] and P[n][ch][i][j] or 0 end)
+    local GW = conv_weight_ref(X, D, c[3], o)
+    for _, dt in ipairs({ "float64", "float32" }) do
+      local xd, wd, dyd = x:to(dt), w:to(dt), dy:to(dt)
+      local tol = dt == "float64" and 1e-10 or 2e-4
+      T.assert_close(numbers(qlua.conv2d(xd, wd, nil, o)), Y, tol, c[1] .. " forward " .. dt)
+      T.assert_close(numbers(qlua.conv2d_input(x:shape(), wd, dyd, o)), GX, tol, c[1] .. " input gradient " .. dt)
+      T.assert_close(numbers(qlua.conv2d_weight(xd, w:shape(), dyd, o)), GW, tol * 10, c[1] .. " filter gradient " .. dt)
+    end
+  end
+end)
+
 both_paths("the convolutions' gradients by gradcheck (float64, views, bias), and conv2d's second order", function(dev)
   local x = rnd({ 2, 4, 6, 5 }, dev):requires_grad_()
   local w = rnd({ 6, 2, 3, 2 }, dev):requires_grad_()
