@@ -296,6 +296,13 @@ test("conv2d and its two gradients when the CPU splits images into bands of rows
       T.assert_close(numbers(qlua.conv2d_input(x:shape(), wd, dyd, o)), GX, tol, c[1] .. " input gradient " .. dt)
       T.assert_close(numbers(qlua.conv2d_weight(xd, w:shape(), dyd, o)), GW, tol * 10, c[1] .. " filter gradient " .. dt)
     end
+    -- the tiles and the partial sums depend on the shape only: one thread gives the same bits
+    local function all() return { qlua.conv2d(x, w, nil, o), qlua.conv2d_input(x:shape(), w, dy, o), qlua.conv2d_weight(x, w:shape(), dy, o) } end
+    local many, threads = all(), qlua.get_num_threads()
+    qlua.set_num_threads(1)
+    local one = all()
+    qlua.set_num_threads(threads)
+    for i = 1, 3 do assert.is_true(many[i]:equal(one[i]), c[1] .. " result " .. i .. " with one thread") end
   end
 end)
 
