@@ -121,6 +121,11 @@ else
   KERNEL_OBJ :=
 endif
 HEADERS := $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h kernels/*.h kernels/*.cuh)
+# Each object depends on the headers it includes, as the compiler lists them (-MMD: a .d
+# beside the object, read back below), so a header touches only the files that include it:
+# a core header no longer recompiles every CUDA file. DEPFLAGS is part of the stamps, so
+# objects made before the lists existed are made again once.
+DEPFLAGS := -MMD -MP
 
 # The flags each kind of object was built with, one file each: when they change (CUDA=0
 # after CUDA=1, another CFLAGS), the objects they made are rebuilt instead of mixed.
@@ -128,9 +133,9 @@ C_STAMP  := $(BUILD)/obj/c.flags
 CU_STAMP := $(KOBJ)/cu.flags
 flags_stamp = $(shell mkdir -p $(dir $(1)) && { [ -f $(1) ] && [ "$$(cat $(1))" = '$(subst ','\'',$(2))' ] || \
                 printf '%s\n' '$(subst ','\'',$(2))' > $(1); })
-$(call flags_stamp,$(C_STAMP),$(CC) $(QCFLAGS) $(CFLAGS))
+$(call flags_stamp,$(C_STAMP),$(CC) $(QCFLAGS) $(CFLAGS) $(DEPFLAGS))
 ifeq ($(CUDA),1)
-$(call flags_stamp,$(CU_STAMP),$(NVCC) $(QNVCCFLAGS) $(NVCCFLAGS) $(CU_PARTS))
+$(call flags_stamp,$(CU_STAMP),$(NVCC) $(QNVCCFLAGS) $(NVCCFLAGS) $(CU_PARTS) $(DEPFLAGS))
 endif
 
 QLUA := $(BUILD)/qlua
@@ -147,23 +152,24 @@ $(QLUA): $(KERNEL_OBJ) $(HOST_OBJ) $(RUNTIME_OBJ)
 $(BUILD)/qlua.so: $(KERNEL_OBJ) $(RUNTIME_OBJ)
 	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIBS)
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) $(C_STAMP)
+$(BUILD)/obj/%.o: %.c $(C_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(QCFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(QCFLAGS) $(CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
-$(KOBJ)/%.o: %.cu $(HEADERS) $(CU_STAMP)
+$(KOBJ)/%.o: %.cu $(CU_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(QNVCCFLAGS) $(NVCCFLAGS) $(CU_PARTS_FLAGS) -c -o $@ $<
+	$(NVCC) $(QNVCCFLAGS) $(NVCCFLAGS) $(CU_PARTS_FLAGS) $(DEPFLAGS) -MF $(@:.o=.d) -c -o $@ $<
 
 # A file built in parts: its own object is the entry (the slots, dispatching to the parts),
 # and part k instantiates the per-dtype code of the dtypes whose enum value is k modulo n.
 define cu_parts_rules
 $(KOBJ)/kernels/$(1).o: CU_PARTS_FLAGS := -DQT_NPARTS=$(2)
-$(KOBJ)/kernels/$(1).part%.o: kernels/$(1).cu $$(HEADERS) $$(CU_STAMP)
+$(KOBJ)/kernels/$(1).part%.o: kernels/$(1).cu $$(CU_STAMP)
 	@mkdir -p $$(dir $$@)
-	$$(NVCC) $$(QNVCCFLAGS) $$(NVCCFLAGS) -DQT_NPARTS=$(2) -DQT_PART=$$* -c -o $$@ $$<
+	$$(NVCC) $$(QNVCCFLAGS) $$(NVCCFLAGS) -DQT_NPARTS=$(2) -DQT_PART=$$* $$(DEPFLAGS) -MF $$(@:.o=.d) -c -o $$@ $$<
 endef
 $(foreach p,$(CU_PARTS),$(eval $(call cu_parts_rules,$(call cu_stem,$(p)),$(call cu_count,$(p)))))
+-include $(shell find $(BUILD)/obj $(KOBJ) -name '*.d' 2>/dev/null)
 
 # ---- tests: busted started inside qlua (spec/run.lua), so specs see qlua as scripts do
 SPEC ?= spec
