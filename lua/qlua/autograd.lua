@@ -444,6 +444,20 @@ end
 
 local function is_node(x) return getmetatable(x) == Node end
 
+-- Hooks on leaves (t:register_post_accumulate_grad_hook): how many are registered (a pass
+-- counts its leaves' edges only when some are), and the callbacks of the pass under way
+-- (autograd.queue_callback), run once its last node has.
+local hook_count = 0
+local callbacks
+
+local function fire_hooks(t)
+  local s = state(t, 1)
+  local hooks = s and s.hooks
+  if hooks then
+    for i = 1, #hooks do hooks[i].fn(t) end
+  end
+end
+
 -- roots: list of {tensor, gradient}; capture: tensor -> slot (autograd.grad's inputs)
 local function run(roots, retain, create, capture)
   -- topological order of the reachable nodes (iterative depth-first post-order)
@@ -469,6 +483,21 @@ local function run(roots, retain, create, capture)
     else
       stack[top] = nil
       order[#order + 1] = node
+    end
+  end
+  -- A leaf's hooks fire once its last edge in this pass has been walked (its .grad is then
+  -- final for the pass): pending counts the edges still to come, got says it had a gradient.
+  local pending, got
+  if hook_count > 0 and not capture then
+    pending, got = {}, {}
+    for _, node in ipairs(order) do
+      for i = 1, node.ne, 4 do
+        local e = node[i]
+        if type(e) ~= "table" then
+          local s = state(e, 1)
+          if s and s.hooks and #s.hooks > 0 then pending[e] = (pending[e] or 0) + 1 end
+        end
+      end
     end
   end
   -- autograd.grad: only the nodes that lead to an input run (the graph past an input
@@ -523,7 +552,12 @@ local function run(roots, retain, create, capture)
     else
       raw.add_(s.grad, g)
     end
+    if got and s.hooks then got[t] = true end
   end
+  local saved, saved_callbacks = enabled, callbacks
+  enabled = create and true or false
+  callbacks = {}
+  local ok, err = pcall(function()
   for _, r in ipairs(roots) do
     local s = state(r[1], 1)
     if s and s.node then
@@ -531,11 +565,9 @@ local function run(roots, retain, create, capture)
       accumulate(bufs[s.node], s.idx, r[2])
     elseif s and s.req then
       give_leaf(r[1], r[2])
+      if pending and got[r[1]] and not pending[r[1]] then fire_hooks(r[1]) end
     end
   end
-  local saved = enabled
-  enabled = create and true or false
-  local ok, err = pcall(function()
     for k = #order, 1, -1 do
       local node = order[k]
       local gs = bufs[node]
@@ -583,13 +615,32 @@ local function run(roots, retain, create, capture)
               give_leaf(target, gi)
             end
           end
+          local left = pending and type(target) ~= "table" and pending[target]
+          if left then
+            if left > 1 then pending[target] = left - 1
+            else
+              pending[target] = nil
+              if got[target] then fire_hooks(target) end
+            end
+          end
         end
         if not retain then node.args, node.outs, node.versions, node.freed = nil, nil, nil, true end
       end
       ::continue::
     end
+    -- leaves whose remaining edges lay on nodes that got no gradient
+    if pending then
+      for t in pairs(pending) do
+        if got[t] then fire_hooks(t) end
+      end
+    end
+    local i = 1
+    while callbacks[i] do
+      callbacks[i]()
+      i = i + 1
+    end
   end)
-  enabled = saved
+  enabled, callbacks = saved, saved_callbacks
   if not ok then error(err, 0) end
   return captured
 end
@@ -847,6 +898,40 @@ function extra.detach_(t)
 end
 extra.backward = A.backward
 
+-- t:register_post_accumulate_grad_hook(fn): fn(t) runs in each backward pass once t's .grad
+-- holds all of that pass's gradient (PyTorch 2.1's name), while the rest of the pass is still
+-- to run: where DistributedDataParallel starts reducing a bucket. Returns a handle whose
+-- remove() takes it off. Only leaves that require grad take hooks.
+function extra.register_post_accumulate_grad_hook(t, fn)
+  local who = "register_post_accumulate_grad_hook"
+  if type(fn) ~= "function" and not (getmetatable(fn) or {}).__call then
+    error(who .. ": a function expected, got a " .. type(fn), 0)
+  end
+  local s = state(t, 1)
+  if not (s and s.req) or s.node then error(who .. ": only a leaf that requires grad takes one", 0) end
+  s.hooks = s.hooks or {}
+  local h = { fn = fn }
+  s.hooks[#s.hooks + 1] = h
+  hook_count = hook_count + 1
+  return { remove = function()
+    for i, x in ipairs(s.hooks) do
+      if x == h then
+        table.remove(s.hooks, i)
+        hook_count = hook_count - 1
+        return
+      end
+    end
+  end }
+end
+
+-- autograd.queue_callback(fn): fn() runs once the backward pass under way has run its last
+-- node (PyTorch's engine.queue_callback); an error outside a backward pass.
+function A.queue_callback(fn)
+  if callbacks == nil then error("queue_callback: only during a backward pass (from a hook)", 0) end
+  if type(fn) ~= "function" then error("queue_callback: a function expected, got a " .. type(fn), 0) end
+  callbacks[#callbacks + 1] = fn
+end
+
 local function getfield(t, key)
   if key == "grad" then local s = state(t, 1); return s and s.grad or nil end
   return nil
@@ -981,6 +1066,8 @@ do
     add("Tensor", "detach_", extra.detach_, "()", "takes t out of the graph, in place; returns t")
     add("Tensor", "backward", extra.backward, "([gradient] [, {retain_graph =, create_graph =}])",
         "accumulates d t / d leaf into every leaf's .grad (gradient: needed unless t has one element)")
+    add("Tensor", "register_post_accumulate_grad_hook", extra.register_post_accumulate_grad_hook, "(fn)",
+        "fn(t) runs in each backward pass once t's .grad is complete for it; returns {remove = ...}")
     add("qlua", "no_grad", A.no_grad, "(fn, ...)", "fn(...) with recording off; returns its results")
     add("qlua", "enable_grad", A.enable_grad, "(fn, ...)", "fn(...) with recording on; returns its results")
     add("qlua", "is_grad_enabled", A.is_grad_enabled, "()", "whether ops on tensors that require grad record")

@@ -603,3 +603,45 @@ both("leaves' gradients never share memory with each other or with the caller's 
   assert.are.same({ 22.0, 22.0 }, a.grad:cpu():totable())
   assert.are.same({ 4.0, 4.0 }, b.grad:cpu():totable())
 end)
+
+both("post-accumulate-grad hooks fire once per pass with the leaf's whole gradient; callbacks after the pass", function(dev)
+  local o = { dtype = F64, device = dev }
+  local w = qlua.randn({ 3, 2 }, o):requires_grad_()
+  local b = qlua.randn({ 2 }, o):requires_grad_()
+  local x = qlua.randn({ 4, 3 }, o)
+  local log = {}
+  local hw = w:register_post_accumulate_grad_hook(function(t)
+    assert.is_true(rawequal(t, w))
+    log[#log + 1] = { "w", t.grad:clone() }
+  end)
+  b:register_post_accumulate_grad_hook(function()
+    log[#log + 1] = { "b" }
+    A.queue_callback(function() log[#log + 1] = { "after" } end)
+  end)
+  -- w reaches the loss twice: its hook waits for both contributions
+  local loss = ((x:matmul(w) + b):tanh() ^ 2):sum() + (w * w):sum()
+  loss:backward()
+  local names = {}
+  for i, e in ipairs(log) do names[i] = e[1] end
+  assert.are.same({ "b", "w", "after" }, names)
+  T.assert_close(log[2][2]:totable(), w.grad:totable(), 0)
+  -- a second pass fires again (accumulating); a removed hook no more
+  hw.remove()
+  log = {}
+  loss = (x:matmul(w) + b):sum()
+  loss:backward()
+  assert.are.same({ { "b" }, { "after" } }, log)
+  -- a leaf that is the root itself
+  local r = qlua.randn({ 2 }, o):requires_grad_()
+  local fired = 0
+  r:register_post_accumulate_grad_hook(function() fired = fired + 1 end)
+  r:backward(qlua.ones({ 2 }, o))
+  assert.are.equal(1, fired)
+  -- autograd.grad accumulates into no .grad: no hook fires
+  A.grad((r * 2):sum(), r)
+  assert.are.equal(1, fired)
+  local function err(f, ...) local ok, e = pcall(f, ...); assert.is_false(ok); return tostring(e) end
+  assert.truthy(err(w.register_post_accumulate_grad_hook, w, 3):match("a function expected"))
+  assert.truthy(err(w.register_post_accumulate_grad_hook, w * 2, print):match("only a leaf that requires grad"))
+  assert.truthy(err(A.queue_callback, print):match("^queue_callback: only during a backward pass"))
+end)
