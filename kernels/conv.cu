@@ -447,6 +447,7 @@ extern "C" int qt_cuda_describe(qt_device *dev, const char *family, bool use_cud
                                 size_t len, qt_err *err) {
   (void)dev;
   (void)err;
+  if (strcmp(family, "dist") == 0) return qt_cuda_nccl_describe(buf, len);
   if (strcmp(family, "conv") != 0) {
     if (len > 0) buf[0] = '\0';
     return 0;

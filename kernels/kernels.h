@@ -84,6 +84,8 @@ int qt_cuda_scratch(qt_device *dev, size_t nbytes, void **ptr, qt_err *err);
 void qt_cuda_scratch_free(qt_device *dev, void *ptr, size_t nbytes);
 /* Threads per block and a grid size for n elements (grid-stride loops beyond). */
 unsigned qt_cuda_blocks(qt_device *dev, int64_t n, unsigned threads);
+/* cuda_dist.cu: "NCCL 2.28.3", or "unavailable (why)", for the describe slot's "dist". */
+int qt_cuda_nccl_describe(char *buf, size_t len);
 
 /* ---- the slots: qt_cuda_<slot> for every row of device.h's QT_SLOT_LIST, with its
 ** signature, made by cuda_alloc.cu (alloc, free, memory, empty_cache), cuda_device.cu

@@ -159,6 +159,39 @@ typedef enum qt_conv_mode {
   QT_CONV_BACKWARD_FILTER
 } qt_conv_mode;
 
+/* Collectives (the comm_* and collective slots; runtime/core/dist.c and ops_dist.c). A
+** link is a process group's transport, made by the core: the ranks of one job joined over
+** TCP at rendezvous (or, for a single process's local group, buffers in memory). send and
+** recv move n bytes to or from one peer: rank 0 reaches every rank, the others rank 0 only.
+** Each waits at most `timeout` seconds and fails naming the peer when it is gone. check
+** never blocks: -1 with err once a rank is known gone (its connection closed), else 0. */
+typedef struct qt_dist_link qt_dist_link;
+struct qt_dist_link {
+  int rank, world;
+  double timeout;
+  int (*send)(qt_dist_link *l, int peer, const void *buf, size_t n, qt_err *err);
+  int (*recv)(qt_dist_link *l, int peer, void *buf, size_t n, qt_err *err);
+  int (*check)(qt_dist_link *l, qt_err *err);
+};
+typedef enum qt_coll_kind {
+  QT_COLL_ALL_REDUCE, QT_COLL_BROADCAST, QT_COLL_REDUCE, QT_COLL_ALL_GATHER,
+  QT_COLL_REDUCE_SCATTER, QT_COLL_ALL_TO_ALL
+} qt_coll_kind;
+/* The reductions, as NCCL numbers them. bool reduces as uint8 (sum is or, prod is and). */
+typedef enum qt_dist_op { QT_DIST_SUM, QT_DIST_PROD, QT_DIST_MAX, QT_DIST_MIN, QT_DIST_AVG } qt_dist_op;
+/* One rank's part of a collective: in and out are contiguous, of one dtype, on the device
+** (out may be in: in place). all_reduce, broadcast and reduce: out has in's elements;
+** all_gather: out is world x in (rank r's in at part r); reduce_scatter: in is world x out
+** (rank r keeps the reduced part r); all_to_all: in and out of world equal parts, part j
+** of in going to rank j, part i of out from rank i. root: broadcast's source, reduce's
+** destination (the other ranks' out is left as it was). */
+typedef struct qt_coll {
+  qt_coll_kind kind;
+  qt_dist_op op;
+  int root;
+  const qt_view *in, *out;
+} qt_coll;
+
 /* Normalisations (the norm slot): x is contiguous (n, c, inner).
 **   GROUP: statistics per (batch row b, group g) over the (c / groups) * inner elements of
 **          channels g * c / groups ..; layer_norm is groups = 1, inner = 1 (c the normalized
@@ -357,6 +390,29 @@ typedef struct qt_device qt_device;
     (qt_device *dev, void *graph, uint64_t seed, uint64_t offset, qt_err *err))                  \
   /* Frees an instantiated graph (waiting for its queued launches) and what it holds. */        \
   X(P, GRAPH_FREE, graph_free, MEM, void, (qt_device *dev, void *graph))                         \
+  /* ---- collectives (runtime/core/ops_dist.c; cpu_dist.c, kernels/cuda_dist.cu) ----         \
+  ** comm_open is itself collective: every rank of link calls it, and each gets the device's   \
+  ** communicator for the group (the GPU: an NCCL communicator, rank 0's unique id sent over   \
+  ** link; the CPU: the link itself, reduced through rank 0). Between comm_group(dev, true)     \
+  ** and (dev, false), one thread may open or run the communicators of a single process's    \
+  ** GPUs together (NCCL's group calls; NULL where there is nothing to group). */              \
+  X(P, COMM_OPEN, comm_open, MEM, int,                                                           \
+    (qt_device *dev, qt_dist_link *link, void **comm, qt_err *err))                              \
+  /* Frees a communicator; abort: without waiting for what it has queued (a rank is gone). */   \
+  X(P, COMM_CLOSE, comm_close, MEM, void, (qt_device *dev, void *comm, bool abort))              \
+  X(P, COMM_GROUP, comm_group, MEM, int, (qt_device *dev, bool start, qt_err *err))              \
+  /* Queues this rank's part of c. *work: NULL when it is done already (the CPU), else what    \
+  ** work_wait waits for or work_release lets go. Nothing later on the device's queue runs    \
+  ** before it ends. */                                                                        \
+  X(P, COLLECTIVE, collective, MEM, int,                                                         \
+    (qt_device *dev, void *comm, const qt_coll *c, void **work, qt_err *err))                    \
+  /* Waits for work on the host, polling link->check and the link's timeout; a rank gone or    \
+  ** the time up aborts comm and fails naming why. Frees work either way. */                    \
+  X(P, WORK_WAIT, work_wait, MEM, int,                                                           \
+    (qt_device *dev, void *comm, void *work, qt_dist_link *link, qt_err *err))                   \
+  /* Lets work go unwaited: the device's queue still waits for it (stream order), so memory   \
+  ** the collective uses may be freed after. */                                                \
+  X(P, WORK_RELEASE, work_release, MEM, void, (qt_device *dev, void *work))                      \
   /* ---- host <-> device, contiguous bytes ---- */                                              \
   /* Both return after the bytes have landed (host memory may be reused at once). */             \
   X(P, UPLOAD, upload, MEM, int,                                                                 \

@@ -90,6 +90,44 @@ int qt_graph_replay(qt_ctx *ctx, qt_graph *g);
 /* Frees g (ending its capture first if one is under way); waits for its replays. */
 void qt_graph_free(qt_graph *g);
 
+/* ---------------------------------------------------------------- collectives (ops_dist.c)
+** A process group joins the ranks of one job (qt_dist_init: rank 0 listens at addr:port,
+** the others connect; world 1 needs no network), or the GPUs of this process (qt_dist_local:
+** rank r is devs[r]). A collective runs on its tensors' device: NCCL on GPUs, the group's
+** TCP link through rank 0 on the CPU; every rank calls the same collectives in the same
+** order, with tensors of the same sizes (a mismatch fails naming both sizes). A rank that
+** is gone, or silent past the timeout, fails the collective with a message that says so,
+** and the group with it. Nothing here is thread-safe: one thread per group. */
+typedef struct qt_dist_group qt_dist_group;
+typedef struct qt_dist_work qt_dist_work;
+int qt_dist_init(qt_ctx *ctx, int rank, int world, const char *addr, int port, double timeout,
+                 qt_dist_group **out);
+int qt_dist_local(qt_ctx *ctx, qt_device *const *devs, int n, qt_dist_group **out);
+int qt_dist_rank(const qt_dist_group *g);
+int qt_dist_world(const qt_dist_group *g);
+/* Frees g and its communicators (abort: without waiting for what they queued). */
+void qt_dist_free(qt_dist_group *g, bool abort);
+/* This rank's part of kind over in and out (contiguous, one dtype and device; out may be in).
+** Sizes as device.h's qt_coll says. work NULL: returns when the collective is done (on a
+** GPU: queued, with the device's queue waiting for it, and its errors seen). Else *work is
+** what qt_dist_wait waits for (or qt_dist_release lets go), NULL when it is done already. */
+int qt_dist_collective(qt_ctx *ctx, qt_dist_group *g, qt_coll_kind kind, qt_dist_op op,
+                       int root, const qt_tensor *in, const qt_tensor *out, qt_dist_work **work);
+/* A local group's collective: one in and out per rank (ins[r] and outs[r] on devs[r]). */
+int qt_dist_collective_local(qt_ctx *ctx, qt_dist_group *g, qt_coll_kind kind, qt_dist_op op,
+                             int root, const qt_tensor *const *ins, const qt_tensor *const *outs);
+int qt_dist_wait(qt_ctx *ctx, qt_dist_work *w);     /* frees w */
+void qt_dist_release(qt_dist_work *w);              /* frees w */
+int qt_dist_barrier(qt_ctx *ctx, qt_dist_group *g);
+/* Starts n ranks of this host: argv run n times with RANK, LOCAL_RANK, WORLD_SIZE,
+** LOCAL_WORLD_SIZE, MASTER_ADDR (kept, else 127.0.0.1) and MASTER_PORT (kept, else a free
+** port) set, and waits for all. When one fails, the others get grace seconds to end (their
+** links close), then SIGTERM, then SIGKILL. *status: the first failure's exit status (128 +
+** signal for a signal), 0 when all succeed. -1 with err when a rank cannot be started. */
+int qt_dist_spawn(int n, char *const argv[], double grace, int *status, qt_err *err);
+/* A TCP port free on the loopback now, or -1 with err. */
+int qt_dist_free_port(qt_err *err);
+
 /* ---------------------------------------------------------------- creation */
 
 /* Uninitialised contents (CPU and GPU alike: callers fill). size may contain zeros. */

@@ -267,4 +267,5 @@ nn.init = require("qlua.nn.initializers")
 require("qlua.nn.layers")(nn)
 require("qlua.nn.attention")(nn)
 nn.utils = require("qlua.nn.utils")
+nn.parallel = require("qlua.nn.parallel")(nn)
 return nn

@@ -942,6 +942,7 @@ LUAMOD_API int luaopen_qlua(lua_State *L) {
   lq_setfuncs(L, lq_attention_functions, box, false, "qlua");  /* (l_attention.c) */
   lq_open_kernel(L, box, -1);                     /* also qlua.Kernel, qlua.Module */
   lq_open_graph(L, box, -1);                      /* qlua.graph, qlua.Graph (l_graph.c) */
+  lq_open_dist(L, box, -1);                       /* qlua._dist (l_dist.c) */
   luaL_getmetatable(L, QLUA_TENSOR);              /* qlua.Tensor: the class (l_tensor.c) */
   lua_setfield(L, -2, "Tensor");
   lua_pushliteral(L, QLUA_VERSION);

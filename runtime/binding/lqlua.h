@@ -211,6 +211,9 @@ void lq_open_kernel(lua_State *L, int box_idx, int module_idx);
 /* l_graph.c: qlua.graph, qlua.is_capturing and the qlua.Graph userdata, into the module at
 ** module_idx. */
 void lq_open_graph(lua_State *L, int box_idx, int module_idx);
+/* l_dist.c: qlua._dist (process groups, collectives, work handles, the launcher's spawn),
+** which lua/qlua/dist.lua wraps as qlua.dist, into the module at module_idx. */
+void lq_open_dist(lua_State *L, int box_idx, int module_idx);
 
 /* ---- l_elementwise.c: elementwise arithmetic methods and the operator metamethods,
 ** registered by l_tensor.c */

@@ -286,7 +286,9 @@ static int cpu_describe(qt_device *dev, const char *family, bool use_cudnn, char
   (void)dev;
   (void)use_cudnn;
   (void)err;
-  snprintf(buf, len, "%s", strcmp(family, "conv") == 0 ? "im2col + OpenBLAS" : "");
+  snprintf(buf, len, "%s", strcmp(family, "conv") == 0   ? "im2col + OpenBLAS"
+                           : strcmp(family, "dist") == 0 ? "TCP through rank 0"
+                                                         : "");
   return 0;
 }
 
@@ -338,6 +340,10 @@ static const qt_device_iface cpu_iface = {
   .memory = cpu_memory,
   .empty_cache = cpu_empty_cache,
   .describe = cpu_describe,
+  .comm_open = cpu_comm_open,
+  .comm_close = cpu_comm_close,
+  .collective = cpu_collective,
+  .work_wait = cpu_work_wait,
   .upload = cpu_upload,
   .download = cpu_download,
   .copy = cpu_copy,

@@ -19,6 +19,7 @@
 **   cpu_norm.c         layer/rms/group/batch norm forward and backward (norm)
 **   cpu_pool2d.c       max and average pooling (pool2d)
 **   cpu_attention.c    scaled dot-product attention, forward and backward (attention)
+**   cpu_dist.c         the collectives (comm_open, collective), through rank 0 over TCP
 **   cpu_pool.c         the thread pool (cpu_parallel)
 **   cpu_half.c         float16/bfloat16 rows to and from float32 (F16C, AVX2, AVX-512)
 **   cpu_random.c       rand, randn, randint (Philox, the same numbers as the GPU)
@@ -250,5 +251,12 @@ static inline void cpu_value_set(cpu_value *out, qt_dtype dtype, qt_scalar s) {
 ** are device.h's, and so are the prototypes: cpu_<slot> for copy, fill and every element
 ** slot (the memory slots are cpu_device.c's own). */
 QT_SLOT_ELEMENT_PROTOTYPES(cpu_)
+
+/* cpu_dist.c: the collectives, through rank 0 over the core's link (device.h's comm_* rows;
+** comm_group and work_release stay NULL: nothing to group, no work outlives its call). */
+int cpu_comm_open(qt_device *dev, qt_dist_link *link, void **comm, qt_err *err);
+void cpu_comm_close(qt_device *dev, void *comm, bool abort);
+int cpu_collective(qt_device *dev, void *comm, const qt_coll *c, void **work, qt_err *err);
+int cpu_work_wait(qt_device *dev, void *comm, void *work, qt_dist_link *link, qt_err *err);
 
 #endif

@@ -32,6 +32,7 @@
 
 #include "qlua.h"
 #include "host.h"
+#include "ops.h"   /* qt_dist_spawn: --nproc */
 
 #ifndef QLUA_VERSION
 #define QLUA_VERSION "0.1.0"
@@ -323,6 +324,8 @@ static int qh_pmain (lua_State *L) {
   }
   luaL_openlibs(L);
   qh_add_lua_dirs(L, argc > 0 ? argv[0] : NULL);
+  lua_pushboolean(L, 1);                      /* qlua.dist.launch runs this host again */
+  lua_setfield(L, LUA_REGISTRYINDEX, "qlua.host");
   luaL_requiref(L, "qlua", luaopen_qlua, 1);
   lua_pop(L, 1);
   /* also in package.preload, so require "qlua" finds it even after package.loaded.qlua
@@ -354,8 +357,49 @@ static int qh_pmain (lua_State *L) {
   return 1;
 }
 
+/*
+** qlua --nproc N [options] [script [args]]: the rest of the command line, N times, as the
+** local ranks of one job (qt_dist_spawn sets torchrun's variables); the exit status is the
+** first failing rank's.
+*/
+static int qh_launch (int argc, char **argv) {
+  const char *count = argv[1][7] == '=' ? argv[1] + 8 : argc > 2 ? argv[2] : "";
+  int rest = argv[1][7] == '=' ? 2 : 3;
+  char *end;
+  long n = strtol(count, &end, 10);
+  if (argv[1][7] != '=' && argv[1][7] != '\0') {
+    qh_print_usage(argv[1]);   /* lua5.4's usage, as for any unknown option */
+    return EXIT_FAILURE;
+  }
+  if (*count == '\0' || *end != '\0' || n < 1 || n > 1024) {
+    qh_message(argv[0], "--nproc needs a number of processes (1 to 1024): qlua --nproc N script.lua [args]");
+    return EXIT_FAILURE;
+  }
+  char exe[4096];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len > 0) exe[len] = '\0';
+  else snprintf(exe, sizeof exe, "%s", argv[0]);
+  char **args = (char **)calloc((size_t)(argc - rest + 2), sizeof *args);
+  if (args == NULL) {
+    qh_message(argv[0], "not enough memory");
+    return EXIT_FAILURE;
+  }
+  args[0] = exe;
+  for (int i = rest; i < argc; i++) args[i - rest + 1] = argv[i];
+  qt_err err;
+  int status = 0;
+  int rc = qt_dist_spawn((int)n, args, 10.0, &status, &err);
+  free(args);
+  if (rc != 0) {
+    qh_message(argv[0], err.msg);
+    return status != 0 ? status : EXIT_FAILURE;
+  }
+  return status;
+}
+
 int main (int argc, char **argv) {
   int status, ok;
+  if (argc >= 2 && strncmp(argv[1], "--nproc", 7) == 0) return qh_launch(argc, argv);
   lua_State *L = luaL_newstate();
   if (L == NULL) {
     qh_message(argv[0], "cannot create state: not enough memory");

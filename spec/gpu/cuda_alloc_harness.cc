@@ -272,6 +272,19 @@ void qt_cuda_graph_pool_free(qt_device *dev, void *ptr) {}
 void qt_cuda_graph_pool_bytes(qt_device *dev, int64_t *allocated, int64_t *reserved) {
   *allocated = *reserved = 0;
 }
+/* the collectives' slots (cuda_dist.cu): the model has no NCCL */
+int qt_cuda_comm_open(qt_device *dev, qt_dist_link *link, void **comm, qt_err *err) {
+  return qt_errorf(err, "dist: not in the model");
+}
+void qt_cuda_comm_close(qt_device *dev, void *comm, bool abort) {}
+int qt_cuda_comm_group(qt_device *dev, bool start, qt_err *err) { return 0; }
+int qt_cuda_collective(qt_device *dev, void *comm, const qt_coll *c, void **work, qt_err *err) {
+  return qt_errorf(err, "dist: not in the model");
+}
+int qt_cuda_work_wait(qt_device *dev, void *comm, void *work, qt_dist_link *link, qt_err *err) {
+  return 0;
+}
+void qt_cuda_work_release(qt_device *dev, void *work) {}
 #pragma GCC diagnostic pop
 
 /* runtime/tensor.c's, which the object uses for messages */
