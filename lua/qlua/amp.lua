@@ -55,11 +55,19 @@ local function cast_args(cast, ...)
   return table.unpack(args, 1, n)
 end
 
+-- qlua.help finds functions by identity too: a wrapper takes over its function's entry
+local api = debug.getregistry()["qlua.api"]
 local function wrap(fn, cast)
-  return function(...)
+  local w = function(...)
     if current == nil then return fn(...) end
     return fn(cast_args(cast, ...))
   end
+  if type(api) == "table" then
+    for _, e in ipairs(api) do
+      if e.fn == fn then e.fn = w end
+    end
+  end
+  return w
 end
 
 for _, name in ipairs(LOWER_METHODS) do
@@ -208,4 +216,11 @@ end
 
 qlua.amp = amp
 qlua.autocast = amp.autocast
+-- qlua.help's entry (the registry's list the binding's rows make)
+do
+  if type(api) == "table" then
+    api[#api + 1] = { topic = "qlua", name = "autocast", fn = amp.autocast, args = "(dtype, fn, ...)",
+                      help = "fn(...) with products, convolutions and attention in dtype (\"bfloat16\", \"float16\"; false: off), as torch.autocast" }
+  end
+end
 return amp
