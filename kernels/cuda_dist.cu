@@ -185,12 +185,41 @@ extern "C" void qt_cuda_comm_close(qt_device *dev, void *comm, bool abort) {
   free(c);
 }
 
+/* Inside an NCCL group nothing is queued until the group ends, so a collective's end can
+** only be recorded then: the works of the thread's open group wait here. */
+#define NCCL_GROUP_MAX 64
+typedef struct nccl_pending {
+  struct qt_nccl_work *w;
+  cudaStream_t comm_stream, dev_stream;
+  int ordinal;
+} nccl_pending;
+static __thread int nccl_depth;
+static __thread int nccl_npending;
+static __thread nccl_pending nccl_pendings[NCCL_GROUP_MAX];
+
+static int nccl_record_end(struct qt_nccl_work *w, cudaStream_t comm_stream, cudaStream_t dev_stream,
+                           int ordinal, qt_err *err);
+
 extern "C" int qt_cuda_comm_group(qt_device *dev, bool start, qt_err *err) {
   (void)dev;
   if (nccl_get("dist", err) != 0) return -1;
   ncclResult_t r = start ? nccl.group_start() : nccl.group_end();
   if (r == ncclInProgress) r = ncclSuccess;
-  return nccl_check(r, "dist", err);
+  if (start) {
+    if (r == ncclSuccess) nccl_depth++;
+    return nccl_check(r, "dist", err);
+  }
+  if (nccl_depth > 0) nccl_depth--;
+  int rc = nccl_check(r, "dist", err);
+  if (nccl_depth == 0) {   /* the group's kernels are queued now: their ends can be recorded */
+    for (int i = 0; i < nccl_npending; i++) {
+      nccl_pending *p = &nccl_pendings[i];
+      qt_err e2;
+      if (nccl_record_end(p->w, p->comm_stream, p->dev_stream, p->ordinal, rc == 0 ? err : &e2) != 0) rc = -1;
+    }
+    nccl_npending = 0;
+  }
+  return rc;
 }
 
 static bool nccl_type(qt_dtype dt, ncclDataType_t *t) {
@@ -281,9 +310,13 @@ extern "C" int qt_cuda_collective(qt_device *dev, void *comm, const qt_coll *k, 
     if (r == ncclInProgress) r = ncclSuccess;
     rc = nccl_check(r, op, err);
   }
-  /* the device's queue waits for the collective's end */
-  if (rc == 0) rc = qt_cuda_check(dev, cudaEventRecord(w->done, c->stream), op, err);
-  if (rc == 0) rc = qt_cuda_check(dev, cudaStreamWaitEvent(ctx->stream, w->done, 0), op, err);
+  /* the device's queue waits for the collective's end (at the group's end, inside one) */
+  if (rc == 0 && nccl_depth > 0) {
+    if (nccl_npending == NCCL_GROUP_MAX) rc = qt_errorf(err, "%s: more than %d collectives in one group", op, NCCL_GROUP_MAX);
+    else nccl_pendings[nccl_npending++] = {w, c->stream, ctx->stream, ctx->ordinal};
+  } else if (rc == 0) {
+    rc = nccl_record_end(w, c->stream, ctx->stream, ctx->ordinal, err);
+  }
   if (rc != 0) {
     c->broken = r != ncclSuccess;
     cudaEventDestroy(w->done);
@@ -291,6 +324,19 @@ extern "C" int qt_cuda_collective(qt_device *dev, void *comm, const qt_coll *k, 
     return -1;
   }
   *work = w;
+  return 0;
+}
+
+/* done is recorded on the collective's stream, and the device's queue waits for it. */
+static int nccl_record_end(struct qt_nccl_work *w, cudaStream_t comm_stream, cudaStream_t dev_stream,
+                           int ordinal, qt_err *err) {
+  cudaError_t s = qt_cuda_make_current(ordinal);
+  if (s == cudaSuccess) s = cudaEventRecord(w->done, comm_stream);
+  if (s == cudaSuccess) s = cudaStreamWaitEvent(dev_stream, w->done, 0);
+  if (s != cudaSuccess) {
+    (void)cudaGetLastError();
+    return qt_errorf(err, "%s: CUDA error: %s", w->op, cudaGetErrorString(s));
+  }
   return 0;
 }
 

@@ -390,6 +390,12 @@ typedef struct qt_device qt_device;
     (qt_device *dev, void *graph, uint64_t seed, uint64_t offset, qt_err *err))                  \
   /* Frees an instantiated graph (waiting for its queued launches) and what it holds. */        \
   X(P, GRAPH_FREE, graph_free, MEM, void, (qt_device *dev, void *graph))                         \
+  /* dst (on dev) = nbytes at src, on src_dev: another device of dev's kind (the GPUs: peer to   \
+  ** peer where the two allow it, else staged by the driver). Queued: dev's queue waits for     \
+  ** what src_dev's holds, and src_dev's for the copy. NULL where devices of this kind cannot   \
+  ** reach each other (the core then goes through host memory). */                             \
+  X(P, COPY_PEER, copy_peer, MEM, int,                                                           \
+    (qt_device *dev, void *dst, qt_device *src_dev, const void *src, size_t nbytes, qt_err *err)) \
   /* ---- collectives (runtime/core/ops_dist.c; cpu_dist.c, kernels/cuda_dist.cu) ----         \
   ** comm_open is itself collective: every rank of link calls it, and each gets the device's   \
   ** communicator for the group (the GPU: an NCCL communicator, rank 0's unique id sent over   \

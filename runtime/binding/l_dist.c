@@ -124,14 +124,30 @@ static int dd_barrier(lua_State *L) {
   return 0;
 }
 
+/* The arguments both collective forms start with: (group, kind, op, root). */
+typedef struct dd_call {
+  lq_dist_group *gd;
+  int kind, rop, root;
+  const char *op;
+} dd_call;
+
+static dd_call dd_args(lua_State *L) {
+  dd_call c;
+  c.gd = dd_group(L, 1, "dist");
+  c.kind = luaL_checkoption(L, 2, NULL, dd_kinds);
+  c.rop = luaL_checkoption(L, 3, "sum", dd_ops);
+  c.root = (int)luaL_optinteger(L, 4, 0);
+  c.op = dd_kinds[c.kind];
+  return c;
+}
+
 /* collective(group, kind, op, root, in, out, async) -> work or nothing */
 static int dd_collective(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
-  lq_dist_group *gd = dd_group(L, 1, "dist");
-  int kind = luaL_checkoption(L, 2, NULL, dd_kinds);
-  int rop = luaL_checkoption(L, 3, "sum", dd_ops);
-  int root = (int)luaL_optinteger(L, 4, 0);
-  const char *op = dd_kinds[kind];
+  dd_call c = dd_args(L);
+  lq_dist_group *gd = c.gd;
+  int kind = c.kind, rop = c.rop, root = c.root;
+  const char *op = c.op;
   qt_tensor *in = lq_checklive(L, 5, op), *out = lq_checklive(L, 6, op);
   bool async = lua_toboolean(L, 7);
   qt_dist_work *w = NULL;
@@ -163,11 +179,10 @@ static int dd_collective(lua_State *L) {
 /* collective_local(group, kind, op, root, ins, outs) */
 static int dd_collective_local(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
-  lq_dist_group *gd = dd_group(L, 1, "dist");
-  int kind = luaL_checkoption(L, 2, NULL, dd_kinds);
-  int rop = luaL_checkoption(L, 3, "sum", dd_ops);
-  int root = (int)luaL_optinteger(L, 4, 0);
-  const char *op = dd_kinds[kind];
+  dd_call c = dd_args(L);
+  lq_dist_group *gd = c.gd;
+  int kind = c.kind, rop = c.rop, root = c.root;
+  const char *op = c.op;
   luaL_checktype(L, 5, LUA_TTABLE);
   luaL_checktype(L, 6, LUA_TTABLE);
   int n = qt_dist_world(gd->g);

@@ -522,28 +522,30 @@ static int q_backend(lua_State *L) {
   qt_device *dev = lq_optdevice(L, 2, "backend");
   char buf[QT_ERRLEN];
   if (qt_describe(ctx, dev, family, buf, sizeof buf) != 0) return lq_raise(L, ctx);
-  if (buf[0] == '\0') return luaL_error(L, "backend: no op family %s (known: conv)", family);
+  if (buf[0] == '\0') return luaL_error(L, "backend: no op family %s (known: conv, dist)", family);
   lua_pushstring(L, buf);
   return 1;
 }
 
-/* empty_cache(): a full collection first (so unreachable tensors return their blocks to
-** the caches; the GC limit is re-paced from what is left), then every cache: each GPU
-** this state used, and the CPU device's (the pinned host buffers). */
+/* empty_cache([device]): a full collection first (so unreachable tensors return their blocks
+** to the caches; the GC limit is re-paced from what is left), then every cache: each GPU
+** this state used, and the CPU device's (the pinned host buffers); or the one device's. */
 static int q_empty_cache(lua_State *L) {
   lq_ctx(L);
+  qt_device *only = lua_isnoneornil(L, 1) ? NULL : lq_checkdevice(L, 1, "empty_cache");
   lq_gc_collect(L);
   uint64_t used = lq_state_of(L)->gpus_used;
   for (int g = 0; g < 64; g++) {
     if (!(used & ((uint64_t)1 << g))) continue;
     qt_device *dev = lq_gpu(L, "empty_cache", g);
+    if (only != NULL && dev != only) continue;
     if (qt_graph_capturing(dev))
       return luaL_error(L, "empty_cache: cannot give %s's memory back while a CUDA graph is "
                         "being captured on it (qlua.graph)", dev->name);
     if (dev->iface->empty_cache != NULL) dev->iface->empty_cache(dev);
   }
   qt_device *cpu = qt_cpu_device();
-  if (cpu->iface->empty_cache != NULL) cpu->iface->empty_cache(cpu);
+  if ((only == NULL || only == cpu) && cpu->iface->empty_cache != NULL) cpu->iface->empty_cache(cpu);
   return 0;
 }
 
@@ -827,6 +829,7 @@ static const lq_Reg q_funcs[] = {
    "generic) and OpenBLAS's kernel set"},
   {"gpu_count", q_gpu_count, 0, "()",
    "the number of GPUs this qlua sees (0 in a CPU-only build)"},
+  {"device_count", q_gpu_count, 0, "()", "gpu_count's other name (torch.cuda.device_count)"},
   {"device_name", q_device_name, 1, "(ordinal)",
    "the name of GPU ordinal (0-based, as CUDA's); \"cpu\" for \"cpu\""},
   {"set_device", q_set_device, 1, "(ordinal)",
@@ -839,8 +842,9 @@ static const lq_Reg q_funcs[] = {
   {"backend", q_backend, 2, "(family [, device])",
    "what runs an op family on device (\"conv\": cuDNN, or im2col + cuBLAS and why, or im2col "
    "+ OpenBLAS)"},
-  {"empty_cache", q_empty_cache, 0, "()",
-   "collects garbage, then gives back every cached block that holds no live tensor"},
+  {"empty_cache", q_empty_cache, 1, "([device])",
+   "collects garbage, then gives back every cached block that holds no live tensor (of every "
+   "device, or of device)"},
   {"save", q_save, 2, "(path, t)", "writes t to a NumPy .npy file, all or nothing"},
   {"load", q_load, 2, "(path [, opts])",
    "reads a NumPy .npy file; a CPU tensor unless opts.device says"},

@@ -68,10 +68,11 @@ static size_t ops_nbytes(const qt_tensor *t) { return (size_t)qt_numel(t) * qt_e
 /* dst = src across two devices (src broadcast to dst's shape, any dtypes). The bytes move
 ** once, in src's dtype and shape (broadcasting and conversion happen on the receiving
 ** side, so the wire carries the smallest form): src is made contiguous on its device,
-** then downloaded to host memory and/or uploaded to dst's device. When the CPU end is
-** contiguous, of src's dtype and shape, the bytes go straight into (or out of) it;
-** otherwise through a temporary and the receiving device's copy slot. GPU->GPU of two
-** ordinals goes through host memory for now (peer copies come with multi-GPU work). */
+** then downloaded to host memory and/or uploaded to dst's device, or, between two devices
+** of one kind with a copy_peer slot (two GPUs), copied device to device (peer to peer where
+** the GPUs allow it). When the receiving end is contiguous, of src's dtype and shape, the
+** bytes go straight into (or out of) it; otherwise through a temporary and the receiving
+** device's copy slot. */
 static int ops_copy_across(qt_ctx *ctx, const char *op, qt_tensor *dst, const qt_tensor *src) {
   qt_device *sdev = ops_device(src), *ddev = ops_device(dst);
   qt_device *cpu = qt_cpu_device();
@@ -85,6 +86,26 @@ static int ops_copy_across(qt_ctx *ctx, const char *op, qt_tensor *dst, const qt
 
   if (qt_numel(dst) == 0) return 0;
   if (qt_contiguous(ctx, &sc, src)) goto cleanup;
+  if (sdev->kind == ddev->kind && ddev->iface->copy_peer != NULL) {
+    qt_err e;
+    if (!direct) {
+      if (ops_alloc(ctx, op, &staged, ddev, sc.dtype, sc.ndim, sc.size)) goto cleanup;
+    }
+    void *to = direct ? ops_data(dst) : ops_data(&staged);
+    if (ddev->iface->copy_peer(ddev, to, sdev, ops_data(&sc), ops_nbytes(&sc), &e) != 0) {
+      rc = qt_errorf(&ctx->err, "%s: %s -> %s: %s", op, sdev->name, ddev->name, e.msg);
+      goto cleanup;
+    }
+    if (direct) {
+      rc = 0;
+      goto cleanup;
+    }
+    qt_view dv, sv;
+    qt_view_of(&dv, dst);
+    ops_view_expanded(&sv, &staged, dst->ndim, dst->size);
+    rc = ops_copy_views(ctx, op, ddev, &dv, &sv);
+    goto cleanup;
+  }
   if (sdev->kind == QT_DEV_CPU) {
     from_host = &sc;
   } else {

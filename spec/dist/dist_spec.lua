@@ -325,3 +325,57 @@ gtest("collectives cannot be captured into a CUDA graph: the capture's error nam
     assert.are.same({ 1, 1, 1, 1 }, t:cpu():totable())
   end)
 end)
+
+-- ------------------------------------------------------------- two GPUs of this process
+local GPUS = qlua.gpu_count()
+local function two_gpus(name, fn)
+  if GPUS >= 2 then it(name, fn)
+  else it(name, function() pending("needs 2 GPUs: qlua.gpu_count() == " .. GPUS) end) end
+end
+
+two_gpus("t:to('gpu:1'), t:gpu(1) and copy_ between GPUs copy device to device: views, dtypes, both ways", function()
+  qlua.seed(4)
+  local a = qlua.randn({ 64, 33 }, { device = "gpu:0", dtype = "float64" })
+  local ref = a:cpu():totable()
+  local b = a:to("gpu:1")
+  assert.are.equal("gpu:1", b:device())
+  T.assert_close(b:cpu():totable(), ref, 0)
+  assert.are.equal("gpu:1", a:gpu(1):device())
+  -- a strided view, converted on the way
+  local v = a:t():narrow(1, 3, 10)
+  local dst = qlua.empty({ 10, 64 }, { device = "gpu:1", dtype = "float32" })
+  dst:copy_(v)
+  T.assert_close(dst:cpu():totable(), v:cpu():float():totable(), 0)
+  -- back, into a view of a larger tensor
+  local back = qlua.zeros({ 3, 64, 33 }, { device = "gpu:0", dtype = "float64" })
+  back[2]:copy_(b)
+  T.assert_close(back[2]:cpu():totable(), ref, 0)
+  T.assert_close(back[1]:cpu():abs():max(), 0, 0)
+  -- work queued on gpu:0 before the copy is seen by it
+  local c = a * 2
+  T.assert_close(c:to("gpu:1"):cpu():totable(), (a * 2):cpu():totable(), 0)
+  assert.truthy(errmsg(function() return a + b end):match("tensors on gpu:0 and gpu:1"))
+end)
+
+two_gpus("each GPU has its own allocator: memory and empty_cache per device", function()
+  qlua.empty_cache()
+  local before1 = qlua.memory("gpu:1").allocated
+  local t = qlua.empty({ 1 << 20 }, { device = "gpu:1" })
+  assert.are.equal(before1 + 4 * (1 << 20), qlua.memory("gpu:1").allocated)
+  t:free()
+  assert.are.equal(before1, qlua.memory("gpu:1").allocated)
+  local held1 = qlua.memory("gpu:1").reserved
+  -- a block freed on gpu:0 stays cached there while gpu:1's cache is emptied
+  qlua.empty({ 1 << 20 }, { device = "gpu:0" }):free()
+  local held0 = qlua.memory("gpu:0").reserved
+  qlua.empty_cache("gpu:1")
+  assert.is_true(qlua.memory("gpu:1").reserved < held1)
+  assert.are.equal(held0, qlua.memory("gpu:0").reserved)
+  assert.are.equal(qlua.gpu_count(), qlua.device_count())
+end)
+
+test("empty_cache takes one device; device_count counts the GPUs", function()
+  qlua.empty_cache("cpu")
+  assert.are.equal(qlua.gpu_count(), qlua.device_count())
+  assert.truthy(errmsg(qlua.empty_cache, "tpu"):match("^empty_cache: "))
+end)

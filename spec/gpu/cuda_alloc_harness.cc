@@ -285,6 +285,10 @@ int qt_cuda_work_wait(qt_device *dev, void *comm, void *work, qt_dist_link *link
   return 0;
 }
 void qt_cuda_work_release(qt_device *dev, void *work) {}
+int qt_cuda_copy_peer(qt_device *dev, void *dst, qt_device *src_dev, const void *src, size_t nbytes,
+                      qt_err *err) {
+  return qt_errorf(err, "copy: not in the model");
+}
 #pragma GCC diagnostic pop
 
 /* runtime/tensor.c's, which the object uses for messages */

@@ -142,7 +142,7 @@ local TOL = { float64 = 1e-12, float32 = 1e-5, float16 = 3e-3, bfloat16 = 2e-2 }
 
 test("qlua.backend names what runs the convolutions: im2col + OpenBLAS on the CPU", function()
   assert.are.equal("im2col + OpenBLAS", qlua.backend("conv", "cpu"))
-  assert.truthy(errmsg(qlua.backend, "attention", "cpu"):match("^backend: no op family attention %(known: conv%)"))
+  assert.truthy(errmsg(qlua.backend, "attention", "cpu"):match("^backend: no op family attention %(known: conv, dist%)"))
   assert.truthy(errmsg(qlua.set_cudnn_enabled, 1):match("boolean expected"))
 end)
 
