@@ -14,6 +14,7 @@
 --                        [--prompt TEXT] [--tokens N] [--target LOSS]
 --   qlua samples/gpt.lua --load PATH [--prompt TEXT | --ids "ID ..."] [--tokens N] [--seed N] [--cpu]
 --   qlua samples/gpt.lua --load gpt2.safetensors --hf --ids "464 3290 ..." [--n_head N]
+--   qlua --nproc N samples/gpt.lua [training flags]   (data parallel: a rank per GPU)
 -- Two configurations, picked by the device (--cpu forces the small one):
 --   GPU: 6 layers, 6 heads, d 384, context 256, batch 64, dropout 0.2, lr 1e-3 after 100
 --        warm-up steps: nanoGPT's shakespeare-char model, but 600 steps, not its 5000: on
@@ -36,6 +37,11 @@
 -- so with --hf the prompt is given as token ids (--ids, 0-based as Hugging Face's, e.g.
 -- from tiktoken or GPT2TokenizerFast) and the output is ids too, not text; n_head is not in
 -- the weights, so it is d / 64 (every GPT-2 size) unless --n_head says.
+-- Under qlua --nproc N (or torchrun's variables) the training is data parallel: each rank
+-- takes its GPU (LOCAL_RANK), draws batch / N of the batch's windows, and
+-- DistributedDataParallel averages the gradients, so the run follows one GPU's with the
+-- same global batch; rank 0 prints (the validation loss averaged over the ranks), saves
+-- and generates.
 package.path = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/../lua/?.lua;" .. package.path
 local nn, optim = require "qlua.nn", require "qlua.optim"
 local F = nn.functional
@@ -73,6 +79,23 @@ end
 local dev = (qlua.gpu_count() > 0 and not opt.cpu) and "gpu" or "cpu"
 local seed = int_flag("seed", 1337)
 qlua.seed(seed)
+
+-- data parallel under qlua --nproc N: "gpu" is this rank's GPU
+local world = math.tointeger(tonumber(os.getenv("WORLD_SIZE") or "")) or 1
+local dist, rank = nil, 0
+if world > 1 then
+  if opt.load then error("gpt: --load generates on one process: run it without --nproc", 0) end
+  dist = require "qlua.dist"
+  dist.init_process_group()
+  rank = dist.get_rank()
+  if dev == "gpu" then
+    if qlua.gpu_count() <= dist.get_local_rank() then
+      error(("gpt: rank %d has no GPU of its own (%d GPUs): use --cpu or fewer ranks"):format(rank, qlua.gpu_count()), 0)
+    end
+    qlua.set_device(dist.get_local_rank())
+  end
+end
+local function say(...) if rank == 0 then print(...) end end
 if opt.hf and not opt.load then error("gpt: --hf goes with --load PATH", 0) end
 
 -- the time, honest on the GPU: the queued work is finished first
@@ -296,7 +319,8 @@ local steps = int_flag("steps", cfg.steps)
 assert(steps >= 1, "gpt: --steps must be at least 1")
 local target = opt.target and tonumber(opt.target) or (steps == cfg.steps and cfg.target or nil)
 if opt.target and not target then error("gpt: --target takes a number, got '" .. opt.target .. "'", 0) end
-local B, T = cfg.batch, cfg.n_ctx
+if cfg.batch % world ~= 0 then error(("gpt: the batch of %d does not split over %d ranks"):format(cfg.batch, world), 0) end
+local B, T = cfg.batch // world, cfg.n_ctx   -- this rank's share of the batch
 local min_lr = cfg.lr / 10
 
 cfg.device = dev
@@ -308,6 +332,9 @@ for _, np in ipairs(model:named_parameters()) do
   else no_decay[#no_decay + 1] = p end
 end
 local params = model:parameters()
+-- data parallel: rank 0's weights everywhere, gradients averaged; each rank its own windows
+local net = dist and nn.parallel.DistributedDataParallel(model) or model
+if dist then qlua.seed(seed + 1000 * rank) end
 local opt_w = optim.AdamW({ { params = decay, weight_decay = 0.1 }, { params = no_decay, weight_decay = 0 } },
                           { lr = cfg.lr, betas = { 0.9, 0.99 } })
 
@@ -327,17 +354,17 @@ local function batch(split)
   return split:index_select(1, idx):reshape({ B, T }), split:index_select(1, idx + 1):reshape({ B, T })
 end
 
-local function loss_of(x, y)
-  local logits = model(x)
+local function loss_of(x, y, m)
+  local logits = (m or model)(x)
   if logits:dtype() ~= "float32" then logits = logits:float() end
   return F.cross_entropy(logits:reshape({ B * T, cfg.vocab }), y:reshape({ B * T }))
 end
-local function forward_loss(x, y)
+local function forward_loss(x, y, m)
   if dev == "gpu" then
     if qlua.autocast == nil then error("gpt: qlua.autocast is missing (lua/qlua/amp.lua): the GPU run needs it", 0) end
-    return qlua.autocast("bfloat16", loss_of, x, y)
+    return qlua.autocast("bfloat16", loss_of, x, y, m)
   end
-  return loss_of(x, y)
+  return loss_of(x, y, m)
 end
 
 local function val_loss()
@@ -348,15 +375,20 @@ local function val_loss()
     return s
   end)
   model:train()
+  if dist then   -- the ranks' mean, so every rank judges the same number
+    local t = qlua.tensor({ sum / cfg.eval_batches }, { dtype = "float64" })
+    dist.all_reduce(t, { op = "avg" })
+    return t[1]
+  end
   return sum / cfg.eval_batches
 end
 
-print(("gpt: %d bytes of license text (%d files), vocabulary %d, %d train / %d validation"):format(
+say(("gpt: %d bytes of license text (%d files), vocabulary %d, %d train / %d validation"):format(
   #text, #parts, #vocab, n_train, #text - n_train))
-print(("gpt: on %s, %d layers, %d heads, d %d, context %d, batch %d, %.2fM parameters, %d steps, lr %g%s"):format(
-  dev, cfg.n_layer, cfg.n_head, cfg.d, T, B, count_params(model) / 1e6, steps, cfg.lr,
-  dev == "gpu" and ", bfloat16 autocast" or ""))
-print(("gpt: validation loss target %s"):format(target and ("%.2f by the last step"):format(target)
+say(("gpt: on %s, %d layers, %d heads, d %d, context %d, batch %d, %.2fM parameters, %d steps, lr %g%s%s"):format(
+  dev, cfg.n_layer, cfg.n_head, cfg.d, T, cfg.batch, count_params(model) / 1e6, steps, cfg.lr,
+  dev == "gpu" and ", bfloat16 autocast" or "", dist and (", data parallel over %d ranks"):format(world) or ""))
+say(("gpt: validation loss target %s"):format(target and ("%.2f by the last step"):format(target)
   or "none for this step count (the loss must still fall below log(vocab))"))
 
 local t_start = now()
@@ -365,20 +397,21 @@ local first_loss, last_val
 for step = 1, steps do
   local lr = lr_at(step)
   for _, g in ipairs(opt_w.param_groups) do g.lr = lr end
-  local loss = forward_loss(batch(train_data))
+  local x, y = batch(train_data)
+  local loss = forward_loss(x, y, net)
   opt_w:zero_grad()
   loss:backward()
   nn.utils.clip_grad_norm_(params, 1.0)
   opt_w:step()
-  tokens_mark = tokens_mark + B * T
+  tokens_mark = tokens_mark + B * T * world
   if step == 1 then first_loss = loss:item() end
   if step % cfg.print_every == 0 or step == steps then
     local l = loss:item()
     local t = now()
-    print(("  step %5d  loss %.4f  lr %.2e  %8.0f tokens/s"):format(step, l, lr, tokens_mark / (t - t_mark)))
+    say(("  step %5d  loss %.4f  lr %.2e  %8.0f tokens/s"):format(step, l, lr, tokens_mark / (t - t_mark)))
     if step % cfg.eval_every == 0 or step == steps then
       last_val = val_loss()
-      print(("  step %5d  validation loss %.4f"):format(step, last_val))
+      say(("  step %5d  validation loss %.4f"):format(step, last_val))
     end
     t_mark, tokens_mark = now(), 0
   end
@@ -392,8 +425,13 @@ assert(last_val < first_loss - 0.5 and last_val < uniform - 0.5,
 if target and last_val > target then
   error(("gpt: final validation loss %.4f is above the target %.2f"):format(last_val, target), 0)
 end
-print(("gpt: final validation loss %.4f (%s), %.1f s of training"):format(last_val,
+say(("gpt: final validation loss %.4f (%s), %.1f s of training"):format(last_val,
   target and ("target %.2f met"):format(target) or "no target for this step count", train_s))
+if dist then
+  local r = rank
+  dist.destroy_process_group()
+  if r ~= 0 then return end   -- rank 0 saves and generates
+end
 
 if opt.save then
   save_checkpoint(model, opt.save, vocab)

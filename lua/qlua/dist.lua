@@ -204,6 +204,20 @@ function dist.all_gather_into_tensor(out, t, opts)
              tensor_arg("all_gather", out, "the output"))
 end
 
+-- the parts of flat (w parts of n elements) copied into list's tensors, after the wait
+local function scatter_parts(flat, list, w, n)
+  return function()
+    for r = 1, w do list[r]:copy_(flat:narrow(1, (r - 1) * n + 1, n):view(list[r]:shape())) end
+  end
+end
+
+-- list's tensors flattened into one contiguous tensor
+local function joined(list)
+  local flat = {}
+  for i, t in ipairs(list) do flat[i] = t:reshape({ -1 }) end
+  return qlua.cat(flat)
+end
+
 --- all_gather(list, t [, {async_op}]): list[r + 1] (world tensors of t's shape) gets rank r's t.
 function dist.all_gather(list, t, opts)
   local op = "all_gather"
@@ -213,9 +227,7 @@ function dist.all_gather(list, t, opts)
   tensor_list(op, list, "the output list", w)
   local n = t:numel()
   local flat = qlua.empty({ w * n }, { dtype = t:dtype(), device = t:device() })
-  return run(op, "all_gather", o, 0, t:contiguous(), flat, function()
-    for r = 1, w do list[r]:copy_(flat:narrow(1, (r - 1) * n + 1, n):view(list[r]:shape())) end
-  end)
+  return run(op, "all_gather", o, 0, t:contiguous(), flat, scatter_parts(flat, list, w, n))
 end
 
 --- reduce_scatter_tensor(out, input [, {op, async_op}]): input holds world parts of out's
@@ -233,9 +245,7 @@ function dist.reduce_scatter(out, list, opts)
   local o = check_opts(op, opts, COLL)
   tensor_arg(op, out, "the output")
   tensor_list(op, list, "the input list", dist.get_world_size())
-  local flat = {}
-  for i, t in ipairs(list) do flat[i] = t:reshape({ -1 }) end
-  return run(op, "reduce_scatter", o, 0, qlua.cat(flat), out)
+  return run(op, "reduce_scatter", o, 0, joined(list), out)
 end
 
 --- all_to_all_single(out, input [, {async_op}]): input and out of world equal parts; part j of
@@ -254,14 +264,9 @@ function dist.all_to_all(outs, ins, opts)
   local w = dist.get_world_size()
   tensor_list(op, ins, "the input list", w)
   tensor_list(op, outs, "the output list", w)
-  local flat = {}
-  for i, t in ipairs(ins) do flat[i] = t:reshape({ -1 }) end
-  local input = qlua.cat(flat)
-  local n = input:numel() // w
+  local input = joined(ins)
   local out = qlua.empty({ input:numel() }, { dtype = input:dtype(), device = input:device() })
-  return run(op, "all_to_all", o, 0, input, out, function()
-    for r = 1, w do outs[r]:copy_(out:narrow(1, (r - 1) * n + 1, n):view(outs[r]:shape())) end
-  end)
+  return run(op, "all_to_all", o, 0, input, out, scatter_parts(out, outs, w, input:numel() // w))
 end
 
 -- ------------------------------------------------------------- one process, several GPUs

@@ -122,6 +122,17 @@ describe("samples/gpt.lua", function()
     assert.are_not.equal(0, no_ids.status)
     assert.matches("no BPE tokenizer", no_ids.stderr, 1, true)
   end)
+
+  it("trains data parallel under qlua --nproc 2 (rank 0 prints, the loss falls, one generation)", function()
+    local out = P.run_ok({ P.qlua(), "--nproc", "2", SAMPLE, "--cpu", "--steps", "60", "--tokens", "20" },
+                         "gpt.lua --nproc 2", { timeout = 300, env = { RANK = false, WORLD_SIZE = false, MASTER_PORT = false } })
+    assert.matches("data parallel over 2 ranks", out, 1, true)
+    local _, starts = out:gsub("gpt: on cpu", "")
+    assert.are.equal(1, starts, "only rank 0 prints:\n" .. out)
+    local val = tonumber(out:match("final validation loss ([%d.]+)"))
+    assert.truthy(val and val < math.log(80) - 0.5, out)
+    assert.matches("generated 20 tokens", out, 1, true)
+  end)
 end)
 
 teardown(function() P.cleanup() end)

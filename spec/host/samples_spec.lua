@@ -89,6 +89,12 @@ describe("samples", function()
     assert.matches("cnn: test accuracy [%d.]+%% %(at least 95%% expected%)", out)
   end)
 
+  it("dist_matmul.lua splits a product over 2 ranks of qlua --nproc and checks it", function()
+    local out = run_ok({P.qlua(), "--nproc", "2", "samples/dist_matmul.lua", "256"}, "samples/dist_matmul.lua",
+                       {LUA_PATH = "./lua/?.lua;;", RANK = false, WORLD_SIZE = false, MASTER_PORT = false})
+    assert.matches("256 x 256 x 256 %w+ on 2 ranks %(%w+%): split [%d.]+ ms %([%d.]+ GFLOP/s%), one rank [%d.]+ ms, speed%-up [%d.]+x", out)
+  end)
+
   it("soak.lua keeps memory bounded (a 2-second run)", function()
     local out = run_ok({P.qlua(), "samples/soak.lua", "2", "0.25"}, "samples/soak.lua")
     assert.matches("soak ok", out, 1, true)
