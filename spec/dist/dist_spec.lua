@@ -164,6 +164,18 @@ test("qlua --nproc 2 and dist.launch: the same job, and the variables each rank 
   assert.truthy(r.stdout:find("status\t0", 1, true), r.stdout)
 end)
 
+test("OpenMPI's mpirun starts the same job: ranks from OMPI_COMM_WORLD_*, rank 0 on this host", function()
+  if not P.have("mpirun") then return pending("mpirun is not installed (apt-get install openmpi-bin)") end
+  local e = {}
+  for k, v in pairs(ENV) do e[k] = v end
+  e.MASTER_PORT = tostring(qlua._dist.free_port())
+  local r = P.run({ "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "LUA_PATH",
+                    "-x", "MASTER_PORT", QLUA, "spec/fixtures/dist_ranks.lua", "cpu" }, { env = e, timeout = 120 })
+  assert.are.equal(0, r.status, r.stdout .. r.stderr)
+  assert.truthy(r.stdout:find("rank 0 of 2: 117 checks", 1, true), r.stdout)
+  assert.truthy(r.stdout:find("rank 1 of 2: 117 checks", 1, true), r.stdout)
+end)
+
 test("qlua --nproc: bad counts are refused; a rank's failure is the job's exit status", function()
   local r = P.run({ QLUA, "--nproc", "0", "x.lua" }, { env = ENV })
   assert.are_not.equal(0, r.status)
