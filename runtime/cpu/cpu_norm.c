@@ -30,6 +30,12 @@ typedef struct cpu_norm_job {
 #define NV(job, k) ((job)->v[QT_NORM_##k].data)
 #define HAS(job, k) (((job)->o->has >> QT_NORM_##k) & 1u)
 
+#define CPU_NORM_LANES 8   /* partial sums of a row (batch norm's statistics) */
+/* GCC's -O2 vectorizes no loop that needs a remainder (cpu_elementwise.c says more): the
+** normalisations' element loops get the dynamic cost model. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
 #define CPU_NORM_FUNCS(SFX, T)                                                                \
   /* GROUP/RMS forward: rows [chunk * rpc, ..) */                                             \
   static void cpu_norm_rows_fwd_##SFX(void *arg, int64_t chunk) {                             \
@@ -128,54 +134,99 @@ typedef struct cpu_norm_job {
       if (HAS(job, DBIAS)) ((T *)NV(job, DBIAS))[ch] = (T)sb[ch - c0];                        \
     }                                                                                         \
   }                                                                                           \
-  /* BATCH, channel ch: forward (statistics unless given, then y) or backward */             \
+  /* Sums over one row of n elements in double, in CPU_NORM_LANES independent partial sums  \
+  ** (so the compiler keeps them in vector registers instead of one dependent chain), added \
+  ** up in a fixed order: the same numbers on every run and thread count. dev: (x - mu)^2;   \
+  ** dot: dy and dy (x - mu). */                                                             \
+  static double cpu_norm_sum_##SFX(const T *x, int64_t n) {                                    \
+    double acc[CPU_NORM_LANES] = {0}, s = 0;                                                  \
+    int64_t i = 0;                                                                            \
+    for (; i + CPU_NORM_LANES <= n; i += CPU_NORM_LANES)                                      \
+      for (int k = 0; k < CPU_NORM_LANES; k++) acc[k] += (double)x[i + k];                    \
+    for (; i < n; i++) s += (double)x[i];                                                     \
+    for (int k = 0; k < CPU_NORM_LANES; k++) s += acc[k];                                     \
+    return s;                                                                                 \
+  }                                                                                           \
+  static double cpu_norm_dev_##SFX(const T *x, int64_t n, double mu) {                         \
+    double acc[CPU_NORM_LANES] = {0}, s = 0;                                                  \
+    int64_t i = 0;                                                                            \
+    for (; i + CPU_NORM_LANES <= n; i += CPU_NORM_LANES)                                      \
+      for (int k = 0; k < CPU_NORM_LANES; k++) {                                              \
+        double d = (double)x[i + k] - mu;                                                     \
+        acc[k] += d * d;                                                                      \
+      }                                                                                       \
+    for (; i < n; i++) s += ((double)x[i] - mu) * ((double)x[i] - mu);                        \
+    for (int k = 0; k < CPU_NORM_LANES; k++) s += acc[k];                                     \
+    return s;                                                                                 \
+  }                                                                                           \
+  static void cpu_norm_dot_##SFX(const T *dy, const T *x, int64_t n, double mu, double *a,     \
+                                 double *s) {                                                 \
+    double aa[CPU_NORM_LANES] = {0}, ss[CPU_NORM_LANES] = {0}, ta = 0, ts = 0;                \
+    int64_t i = 0;                                                                            \
+    for (; i + CPU_NORM_LANES <= n; i += CPU_NORM_LANES)                                      \
+      for (int k = 0; k < CPU_NORM_LANES; k++) {                                              \
+        aa[k] += (double)dy[i + k];                                                           \
+        ss[k] += (double)dy[i + k] * ((double)x[i + k] - mu);                                 \
+      }                                                                                       \
+    for (; i < n; i++) {                                                                      \
+      ta += (double)dy[i];                                                                    \
+      ts += (double)dy[i] * ((double)x[i] - mu);                                              \
+    }                                                                                         \
+    for (int k = 0; k < CPU_NORM_LANES; k++) {                                                \
+      ta += aa[k];                                                                            \
+      ts += ss[k];                                                                            \
+    }                                                                                         \
+    *a += ta;                                                                                 \
+    *s += ts;                                                                                 \
+  }                                                                                           \
+  /* BATCH, channel ch: forward (statistics unless given, then y) or backward. The rows of  \
+  ** the channel are inner long, step apart; the element loops run in T (the statistics,     \
+  ** and the per-channel factors, in double). */                                            \
   static void cpu_norm_batch_##SFX(void *arg, int64_t ch) {                                   \
     const cpu_norm_job *job = arg;                                                            \
     const qt_norm_opts *o = job->o;                                                           \
-    int64_t m = o->n * o->inner, step = o->c * o->inner;                                      \
+    int64_t m = o->n * o->inner, step = o->c * o->inner, in = o->inner;                       \
     const T *x = (const T *)NV(job, X) + ch * o->inner;                                       \
     T *mean = NV(job, MEAN), *rstd = NV(job, RSTD);                                           \
     double wc = HAS(job, WEIGHT) ? (double)((const T *)NV(job, WEIGHT))[ch] : 1.0;            \
     if (!o->backward) {                                                                       \
       if (!o->given_stats) {                                                                  \
         double mu = 0, ss = 0;                                                                \
-        for (int64_t b = 0; b < o->n; b++)                                                    \
-          for (int64_t i = 0; i < o->inner; i++) mu += x[b * step + i];                       \
+        for (int64_t b = 0; b < o->n; b++) mu += cpu_norm_sum_##SFX(x + b * step, in);        \
         mu /= (double)m;                                                                      \
-        for (int64_t b = 0; b < o->n; b++)                                                    \
-          for (int64_t i = 0; i < o->inner; i++) {                                            \
-            double d = (double)x[b * step + i] - mu;                                          \
-            ss += d * d;                                                                      \
-          }                                                                                   \
+        for (int64_t b = 0; b < o->n; b++) ss += cpu_norm_dev_##SFX(x + b * step, in, mu);    \
         mean[ch] = (T)mu;                                                                     \
         rstd[ch] = (T)(1 / sqrt(ss / (double)m + o->eps));                                    \
       }                                                                                       \
-      double sc = (double)rstd[ch] * wc;                                                      \
-      double sh = (HAS(job, BIAS) ? (double)((const T *)NV(job, BIAS))[ch] : 0.0) -           \
-                  (double)mean[ch] * sc;                                                      \
+      double scd = (double)rstd[ch] * wc;                                                     \
+      T sc = (T)scd;                                                                          \
+      T sh = (T)((HAS(job, BIAS) ? (double)((const T *)NV(job, BIAS))[ch] : 0.0) -            \
+                 (double)mean[ch] * scd);                                                     \
       T *y = (T *)NV(job, Y) + ch * o->inner;                                                 \
-      for (int64_t b = 0; b < o->n; b++)                                                      \
-        for (int64_t i = 0; i < o->inner; i++) y[b * step + i] = (T)((double)x[b * step + i] * sc + sh); \
+      for (int64_t b = 0; b < o->n; b++) {                                                    \
+        const T *restrict xr = x + b * step;                                                  \
+        T *restrict yr = y + b * step;                                                        \
+        for (int64_t i = 0; i < in; i++) yr[i] = xr[i] * sc + sh;                             \
+      }                                                                                       \
       return;                                                                                 \
     }                                                                                         \
     const T *dy = (const T *)NV(job, DY) + ch * o->inner;                                     \
     double mu = (double)mean[ch], rs = (double)rstd[ch], a = 0, s = 0;                        \
-    for (int64_t b = 0; b < o->n; b++)                                                        \
-      for (int64_t i = 0; i < o->inner; i++) {                                                \
-        a += (double)dy[b * step + i];                                                        \
-        s += (double)dy[b * step + i] * ((double)x[b * step + i] - mu);                       \
-      }                                                                                       \
+    for (int64_t b = 0; b < o->n; b++) cpu_norm_dot_##SFX(dy + b * step, x + b * step, in, mu, &a, &s); \
     s *= rs;                                                                                  \
     if (HAS(job, DWEIGHT)) ((T *)NV(job, DWEIGHT))[ch] = (T)s;                                \
     if (HAS(job, DBIAS)) ((T *)NV(job, DBIAS))[ch] = (T)a;                                    \
     if (!HAS(job, DX)) return;                                                                \
     T *dx = (T *)NV(job, DX) + ch * o->inner;                                                 \
     double ma = o->given_stats ? 0 : a / (double)m, ms = o->given_stats ? 0 : s / (double)m;  \
-    for (int64_t b = 0; b < o->n; b++)                                                        \
-      for (int64_t i = 0; i < o->inner; i++) {                                                \
-        double xh = ((double)x[b * step + i] - mu) * rs;                                      \
-        dx[b * step + i] = (T)(wc * rs * ((double)dy[b * step + i] - ma - xh * ms));          \
-      }                                                                                       \
+    /* dx = k (dy - ma - (x - mu) rs ms) = k dy + c1 x + c0, with k = wc rs */                 \
+    double k = wc * rs;                                                                       \
+    T k1 = (T)k, c1 = (T)(-k * rs * ms), c0 = (T)(k * (-ma + mu * rs * ms));                  \
+    for (int64_t b = 0; b < o->n; b++) {                                                      \
+      const T *restrict dr = dy + b * step, *restrict xr = x + b * step;                      \
+      T *restrict out = dx + b * step;                                                        \
+      for (int64_t i = 0; i < in; i++) out[i] = k1 * dr[i] + c1 * xr[i] + c0;                 \
+    }                                                                                         \
   }
 CPU_NORM_FUNCS(f32, float)
 CPU_NORM_FUNCS(f64, double)

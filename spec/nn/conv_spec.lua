@@ -424,6 +424,13 @@ both("max_pool2d: values and 1-based indices against the window rule (padding, d
     T.assert_close(numbers(v), pool_ref(X, k, s, p, d, ceil, maxv), 0)
     assert.are.same(pool_ref(X, k, s, p, d, ceil, argmaxv), i:cpu():totable())
   end
+  -- a NaN in a window is its maximum, at the NaN's position, wherever larger values are
+  local xn = qlua.tensor({ { { { 1, 0 / 0, 5, 2 }, { 9, 3, 4, 8 } } } }, { dtype = F64, device = dev })
+  local vn, in_ = F.max_pool2d(xn, 2, { return_indices = true })
+  local vals = numbers(vn)[1][1][1]
+  assert.is_true(vals[1] ~= vals[1])
+  assert.are.equal(8, vals[2])
+  assert.are.same({ { { { 2, 8 } } } }, in_:cpu():totable())
   local xr = x:clone():requires_grad_()
   assert.is_true(A.gradcheck(function(a) return F.max_pool2d(a, 3, { stride = 2, padding = 1 }) end, { xr }))
   local m = nn.MaxPool2d(2)
