@@ -26,7 +26,6 @@ typedef struct qt_nccl_api {
   ncclResult_t (*get_version)(int *);
   ncclResult_t (*get_unique_id)(ncclUniqueId *);
   ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
-  ncclResult_t (*comm_destroy)(ncclComm_t);
   ncclResult_t (*comm_abort)(ncclComm_t);
   ncclResult_t (*comm_async_error)(ncclComm_t, ncclResult_t *);
   const char *(*error_string)(ncclResult_t);
@@ -74,7 +73,6 @@ static void nccl_load(void) {
     {(void **)&api.get_version, "ncclGetVersion"},
     {(void **)&api.get_unique_id, "ncclGetUniqueId"},
     {(void **)&api.comm_init_rank, "ncclCommInitRank"},
-    {(void **)&api.comm_destroy, "ncclCommDestroy"},
     {(void **)&api.comm_abort, "ncclCommAbort"},
     {(void **)&api.comm_async_error, "ncclCommGetAsyncError"},
     {(void **)&api.error_string, "ncclGetErrorString"},
@@ -172,15 +170,23 @@ extern "C" int qt_cuda_comm_open(qt_device *dev, qt_dist_link *link, void **out,
   return 0;
 }
 
+static double now_s(void);
+
+/* Closing never waits on the other ranks: ncclCommDestroy finalizes collectively, and hangs
+** when a rank is gone, so what the communicator queued is given up to 10 s to end (not at
+** all when aborting), and then it is aborted, which is local. */
 extern "C" void qt_cuda_comm_close(qt_device *dev, void *comm, bool abort) {
   qt_nccl_comm *c = (qt_nccl_comm *)comm;
   if (c == NULL) return;
   qt_err err;
   (void)qt_cuda_enter(dev, "dist", &err);
-  if (c->comm != NULL) {
-    if (abort || c->broken) nccl.comm_abort(c->comm);
-    else nccl.comm_destroy(c->comm);
+  if (!abort && !c->broken) {
+    double start = now_s();
+    struct timespec nap = {0, 200000};
+    while (cudaStreamQuery(c->stream) == cudaErrorNotReady && now_s() - start < 10) nanosleep(&nap, NULL);
+    (void)cudaGetLastError();
   }
+  if (c->comm != NULL) nccl.comm_abort(c->comm);
   cudaStreamDestroy(c->stream);
   free(c);
 }
