@@ -220,6 +220,7 @@ bench: all $(BENCH_BASELINE)
 	$(if $(CASES),,$(QLUA) bench/attention.lua --csv $(BUILD)/bench_attention.csv $(if $(PYTHON),--python $(PYTHON)))
 	$(if $(CASES),,$(QLUA) bench/gpt.lua --csv $(BUILD)/bench_gpt.csv $(if $(PYTHON),--python $(PYTHON)))
 	$(if $(CASES),,$(QLUA) bench/graph.lua --csv $(BUILD)/bench_graph.csv $(if $(PYTHON),--python $(PYTHON)))
+	$(if $(CASES),,$(QLUA) bench/dist.lua --csv $(BUILD)/bench_dist.csv $(if $(PYTHON),--python $(PYTHON)))
 
 # ---- packages: Debian's, installed only when missing
 # (luarocks: the rock; python3-numpy: the .npy round trips and the bench's baseline;
