@@ -311,7 +311,7 @@ void lq_open_dist(lua_State *L, int box_idx, int module_idx) {
   luaL_newmetatable(L, LQ_DIST_WORK);
   lq_setfuncs(L, dd_work_meta, box_idx, true, NULL);
   lua_newtable(L);
-  lq_setfuncs(L, dd_work_methods, box_idx, true, "DistWork");
+  lq_setfuncs(L, dd_work_methods, box_idx, true, NULL);   /* documented in API.md, as qlua.dist */
   lua_setfield(L, -2, "__index");
   lua_pop(L, 1);
   lua_newtable(L);
