@@ -58,6 +58,7 @@ build = {
          ["qlua.dist"] = "lua/qlua/dist.lua",
          ["qlua.fuzz"] = "lua/qlua/fuzz.lua",
          ["qlua.fuzz.entries.conveniences"] = "lua/qlua/fuzz/entries/conveniences.lua",
+         ["qlua.fuzz.entries.dist"] = "lua/qlua/fuzz/entries/dist.lua",
          ["qlua.fuzz.entries.elementwise"] = "lua/qlua/fuzz/entries/elementwise.lua",
          ["qlua.fuzz.entries.formats"] = "lua/qlua/fuzz/entries/formats.lua",
          ["qlua.fuzz.entries.functions"] = "lua/qlua/fuzz/entries/functions.lua",

@@ -154,8 +154,14 @@ function Done:is_completed() return self.after == nil end
 
 -- runs kind on (input, output); finish (may be nil) copies results out after the wait
 local function run(op, kind, o, root, input, output, finish)
-  local work = C.collective(group(op), kind, kind == "broadcast" and "sum" or reduce_op(op, o), root,
-                            input, output, o.async_op and finish == nil)
+  local r = pack(pcall(RAW.collective, group(op), kind, kind == "broadcast" and "sum" or reduce_op(op, o),
+                       root, input, output, o.async_op and finish == nil))
+  if not r[1] then   -- "all_gather: ..." from the C half, said as all_gather_into_tensor's
+    local msg = tostring(r[2])
+    if op ~= kind and msg:sub(1, #kind + 2) == kind .. ": " then msg = op .. msg:sub(#kind + 1) end
+    error(msg, 0)
+  end
+  local work = r[2]
   if o.async_op then
     if finish == nil then return work end
     return setmetatable({ after = finish }, Done)
@@ -199,9 +205,9 @@ end
 --- all_gather_into_tensor(out, t [, {async_op}]): out (world x t's elements, contiguous)
 -- holds every rank's t, rank r's at part r.
 function dist.all_gather_into_tensor(out, t, opts)
-  local o = check_opts("all_gather", opts, { async_op = true })
-  return run("all_gather", "all_gather", o, 0, tensor_arg("all_gather", t, "the input"),
-             tensor_arg("all_gather", out, "the output"))
+  local op = "all_gather_into_tensor"
+  local o = check_opts(op, opts, { async_op = true })
+  return run(op, "all_gather", o, 0, tensor_arg(op, t, "the input"), tensor_arg(op, out, "the output"))
 end
 
 -- the parts of flat (w parts of n elements) copied into list's tensors, after the wait
@@ -233,9 +239,9 @@ end
 --- reduce_scatter_tensor(out, input [, {op, async_op}]): input holds world parts of out's
 -- size; rank r's out becomes op over every rank's part r.
 function dist.reduce_scatter_tensor(out, input, opts)
-  local o = check_opts("reduce_scatter", opts, COLL)
-  return run("reduce_scatter", "reduce_scatter", o, 0, tensor_arg("reduce_scatter", input, "the input"),
-             tensor_arg("reduce_scatter", out, "the output"))
+  local op = "reduce_scatter_tensor"
+  local o = check_opts(op, opts, COLL)
+  return run(op, "reduce_scatter", o, 0, tensor_arg(op, input, "the input"), tensor_arg(op, out, "the output"))
 end
 
 --- reduce_scatter(out, list [, {op, async_op}]): list (world tensors of out's shape); rank r's
@@ -251,9 +257,9 @@ end
 --- all_to_all_single(out, input [, {async_op}]): input and out of world equal parts; part j of
 -- rank i's input becomes part i of rank j's out.
 function dist.all_to_all_single(out, input, opts)
-  local o = check_opts("all_to_all", opts, { async_op = true })
-  return run("all_to_all", "all_to_all", o, 0, tensor_arg("all_to_all", input, "the input"),
-             tensor_arg("all_to_all", out, "the output"))
+  local op = "all_to_all_single"
+  local o = check_opts(op, opts, { async_op = true })
+  return run(op, "all_to_all", o, 0, tensor_arg(op, input, "the input"), tensor_arg(op, out, "the output"))
 end
 
 --- all_to_all(outs, ins [, {async_op}]): ins[j + 1] goes to rank j, outs[i + 1] comes from
@@ -317,10 +323,10 @@ function Local:free() C.destroy(self.g) end
 --- launch(n, script, ...): runs script with its arguments as n local ranks (as qlua --nproc n
 -- does) and waits; returns the first failing rank's exit status, 0 when all succeed.
 function dist.launch(n, script, ...)
-  if math.type(n) ~= "integer" or n < 1 then fail("dist.launch", "the number of processes must be an integer >= 1") end
-  if type(script) ~= "string" then fail("dist.launch", "the script must be a file name") end
+  if math.type(n) ~= "integer" or n < 1 then fail("launch", "the number of processes must be an integer >= 1") end
+  if type(script) ~= "string" then fail("launch", "the script must be a file name") end
   local exe, is_qlua = C.exe()
-  if exe == nil then fail("dist.launch", "cannot find this program (no /proc/self/exe)") end
+  if exe == nil then fail("launch", "cannot find this program (no /proc/self/exe)") end
   local argv = { exe }
   if not is_qlua then argv[#argv + 1] = "-l"; argv[#argv + 1] = "qlua" end
   argv[#argv + 1] = script
@@ -392,6 +398,27 @@ function Sampler:iter()
     i = i + 1
     return idx[i]
   end
+end
+
+-- Every function names itself in its failures, those of the ops it is made of too
+-- ("all_gather: view: shape ..."), and no position inside this file shows.
+local function named(name, fn)
+  return function(...)
+    local r = pack(pcall(fn, ...))
+    if r[1] then return unpack(r, 2, r.n) end
+    local msg = tostring(r[2]):gsub("^[^\n]-%.lua:%d+: ", "", 1)
+    if msg:sub(1, #name + 2) ~= name .. ": " then msg = name .. ": " .. msg end
+    error(msg, 0)
+  end
+end
+for _, name in ipairs({ "init_process_group", "destroy_process_group", "barrier", "get_backend",
+                        "all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
+                        "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+                        "local_group", "launch", "DistributedSampler" }) do
+  dist[name] = named(name, dist[name])
+end
+for _, name in ipairs({ "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "size", "free" }) do
+  Local[name] = named(name, Local[name])
 end
 
 qlua.dist = dist

@@ -76,7 +76,7 @@ end
 -- order, so reordering the families changes the calls every seed makes.
 local ENTRY_FAMILIES = { "inspect", "view", "move", "index", "elementwise", "reduce", "matmul",
                          "scan", "mask", "sort", "functions", "formats", "shape", "conveniences",
-                         "operators", "meta", "nn" }
+                         "operators", "meta", "nn", "dist" }
 
 local CAP = 4096            -- most elements of a tensor the fuzzer keeps or reads
 local POOL_MAX = 48         -- live values the calls draw their tensors from
@@ -425,7 +425,9 @@ function M.run(opts)
     elseif e.kind == "module" then
       e.call = compile(string.format(
         "local qlua = ...; return function(...) return table.pack(qlua.%s(...)) end", e.name), qlua)
-      assert(qlua[e.name], "fuzz: no function qlua." .. e.name)
+      local fn = qlua   -- a dotted name ("dist.all_reduce") is a function of a submodule
+      for part in e.name:gmatch("[^.]+") do fn = type(fn) == "table" and fn[part] or nil end
+      assert(fn, "fuzz: no function qlua." .. e.name)
       if e.silent then   -- the global print is a no-op during the call (help's output)
         local call = e.call
         e.call = function(...)

@@ -65,7 +65,7 @@ static int dd_init(lua_State *L) {
 /* local_group({tensor or device, ...}) -> group: rank r is the r-th entry's device */
 static int dd_local_group(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
-  const char *op = "dist.local_group";
+  const char *op = "local_group";
   luaL_checktype(L, 1, LUA_TTABLE);
   int n = (int)luaL_len(L, 1);
   if (n < 1 || n > 64) return luaL_error(L, "%s: %d devices given (1 to 64)", op, n);
@@ -228,7 +228,7 @@ static int dd_is_completed(lua_State *L) {
 
 /* spawn(n, {argv...}, grace) -> the first failure's exit status, 0 when every rank succeeds */
 static int dd_spawn(lua_State *L) {
-  const char *op = "dist.launch";
+  const char *op = "launch";
   int n = (int)luaL_checkinteger(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   double grace = luaL_optnumber(L, 3, 10);

@@ -88,7 +88,7 @@ int qt_dist_init(qt_ctx *ctx, int rank, int world, const char *addr, int port, d
 }
 
 int qt_dist_local(qt_ctx *ctx, qt_device *const *devs, int n, qt_dist_group **out) {
-  const char *op = "dist.local_group";
+  const char *op = "local_group";
   *out = NULL;
   if (n < 1 || n > DIST_MAX_COMMS)
     return qt_errorf(&ctx->err, "%s: %d devices given (1 to %d)", op, n, DIST_MAX_COMMS);
