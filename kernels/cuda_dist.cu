@@ -107,9 +107,10 @@ static void nccl_load(void) {
   nccl_ok = true;
 }
 
+/* op NULL: the message without an op's name (the core's collective puts its own first) */
 static int nccl_get(const char *op, qt_err *err) {
   pthread_once(&nccl_once, nccl_load);
-  if (!nccl_ok) return qt_errorf(err, "%s: %s", op, nccl_error);
+  if (!nccl_ok) return op != NULL ? qt_errorf(err, "%s: %s", op, nccl_error) : qt_errorf(err, "%s", nccl_error);
   return 0;
 }
 
@@ -141,7 +142,7 @@ typedef struct qt_nccl_work {
 
 extern "C" int qt_cuda_comm_open(qt_device *dev, qt_dist_link *link, void **out, qt_err *err) {
   const char *op = "dist";
-  if (nccl_get(op, err) != 0) return -1;
+  if (nccl_get(NULL, err) != 0) return -1;
   if (qt_cuda_enter(dev, op, err) != 0) return -1;
   ncclUniqueId id;
   if (link->rank == 0) {
@@ -152,7 +153,7 @@ extern "C" int qt_cuda_comm_open(qt_device *dev, qt_dist_link *link, void **out,
     return -1;
   }
   qt_nccl_comm *c = (qt_nccl_comm *)calloc(1, sizeof *c);
-  if (c == NULL) return qt_errorf(err, "%s: out of host memory", op);
+  if (c == NULL) return qt_errorf(err, "out of host memory");
   c->rank = link->rank;
   c->world = link->world;
   if (qt_cuda_check(dev, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), op, err) != 0) {
@@ -163,8 +164,8 @@ extern "C" int qt_cuda_comm_open(qt_device *dev, qt_dist_link *link, void **out,
   if (r != ncclSuccess && r != ncclInProgress) {
     cudaStreamDestroy(c->stream);
     free(c);
-    return qt_errorf(err, "%s: NCCL could not join rank %d of %d on %s: %s", op, link->rank,
-                     link->world, dev->name, nccl.error_string(r));
+    return qt_errorf(err, "NCCL could not join rank %d of %d on %s: %s", link->rank, link->world,
+                     dev->name, nccl.error_string(r));
   }
   *out = c;
   return 0;
@@ -302,11 +303,15 @@ extern "C" int qt_cuda_collective(qt_device *dev, void *comm, const qt_coll *k, 
         r = nccl.reduce_scatter(in, outp, (size_t)k->out->numel, t, rop, c->comm, c->stream);
         break;
       case QT_COLL_ALL_TO_ALL: {
-        size_t part = n / (size_t)c->world;
+        size_t part = n / (size_t)c->world, so = 0, ro = 0;
         r = nccl.group_start();
         for (int p = 0; p < c->world && r == ncclSuccess; p++) {
-          r = nccl.send(in + (size_t)p * part * es, part, t, p, c->comm, c->stream);
-          if (r == ncclSuccess) r = nccl.recv(outp + (size_t)p * part * es, part, t, p, c->comm, c->stream);
+          size_t sn = k->send != NULL ? (size_t)k->send[p] : part;
+          size_t rn = k->recv != NULL ? (size_t)k->recv[p] : part;
+          if (sn > 0) r = nccl.send(in + so * es, sn, t, p, c->comm, c->stream);
+          if (r == ncclSuccess && rn > 0) r = nccl.recv(outp + ro * es, rn, t, p, c->comm, c->stream);
+          so += sn;
+          ro += rn;
         }
         ncclResult_t e = nccl.group_end();
         if (r == ncclSuccess) r = e;

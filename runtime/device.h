@@ -182,14 +182,17 @@ typedef enum qt_dist_op { QT_DIST_SUM, QT_DIST_PROD, QT_DIST_MAX, QT_DIST_MIN, Q
 /* One rank's part of a collective: in and out are contiguous, of one dtype, on the device
 ** (out may be in: in place). all_reduce, broadcast and reduce: out has in's elements;
 ** all_gather: out is world x in (rank r's in at part r); reduce_scatter: in is world x out
-** (rank r keeps the reduced part r); all_to_all: in and out of world equal parts, part j
-** of in going to rank j, part i of out from rank i. root: broadcast's source, reduce's
-** destination (the other ranks' out is left as it was). */
+** (rank r keeps the reduced part r); all_to_all: in and out of world parts, part j of in
+** going to rank j, part i of out from rank i: equal parts, or send[j] and recv[i] elements
+** when send and recv are given (world counts each, summing to in's and out's elements;
+** rank i's send[j] is rank j's recv[i]). root: broadcast's source, reduce's destination
+** (the other ranks' out is left as it was). */
 typedef struct qt_coll {
   qt_coll_kind kind;
   qt_dist_op op;
   int root;
   const qt_view *in, *out;
+  const int64_t *send, *recv;   /* all_to_all's counts per rank, or NULL: equal parts */
 } qt_coll;
 
 /* Normalisations (the norm slot): x is contiguous (n, c, inner).

@@ -113,6 +113,11 @@ void qt_dist_free(qt_dist_group *g, bool abort);
 ** what qt_dist_wait waits for (or qt_dist_release lets go), NULL when it is done already. */
 int qt_dist_collective(qt_ctx *ctx, qt_dist_group *g, qt_coll_kind kind, qt_dist_op op,
                        int root, const qt_tensor *in, const qt_tensor *out, qt_dist_work **work);
+/* all_to_all with send[j] elements of in going to rank j and recv[i] elements of out
+** coming from rank i (world counts each, summing to in's and out's elements; rank i's send[j]
+** must be rank j's recv[i]); send and recv NULL: equal parts. */
+int qt_dist_all_to_all(qt_ctx *ctx, qt_dist_group *g, const qt_tensor *in, const qt_tensor *out,
+                       const int64_t *send, const int64_t *recv, qt_dist_work **work);
 /* A local group's collective: one in and out per rank (ins[r] and outs[r] on devs[r]). */
 int qt_dist_collective_local(qt_ctx *ctx, qt_dist_group *g, qt_coll_kind kind, qt_dist_op op,
                              int root, const qt_tensor *const *ins, const qt_tensor *const *outs);

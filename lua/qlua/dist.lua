@@ -153,9 +153,9 @@ function Done:wait() if self.after then self.after(); self.after = nil end retur
 function Done:is_completed() return self.after == nil end
 
 -- runs kind on (input, output); finish (may be nil) copies results out after the wait
-local function run(op, kind, o, root, input, output, finish)
+local function run(op, kind, o, root, input, output, finish, send, recv)
   local r = pack(pcall(RAW.collective, group(op), kind, kind == "broadcast" and "sum" or reduce_op(op, o),
-                       root, input, output, o.async_op and finish == nil))
+                       root, input, output, o.async_op and finish == nil, send, recv))
   if not r[1] then   -- "all_gather: ..." from the C half, said as all_gather_into_tensor's
     local msg = tostring(r[2])
     if op ~= kind and msg:sub(1, #kind + 2) == kind .. ": " then msg = op .. msg:sub(#kind + 1) end
@@ -254,16 +254,52 @@ function dist.reduce_scatter(out, list, opts)
   return run(op, "reduce_scatter", o, 0, joined(list), out)
 end
 
---- all_to_all_single(out, input [, {async_op}]): input and out of world equal parts; part j of
--- rank i's input becomes part i of rank j's out.
-function dist.all_to_all_single(out, input, opts)
+-- split sizes (rows of dim 1, as PyTorch's) as element counts per rank, or nil for equal parts
+local function split_counts(op, t, sizes, what, w)
+  if sizes == nil then return nil end
+  if type(sizes) ~= "table" or #sizes ~= w then fail(op, "%s must be a list of %d sizes", what, w) end
+  local rows = t:dim() > 0 and t:size(1) or 1
+  local per = rows > 0 and t:numel() // rows or 0
+  local counts, total = {}, 0
+  for i = 1, w do
+    local v = sizes[i]
+    if math.type(v) ~= "integer" or v < 0 then fail(op, "%s[%d] must be an integer >= 0, got %s", what, i, tostring(v)) end
+    counts[i], total = v * per, total + v
+  end
+  if total ~= rows then fail(op, "%s sum to %d rows, the tensor has %d", what, total, rows) end
+  return counts
+end
+
+--- all_to_all_single(out, input [, output_split_sizes, input_split_sizes] [, {async_op}]): part
+-- j of rank i's input becomes part i of rank j's out: world equal parts, or the split sizes
+-- (rows of dim 1 per rank, as PyTorch's; rank i's input_split_sizes[j + 1] must be rank j's
+-- output_split_sizes[i + 1]).
+function dist.all_to_all_single(out, input, a, b, c)
   local op = "all_to_all_single"
+  local opts = c
+  if type(a) == "table" and a[1] == nil and next(a) ~= nil then opts, a, b = a, nil, nil
+  elseif type(b) == "table" and b[1] == nil and next(b) ~= nil then opts, b = b, nil end
   local o = check_opts(op, opts, { async_op = true })
-  return run(op, "all_to_all", o, 0, tensor_arg(op, input, "the input"), tensor_arg(op, out, "the output"))
+  tensor_arg(op, input, "the input")
+  tensor_arg(op, out, "the output")
+  local w = dist.get_world_size()
+  local recv = split_counts(op, out, a, "output_split_sizes", w)
+  local send = split_counts(op, input, b, "input_split_sizes", w)
+  if (send == nil) ~= (recv == nil) then
+    local n = send and out or input
+    local even = {}
+    local rows = n:dim() > 0 and n:size(1) or 1
+    if rows % w ~= 0 then fail(op, "without split sizes, %d rows do not split over %d ranks", rows, w) end
+    for i = 1, w do even[i] = rows // w end
+    if send == nil then send = split_counts(op, input, even, "input_split_sizes", w)
+    else recv = split_counts(op, out, even, "output_split_sizes", w) end
+  end
+  return run(op, "all_to_all", o, 0, input, out, nil, send, recv)
 end
 
 --- all_to_all(outs, ins [, {async_op}]): ins[j + 1] goes to rank j, outs[i + 1] comes from
--- rank i (world tensors each, all of one size).
+-- rank i (world tensors each, of any sizes: rank i's ins[j + 1] must have rank j's
+-- outs[i + 1]'s elements).
 function dist.all_to_all(outs, ins, opts)
   local op = "all_to_all"
   local o = check_opts(op, opts, { async_op = true })
@@ -271,8 +307,20 @@ function dist.all_to_all(outs, ins, opts)
   tensor_list(op, ins, "the input list", w)
   tensor_list(op, outs, "the output list", w)
   local input = joined(ins)
-  local out = qlua.empty({ input:numel() }, { dtype = input:dtype(), device = input:device() })
-  return run(op, "all_to_all", o, 0, input, out, scatter_parts(out, outs, w, input:numel() // w))
+  local send, recv, total = {}, {}, 0
+  for i = 1, w do
+    send[i], recv[i] = ins[i]:numel(), outs[i]:numel()
+    total = total + recv[i]
+  end
+  local out = qlua.empty({ total }, { dtype = input:dtype(), device = input:device() })
+  return run(op, "all_to_all", o, 0, input, out, function()
+    local at = 0
+    for r = 1, w do
+      local n = recv[r]
+      if n > 0 then outs[r]:copy_(out:narrow(1, at + 1, n):view(outs[r]:shape())) end
+      at = at + n
+    end
+  end, send, recv)
 end
 
 -- ------------------------------------------------------------- one process, several GPUs

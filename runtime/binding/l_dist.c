@@ -141,7 +141,8 @@ static dd_call dd_args(lua_State *L) {
   return c;
 }
 
-/* collective(group, kind, op, root, in, out, async) -> work or nothing */
+/* collective(group, kind, op, root, in, out, async [, send, recv]) -> work or nothing;
+** send and recv: all_to_all's element counts per rank */
 static int dd_collective(lua_State *L) {
   qt_ctx *ctx = lq_ctx(L);
   dd_call c = dd_args(L);
@@ -151,9 +152,32 @@ static int dd_collective(lua_State *L) {
   qt_tensor *in = lq_checklive(L, 5, op), *out = lq_checklive(L, 6, op);
   bool async = lua_toboolean(L, 7);
   qt_dist_work *w = NULL;
-  if (qt_dist_collective(ctx, gd->g, (qt_coll_kind)kind, (qt_dist_op)rop, root, in, out,
-                         async ? &w : NULL) != 0)
-    return lq_raise(L, ctx);
+  int rc;
+  if (kind == QT_COLL_ALL_TO_ALL && !lua_isnoneornil(L, 8)) {
+    /* the counts per rank: send (arg 8) and receive (arg 9) lists of world integers */
+    int world = qt_dist_world(gd->g);
+    int64_t *counts = (int64_t *)lua_newuserdatauv(L, sizeof(int64_t) * 2 * (size_t)world, 0);
+    for (int which = 0; which < 2; which++) {
+      int arg = 8 + which;
+      luaL_checktype(L, arg, LUA_TTABLE);
+      if (luaL_len(L, arg) != world)
+        return luaL_error(L, "%s: %d %s counts for a world of %d", op, (int)luaL_len(L, arg),
+                          which == 0 ? "send" : "receive", world);
+      for (int r = 0; r < world; r++) {
+        lua_rawgeti(L, arg, r + 1);
+        if (!lua_isinteger(L, -1))
+          return luaL_error(L, "%s: %s count %d is not an integer", op, which == 0 ? "send" : "receive", r + 1);
+        counts[which * world + r] = (int64_t)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+      }
+    }
+    rc = qt_dist_all_to_all(ctx, gd->g, in, out, counts, counts + world, async ? &w : NULL);
+    lua_pop(L, 1);
+  } else {
+    rc = qt_dist_collective(ctx, gd->g, (qt_coll_kind)kind, (qt_dist_op)rop, root, in, out,
+                            async ? &w : NULL);
+  }
+  if (rc != 0) return lq_raise(L, ctx);
   if (!async) return 0;
   lq_dist_work *wd = (lq_dist_work *)lua_newuserdatauv(L, sizeof *wd, 1);
   wd->w = w;
@@ -281,7 +305,7 @@ static const lq_Reg dd_funcs[] = {
   {"rank", dd_rank, 1, NULL, NULL},
   {"world", dd_world, 1, NULL, NULL},
   {"barrier", dd_barrier, 1, NULL, NULL},
-  {"collective", dd_collective, 7, NULL, NULL},
+  {"collective", dd_collective, 9, NULL, NULL},
   {"collective_local", dd_collective_local, 6, NULL, NULL},
   {"spawn", dd_spawn, 3, NULL, NULL},
   {"exe", dd_exe, 0, NULL, NULL},

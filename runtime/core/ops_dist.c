@@ -52,6 +52,8 @@ static int dist_fail(qt_ctx *ctx, qt_dist_group *g, const char *op, const qt_err
     g->broken = true;
     snprintf(g->why, sizeof g->why, "%.32s: %.*s", op, (int)sizeof g->why - 40, e->msg);
   }
+  size_t n = strlen(op);   /* a device's message that names the op already keeps it */
+  if (strncmp(e->msg, op, n) == 0 && e->msg[n] == ':') return qt_errorf(&ctx->err, "%s", e->msg);
   return qt_errorf(&ctx->err, "%s: %s", op, e->msg);
 }
 
@@ -189,7 +191,7 @@ static int dist_comm(qt_ctx *ctx, qt_dist_group *g, const char *op, qt_device *d
 
 /* What one rank can check alone; n_in and n_out: the elements in and out must have. */
 static int dist_check(qt_ctx *ctx, const char *op, qt_coll_kind kind, qt_dist_op rop, int root,
-                      int world, const qt_tensor *in, const qt_tensor *out) {
+                      int world, const qt_tensor *in, const qt_tensor *out, bool counted) {
   if (ops_live(ctx, op, in) != 0 || ops_live(ctx, op, out) != 0) return -1;
   if (ops_same_device(ctx, op, in, out) != 0) return -1;
   if (in->dtype != out->dtype)
@@ -203,7 +205,7 @@ static int dist_check(qt_ctx *ctx, const char *op, qt_coll_kind kind, qt_dist_op
   switch (kind) {
     case QT_COLL_ALL_GATHER: ok = no == ni * world; break;
     case QT_COLL_REDUCE_SCATTER: ok = ni == no * world; break;
-    case QT_COLL_ALL_TO_ALL: ok = ni == no && ni % world == 0; break;
+    case QT_COLL_ALL_TO_ALL: ok = counted || (ni == no && ni % world == 0); break;
     default: ok = ni == no; break;
   }
   if (!ok) {
@@ -225,20 +227,21 @@ static int dist_check(qt_ctx *ctx, const char *op, qt_coll_kind kind, qt_dist_op
   return 0;
 }
 
-int qt_dist_collective(qt_ctx *ctx, qt_dist_group *g, qt_coll_kind kind, qt_dist_op rop,
-                       int root, const qt_tensor *in, const qt_tensor *out, qt_dist_work **work) {
+static int dist_run(qt_ctx *ctx, qt_dist_group *g, qt_coll_kind kind, qt_dist_op rop, int root,
+                    const qt_tensor *in, const qt_tensor *out, const int64_t *send,
+                    const int64_t *recv, qt_dist_work **work) {
   const char *op = coll_op_name(kind);
   if (work != NULL) *work = NULL;
   if (g->local) return qt_errorf(&ctx->err, "%s: a local group takes one tensor per GPU", op);
   if (dist_usable(ctx, g, op) != 0) return -1;
-  if (dist_check(ctx, op, kind, rop, root, g->world, in, out) != 0) return -1;
+  if (dist_check(ctx, op, kind, rop, root, g->world, in, out, send != NULL) != 0) return -1;
   qt_device *dev = ops_device(in);
   void *comm;
   if (dist_comm(ctx, g, op, dev, &comm) != 0) return -1;
   qt_view vi, vo;
   qt_view_of(&vi, in);
   qt_view_of(&vo, out);
-  qt_coll c = {.kind = kind, .op = rop, .root = root, .in = &vi, .out = &vo};
+  qt_coll c = {.kind = kind, .op = rop, .root = root, .in = &vi, .out = &vo, .send = send, .recv = recv};
   void *w = NULL;
   qt_err e;
   if (dev->iface->collective(dev, comm, &c, &w, &e) != 0) return dist_fail(ctx, g, op, &e, true);
@@ -255,6 +258,32 @@ int qt_dist_collective(qt_ctx *ctx, qt_dist_group *g, qt_coll_kind kind, qt_dist
   *h = (qt_dist_work){.dev = dev, .comm = comm, .work = w, .link = g->link, .op = op, .g = g};
   *work = h;
   return 0;
+}
+
+int qt_dist_collective(qt_ctx *ctx, qt_dist_group *g, qt_coll_kind kind, qt_dist_op rop,
+                       int root, const qt_tensor *in, const qt_tensor *out, qt_dist_work **work) {
+  return dist_run(ctx, g, kind, rop, root, in, out, NULL, NULL, work);
+}
+
+int qt_dist_all_to_all(qt_ctx *ctx, qt_dist_group *g, const qt_tensor *in, const qt_tensor *out,
+                       const int64_t *send, const int64_t *recv, qt_dist_work **work) {
+  const char *op = "all_to_all";
+  if (send == NULL || recv == NULL)
+    return dist_run(ctx, g, QT_COLL_ALL_TO_ALL, QT_DIST_SUM, 0, in, out, NULL, NULL, work);
+  if (ops_live(ctx, op, in) != 0 || ops_live(ctx, op, out) != 0) return -1;
+  int64_t ts = 0, tr = 0;
+  for (int r = 0; r < g->world; r++) {
+    if (send[r] < 0 || recv[r] < 0)
+      return qt_errorf(&ctx->err, "%s: a count for rank %d is negative (%lld, %lld)", op, r,
+                       (long long)send[r], (long long)recv[r]);
+    ts += send[r];
+    tr += recv[r];
+  }
+  if (ts != qt_numel(in) || tr != qt_numel(out))
+    return qt_errorf(&ctx->err, "%s: the counts sum to %lld sent and %lld received, the input has %lld "
+                     "elements and the output %lld", op, (long long)ts, (long long)tr,
+                     (long long)qt_numel(in), (long long)qt_numel(out));
+  return dist_run(ctx, g, QT_COLL_ALL_TO_ALL, QT_DIST_SUM, 0, in, out, send, recv, work);
 }
 
 int qt_dist_wait(qt_ctx *ctx, qt_dist_work *w) {
@@ -278,7 +307,7 @@ int qt_dist_collective_local(qt_ctx *ctx, qt_dist_group *g, qt_coll_kind kind, q
   if (!g->local) return qt_errorf(&ctx->err, "%s: not a local group", op);
   if (dist_usable(ctx, g, op) != 0) return -1;
   for (int r = 0; r < g->world; r++) {
-    if (dist_check(ctx, op, kind, rop, root, g->world, ins[r], outs[r]) != 0) return -1;
+    if (dist_check(ctx, op, kind, rop, root, g->world, ins[r], outs[r], false) != 0) return -1;
     if (ops_device(ins[r]) != g->devs[r])
       return qt_errorf(&ctx->err, "%s: tensor %d is on %s, the group's rank %d is %s", op, r + 1,
                        ops_device(ins[r])->name, r, g->devs[r]->name);

@@ -103,7 +103,7 @@ static int cpu_dist_gather_reduce(qt_dist_link *l, const qt_coll *c, void *acc, 
                                   qt_err *err) {
   size_t n = bytes / qt_elsize(c->in->dtype);
   void *tmp = malloc(bytes > 0 ? bytes : 1);
-  if (tmp == NULL) return qt_errorf(err, "dist: out of host memory for %zu bytes", bytes);
+  if (tmp == NULL) return qt_errorf(err, "out of host memory for %zu bytes", bytes);
   for (int r = 1; r < l->world; r++) {
     if (l->recv(l, r, tmp, bytes, err) != 0) {
       free(tmp);
@@ -152,7 +152,7 @@ int cpu_collective(qt_device *dev, void *comm, const qt_coll *c, void **work, qt
       }
       /* rank 0 sums into out only when it is the destination */
       char *acc = c->root == 0 ? out : malloc(in_bytes > 0 ? in_bytes : 1);
-      if (acc == NULL) return qt_errorf(err, "reduce: out of host memory for %zu bytes", in_bytes);
+      if (acc == NULL) return qt_errorf(err, "out of host memory for %zu bytes", in_bytes);
       if (acc != in) memcpy(acc, in, in_bytes);
       int rc = cpu_dist_gather_reduce(l, c, acc, in_bytes, err);
       if (rc == 0 && c->root != 0) rc = l->send(l, c->root, acc, in_bytes, err);
@@ -168,7 +168,7 @@ int cpu_collective(qt_device *dev, void *comm, const qt_coll *c, void **work, qt
     case QT_COLL_REDUCE_SCATTER: {
       if (rank != 0) return l->send(l, 0, in, in_bytes, err) || l->recv(l, 0, out, out_bytes, err) ? -1 : 0;
       char *acc = malloc(in_bytes > 0 ? in_bytes : 1);
-      if (acc == NULL) return qt_errorf(err, "reduce_scatter: out of host memory for %zu bytes", in_bytes);
+      if (acc == NULL) return qt_errorf(err, "out of host memory for %zu bytes", in_bytes);
       memcpy(acc, in, in_bytes);
       int rc = cpu_dist_gather_reduce(l, c, acc, in_bytes, err);
       for (int r = 1; r < W && rc == 0; r++) rc = l->send(l, r, acc + (size_t)r * out_bytes, out_bytes, err);
@@ -177,25 +177,94 @@ int cpu_collective(qt_device *dev, void *comm, const qt_coll *c, void **work, qt
       return rc;
     }
     case QT_COLL_ALL_TO_ALL: {
-      if (rank != 0) return l->send(l, 0, in, in_bytes, err) || l->recv(l, 0, out, out_bytes, err) ? -1 : 0;
-      size_t part = in_bytes / (size_t)W;
-      /* every rank's whole input, then each destination's parts gathered from them */
-      char *all = malloc((size_t)W * in_bytes + out_bytes + 1);
-      if (all == NULL) return qt_errorf(err, "all_to_all: out of host memory");
-      char *send = all + (size_t)W * in_bytes;
-      memcpy(all, in, in_bytes);
-      int rc = 0;
-      for (int r = 1; r < W && rc == 0; r++) rc = l->recv(l, r, all + (size_t)r * in_bytes, in_bytes, err);
-      for (int d = W - 1; d >= 0 && rc == 0; d--) {
-        for (int s = 0; s < W; s++) memcpy(send + (size_t)s * part, all + (size_t)s * in_bytes + (size_t)d * part, part);
-        if (d == 0) memcpy(out, send, out_bytes);
-        else rc = l->send(l, d, send, out_bytes, err);
+      /* every rank's send and receive counts, then its whole input, to rank 0, which checks
+      ** that they agree and sends each destination its parts from every source, in rank
+      ** order; counts[r] holds rank r's W send counts, then its W receive counts */
+      size_t W2 = 2 * (size_t)W;
+      int64_t *counts = malloc((size_t)W * W2 * sizeof *counts + 1);
+      if (counts == NULL) return qt_errorf(err, "out of host memory");
+      int64_t *mine = counts + (size_t)rank * W2;
+      for (int j = 0; j < W; j++) {
+        mine[j] = c->send != NULL ? c->send[j] : c->in->numel / W;
+        mine[W + j] = c->recv != NULL ? c->recv[j] : c->out->numel / W;
       }
+      int rc = 0;
+      if (rank != 0) {
+        rc = l->send(l, 0, mine, W2 * sizeof *mine, err);
+        if (rc == 0) rc = l->send(l, 0, in, in_bytes, err);
+        if (rc == 0) rc = l->recv(l, 0, out, out_bytes, err);
+        free(counts);
+        return rc;
+      }
+      for (int r = 1; r < W && rc == 0; r++)
+        rc = l->recv(l, r, counts + (size_t)r * W2, W2 * sizeof *counts, err);
+      for (int s = 0; s < W && rc == 0; s++)
+        for (int d = 0; d < W && rc == 0; d++) {
+          int64_t sent = counts[(size_t)s * W2 + d], want = counts[(size_t)d * W2 + W + s];
+          if (sent != want) {
+            rc = qt_errorf(err, "rank %d sends rank %d %lld elements, rank %d expects %lld",
+                           s, d, (long long)sent, d, (long long)want);
+            qt_err e2;
+            for (int r = 1; r < W; r++) (void)l->send(l, r, "", 0, &e2);   /* they fail on its size */
+          }
+        }
+      if (rc != 0) {
+        free(counts);
+        return rc;
+      }
+      size_t total = in_bytes;   /* every rank's input, end to end */
+      for (int r = 1; r < W; r++)
+        for (int j = 0; j < W; j++) total += (size_t)counts[(size_t)r * W2 + j] * es;
+      char *all = rc == 0 ? malloc(total + 1) : NULL;
+      if (rc == 0 && all == NULL) rc = qt_errorf(err, "out of host memory for %zu bytes", total);
+      size_t *start = rc == 0 ? malloc((size_t)W * sizeof *start) : NULL;   /* rank r's input in all */
+      if (rc == 0 && start == NULL) rc = qt_errorf(err, "out of host memory");
+      if (rc == 0) {
+        memcpy(all, in, in_bytes);
+        start[0] = 0;
+        size_t at = in_bytes;
+        for (int r = 1; r < W && rc == 0; r++) {
+          size_t len = 0;
+          for (int j = 0; j < W; j++) len += (size_t)counts[(size_t)r * W2 + j] * es;
+          start[r] = at;
+          rc = l->recv(l, r, all + at, len, err);
+          at += len;
+        }
+      }
+      char *send = NULL;
+      for (int d = W - 1; d >= 0 && rc == 0; d--) {
+        size_t len = 0;
+        for (int s = 0; s < W; s++) len += (size_t)counts[(size_t)s * W2 + d] * es;
+        char *buf = d == 0 ? NULL : realloc(send, len + 1);
+        if (d != 0 && buf == NULL) {
+          rc = qt_errorf(err, "out of host memory for %zu bytes", len);
+          break;
+        }
+        if (d != 0) send = buf;
+        char *to = d == 0 ? out : send;
+        if (d == 0 && len != out_bytes) {
+          rc = qt_errorf(err, "the ranks send rank 0 %zu bytes, its output holds %zu",
+                         len, out_bytes);
+          break;
+        }
+        size_t o = 0;
+        for (int s = 0; s < W; s++) {
+          size_t skip = 0;
+          for (int j = 0; j < d; j++) skip += (size_t)counts[(size_t)s * W2 + j] * es;
+          size_t n = (size_t)counts[(size_t)s * W2 + d] * es;
+          memcpy(to + o, all + start[s] + skip, n);
+          o += n;
+        }
+        if (d != 0) rc = l->send(l, d, send, len, err);
+      }
+      free(send);
+      free(start);
       free(all);
+      free(counts);
       return rc;
     }
   }
-  return qt_errorf(err, "dist: unknown collective %d", (int)c->kind);
+  return qt_errorf(err, "unknown collective %d", (int)c->kind);
 }
 
 int cpu_work_wait(qt_device *dev, void *comm, void *work, qt_dist_link *link, qt_err *err) {

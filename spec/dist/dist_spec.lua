@@ -112,6 +112,9 @@ both("collective errors name the op and the values, and the group stays usable",
     assert.truthy(errmsg(dist.reduce_scatter, t, { gone }):match("^reduce_scatter: [%w_]+: tensor has been freed"))
     assert.truthy(errmsg(dist.all_gather, { qlua.empty({ 3 }, { device = dev }) }, t):match("^all_gather: view: "))
     assert.truthy(errmsg(dist.all_gather, { t, t }, t):match("^all_gather: the output list has 2 tensors, the world is 1"))
+    assert.truthy(errmsg(dist.all_to_all_single, qlua.empty({ 4 }, { device = dev }), t, { 3 }, { 4 }):match("^all_to_all_single: output_split_sizes sum to 3 rows, the tensor has 4"))
+    assert.truthy(errmsg(dist.all_to_all_single, t, t, { 1, 3 }, nil):match("^all_to_all_single: output_split_sizes must be a list of 1 sizes"))
+    assert.truthy(errmsg(dist.all_to_all_single, t, t, { -4 }, { 4 }):match("must be an integer >= 0, got %-4"))
     local freed = qlua.ones({ 2 }, { device = dev }); freed:free()
     assert.truthy(errmsg(dist.all_reduce, freed):match("^all_reduce: tensor has been freed"))
     if dev ~= "cpu" then
@@ -142,13 +145,13 @@ end)
 test("qlua --nproc 3: every collective over every dtype on the CPU, against the reference on each rank", function()
   local r = job(3, "spec/fixtures/dist_ranks.lua", { "cpu" })
   assert.are.equal(0, r.status, r.stderr)
-  for rank = 0, 2 do assert.is_true(r.lines[("rank %d of 3: 133 checks"):format(rank)], r.stdout) end
+  for rank = 0, 2 do assert.is_true(r.lines[("rank %d of 3: 137 checks"):format(rank)], r.stdout) end
 end)
 
 test("qlua --nproc 2 and dist.launch: the same job, and the variables each rank sees", function()
   local r = job(2, "spec/fixtures/dist_ranks.lua", { "cpu" })
   assert.are.equal(0, r.status, r.stderr)
-  assert.is_true(r.lines["rank 1 of 2: 117 checks"], r.stdout)
+  assert.is_true(r.lines["rank 1 of 2: 120 checks"], r.stdout)
   local s = script([[
     print(os.getenv("RANK"), os.getenv("LOCAL_RANK"), os.getenv("WORLD_SIZE"), os.getenv("MASTER_ADDR"),
           math.tointeger(tonumber(os.getenv("MASTER_PORT"))) ~= nil, arg[1], arg[2])
@@ -176,8 +179,8 @@ test("OpenMPI's mpirun starts the same job: ranks from OMPI_COMM_WORLD_*, rank 0
   local r = P.run({ "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "LUA_PATH",
                     "-x", "MASTER_PORT", QLUA, "spec/fixtures/dist_ranks.lua", "cpu" }, { env = e, timeout = 120 })
   assert.are.equal(0, r.status, r.stdout .. r.stderr)
-  assert.truthy(r.stdout:find("rank 0 of 2: 117 checks", 1, true), r.stdout)
-  assert.truthy(r.stdout:find("rank 1 of 2: 117 checks", 1, true), r.stdout)
+  assert.truthy(r.stdout:find("rank 0 of 2: 120 checks", 1, true), r.stdout)
+  assert.truthy(r.stdout:find("rank 1 of 2: 120 checks", 1, true), r.stdout)
 end)
 
 test("qlua --nproc: bad counts are refused; a rank's failure is the job's exit status", function()
@@ -230,6 +233,13 @@ test("a rank that stops answering fails the others after the timeout; different 
       print(r, ok, e)
       return
     end
+    if arg[1] == "counts" then   -- rank 1 sends rank 0 two elements, rank 0 expects one
+      local outs = r == 0 and { qlua.empty({ 1 }), qlua.empty({ 1 }) } or { qlua.empty({ 2 }), qlua.empty({ 1 }) }
+      local ins = { qlua.ones({ r == 0 and 1 or 2 }), qlua.ones({ 1 }) }
+      local ok, e = pcall(dist.all_to_all, outs, ins)
+      print(r, ok, e)
+      return
+    end
     if r == 1 then os.execute("sleep 4") end
     local ok, e = pcall(dist.all_reduce, qlua.ones({ 3 }))
     print(r, ok, e)
@@ -238,6 +248,10 @@ test("a rank that stops answering fails the others after the timeout; different 
   assert.truthy(r.stdout:find("0\tfalse\t[^\n]*all_reduce: rank 1 did not answer within the timeout %(1 s%)"), r.stdout)
   r = job(2, s, { "sizes" }, 60)
   assert.truthy(r.stdout:find("0\tfalse\t[^\n]*all_reduce: rank 1 sent 16 bytes where 12 were expected: the ranks called different collectives or passed tensors of different sizes"), r.stdout)
+  -- uneven all_to_all whose counts disagree: rank 0 names the ranks and counts, rank 1 fails on the size
+  r = job(2, s, { "counts" }, 60)
+  assert.truthy(r.stdout:find("0\tfalse\t[^\n]*all_to_all: rank 0 sends rank 1 1 elements, rank 1 expects 2"), r.stdout)
+  assert.truthy(r.stdout:find("1\tfalse\t[^\n]*all_to_all: rank 0 sent 0 bytes where"), r.stdout)
 end)
 
 test("DistributedDataParallel over 2 and 3 ranks matches one process on the whole batch (steps, no_sync, unused parameters)", function()
