@@ -83,6 +83,7 @@ static int ops_copy_across(qt_ctx *ctx, const char *op, qt_tensor *dst, const qt
   qt_tensor_init(&staged);
   bool direct = qt_is_contiguous(dst) && dst->dtype == src->dtype && ops_same_shape(dst, src);
   const qt_tensor *from_host;  /* src's elements in host memory, contiguous */
+  const qt_tensor *arrived;    /* src's elements on dst's device, contiguous */
 
   if (qt_numel(dst) == 0) return 0;
   if (qt_contiguous(ctx, &sc, src)) goto cleanup;
@@ -100,11 +101,8 @@ static int ops_copy_across(qt_ctx *ctx, const char *op, qt_tensor *dst, const qt
       rc = 0;
       goto cleanup;
     }
-    qt_view dv, sv;
-    qt_view_of(&dv, dst);
-    ops_view_expanded(&sv, &staged, dst->ndim, dst->size);
-    rc = ops_copy_views(ctx, op, ddev, &dv, &sv);
-    goto cleanup;
+    arrived = &staged;
+    goto convert;
   }
   if (sdev->kind == QT_DEV_CPU) {
     from_host = &sc;
@@ -119,7 +117,6 @@ static int ops_copy_across(qt_ctx *ctx, const char *op, qt_tensor *dst, const qt
     from_host = &host;
   }
 
-  const qt_tensor *arrived;  /* src's elements on dst's device, contiguous */
   if (ddev->kind == QT_DEV_CPU) {
     arrived = from_host;
   } else if (direct) {
@@ -132,6 +129,7 @@ static int ops_copy_across(qt_ctx *ctx, const char *op, qt_tensor *dst, const qt
       goto cleanup;
     arrived = &staged;
   }
+convert:;   /* dst's dtype, shape and strides from the contiguous elements on its device */
   qt_view dv, sv;
   qt_view_of(&dv, dst);
   ops_view_expanded(&sv, arrived, dst->ndim, dst->size);

@@ -122,6 +122,12 @@ static int cpu_dist_send_all(qt_dist_link *l, const void *buf, size_t bytes, int
   return 0;
 }
 
+/* A rank other than 0 in a collective rank 0 computes: its input there, the result back. */
+static int cpu_dist_via_root(qt_dist_link *l, const void *in, size_t in_bytes, void *out,
+                             size_t out_bytes, qt_err *err) {
+  return l->send(l, 0, in, in_bytes, err) || l->recv(l, 0, out, out_bytes, err) ? -1 : 0;
+}
+
 int cpu_collective(qt_device *dev, void *comm, const qt_coll *c, void **work, qt_err *err) {
   (void)dev;
   qt_dist_link *l = comm;
@@ -132,7 +138,7 @@ int cpu_collective(qt_device *dev, void *comm, const qt_coll *c, void **work, qt
   int rank = l->rank, W = l->world;
   switch (c->kind) {
     case QT_COLL_ALL_REDUCE:
-      if (rank != 0) return l->send(l, 0, in, in_bytes, err) || l->recv(l, 0, out, out_bytes, err) ? -1 : 0;
+      if (rank != 0) return cpu_dist_via_root(l, in, in_bytes, out, out_bytes, err);
       if (out != in) memcpy(out, in, in_bytes);
       if (cpu_dist_gather_reduce(l, c, out, in_bytes, err) != 0) return -1;
       return cpu_dist_send_all(l, out, out_bytes, -1, err);
@@ -160,13 +166,13 @@ int cpu_collective(qt_device *dev, void *comm, const qt_coll *c, void **work, qt
       return rc;
     }
     case QT_COLL_ALL_GATHER:
-      if (rank != 0) return l->send(l, 0, in, in_bytes, err) || l->recv(l, 0, out, out_bytes, err) ? -1 : 0;
+      if (rank != 0) return cpu_dist_via_root(l, in, in_bytes, out, out_bytes, err);
       memmove(out, in, in_bytes);
       for (int r = 1; r < W; r++)
         if (l->recv(l, r, out + (size_t)r * in_bytes, in_bytes, err) != 0) return -1;
       return cpu_dist_send_all(l, out, out_bytes, -1, err);
     case QT_COLL_REDUCE_SCATTER: {
-      if (rank != 0) return l->send(l, 0, in, in_bytes, err) || l->recv(l, 0, out, out_bytes, err) ? -1 : 0;
+      if (rank != 0) return cpu_dist_via_root(l, in, in_bytes, out, out_bytes, err);
       char *acc = malloc(in_bytes > 0 ? in_bytes : 1);
       if (acc == NULL) return qt_errorf(err, "out of host memory for %zu bytes", in_bytes);
       memcpy(acc, in, in_bytes);
