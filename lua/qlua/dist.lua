@@ -22,14 +22,14 @@ if qlua.dist then return qlua.dist end
 -- this file (luaL_error names the Lua caller), only "<op>: ...", as qlua's errors do.
 local RAW = qlua._dist
 local pack, unpack = table.pack, table.unpack
-local C = setmetatable({}, { __index = function(_, k)
-  local f = RAW[k]
-  return function(...)
+local C = {}
+for k, f in pairs(RAW) do
+  C[k] = function(...)
     local r = pack(pcall(f, ...))
     if not r[1] then error(r[2], 0) end
     return unpack(r, 2, r.n)
   end
-end })
+end
 local dist = {}
 local default, backend_name   -- the default process group (a userdata) and what init named
 
