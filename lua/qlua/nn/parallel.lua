@@ -51,14 +51,13 @@ return function(nn)
                  find_unused = opts.find_unused_parameters and true or false, buckets = {},
                  where = {}, names = {}, sync = true, pass = nil }
     rawset(self, "_ddp", st)
-    local named = module:named_parameters()
+    local params = {}
+    for i, kv in ipairs(module:named_parameters()) do params[i], st.names[kv[2]] = kv[2], kv[1] end
     qlua.no_grad(function()
-      for _, p in ipairs(module:parameters()) do dist.broadcast(p, 0) end
+      for _, p in ipairs(params) do dist.broadcast(p, 0) end
       for _, b in ipairs(module:buffers()) do dist.broadcast(b, 0) end
     end)
     -- buckets, last parameter first
-    local params = module:parameters()
-    for _, kv in ipairs(named) do st.names[kv[2]] = kv[1] end
     local bucket
     for i = #params, 1, -1 do
       local p = params[i]
@@ -73,7 +72,7 @@ return function(nn)
       bucket.offsets[#bucket.offsets + 1] = bucket.numel
       bucket.numel = bucket.numel + p:numel()
       bucket.bytes = bucket.bytes + bytes
-      st.where[p] = { bucket = #st.buckets, slot = #bucket.params }
+      st.where[p] = #st.buckets
       p:register_post_accumulate_grad_hook(function(t) self:_ready(t) end)
     end
   end
@@ -135,8 +134,8 @@ return function(nn)
     end
     if pass.seen[p] then return end
     pass.seen[p] = true
-    local w = st.where[p]
-    pass.ready[w.bucket] = (pass.ready[w.bucket] or 0) + 1
+    local b = st.where[p]
+    pass.ready[b] = (pass.ready[b] or 0) + 1
     launch_ready(st)
   end
 
