@@ -255,6 +255,12 @@ static void cpu_conv_zero_chunk(void *arg, int64_t c) {
   memset(job->x + (size_t)e0 * job->es, 0, (size_t)(e1 - e0) * job->es);
 }
 
+/* A 1x1 filter with stride 1 and no padding: p = h, q = w, the image is its own matrix. */
+static bool cpu_conv_direct(const qt_conv_geom *g) {
+  return g->r == 1 && g->s == 1 && g->stride[0] == 1 && g->stride[1] == 1 && g->pad[0] == 0 &&
+         g->pad[1] == 0;
+}
+
 /* Runs mode on raw data (the views' checks done): y = conv(x, w), x = dx from dy in y, or
 ** w = dw. */
 static int cpu_conv_run(const cpu_blas_api *blas, qt_conv_mode mode, const qt_conv_geom *g,
@@ -320,9 +326,7 @@ int cpu_conv(qt_device *dev, qt_conv_mode mode, const qt_conv_geom *g, const qt_
   const cpu_blas_api *blas = cpu_blas_get(err);
   if (blas == NULL) return -1;
   bool f64 = dt == QT_F64;
-  bool direct = g->r == 1 && g->s == 1 && g->stride[0] == 1 && g->stride[1] == 1 &&
-                g->pad[0] == 0 && g->pad[1] == 0;
-  if (mode == QT_CONV_BACKWARD_DATA && !direct) {
+  if (mode == QT_CONV_BACKWARD_DATA && !cpu_conv_direct(g)) {
     int rc = cpu_conv_data_as_forward(blas, g, f64, x->data, w->data, y->data, err);
     if (rc <= 0) return rc;
   }
@@ -338,8 +342,7 @@ static int cpu_conv_run(const cpu_blas_api *blas, qt_conv_mode mode, const qt_co
                       .kg = kg, .rows = rows, .pq = pq, .hw = hw, .phase = -1, .x = x, .w = w,
                       .y = y};
   atomic_init(&job.oom, 0);
-  job.direct = g->r == 1 && g->s == 1 && g->stride[0] == 1 && g->stride[1] == 1 &&
-               g->pad[0] == 0 && g->pad[1] == 0;   /* p = h, q = w: the image is the matrix */
+  job.direct = cpu_conv_direct(g);
   /* a band: its columns about a tile's bytes (the filters' gradient, reducing over the
   ** band, likes it longer); backward data's tall enough that bands two apart never share an
   ** input row */
@@ -359,16 +362,13 @@ static int cpu_conv_run(const cpu_blas_api *blas, qt_conv_mode mode, const qt_co
   /* each tile's GEMM on one OpenBLAS thread, the pool running the tiles */
   int restore = cpu_blas_enter(1.0);
   int rc = 0;
-  if (mode == QT_CONV_FORWARD) {
-    cpu_parallel(tiles, cpu_conv_tile_chunk, &job);
+  if (mode == QT_CONV_FORWARD || (mode == QT_CONV_BACKWARD_DATA && job.direct)) {
+    cpu_parallel(tiles, cpu_conv_tile_chunk, &job);   /* no two tiles write one element */
   } else if (mode == QT_CONV_BACKWARD_DATA) {
-    if (job.direct) cpu_parallel(tiles, cpu_conv_tile_chunk, &job);
-    else {
-      int64_t total = g->n * g->c * hw;
-      cpu_parallel((total + CPU_PAR_GRAIN - 1) / CPU_PAR_GRAIN, cpu_conv_zero_chunk, &job);
-      for (job.phase = 0; job.phase < 2 && job.phase < job.bands; job.phase++)
-        cpu_parallel(planes * ((job.bands - job.phase + 1) / 2), cpu_conv_tile_chunk, &job);
-    }
+    int64_t total = g->n * g->c * hw;
+    cpu_parallel((total + CPU_PAR_GRAIN - 1) / CPU_PAR_GRAIN, cpu_conv_zero_chunk, &job);
+    for (job.phase = 0; job.phase < 2 && job.phase < job.bands; job.phase++)
+      cpu_parallel(planes * ((job.bands - job.phase + 1) / 2), cpu_conv_tile_chunk, &job);
   } else {
     size_t wbytes = (size_t)(g->k * rows) * es;
     int64_t chunks = tiles < CPU_CONV_PARTIALS ? tiles : CPU_CONV_PARTIALS;
